@@ -1,0 +1,115 @@
+//! Finding the external programs the runner drives.
+//!
+//! Every program is looked up through `QUEST_RUNNER_<NAME>` first and `PATH` second. The
+//! variable exists so packagers (the flake wraps the binary with pinned store paths) and tests
+//! (a counting wrapper around `nix`) can choose the exact binary without shadowing the
+//! operator's own `PATH`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The programs the runner may run. Each maps to one `QUEST_RUNNER_<NAME>` variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tool {
+    Nix,
+    Git,
+    Bwrap,
+    Socat,
+    Srt,
+    Claude,
+    Opencode,
+}
+
+impl Tool {
+    /// The program's name on `PATH`.
+    pub fn program(self) -> &'static str {
+        match self {
+            Tool::Nix => "nix",
+            Tool::Git => "git",
+            Tool::Bwrap => "bwrap",
+            Tool::Socat => "socat",
+            Tool::Srt => "srt",
+            Tool::Claude => "claude",
+            Tool::Opencode => "opencode",
+        }
+    }
+
+    /// The variable that overrides the `PATH` lookup.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            Tool::Nix => "QUEST_RUNNER_NIX",
+            Tool::Git => "QUEST_RUNNER_GIT",
+            Tool::Bwrap => "QUEST_RUNNER_BWRAP",
+            Tool::Socat => "QUEST_RUNNER_SOCAT",
+            Tool::Srt => "QUEST_RUNNER_SRT",
+            Tool::Claude => "QUEST_RUNNER_CLAUDE",
+            Tool::Opencode => "QUEST_RUNNER_OPENCODE",
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BinaryError {
+    #[error("{program} not found: {var} is set to {path}, which is not an executable file")]
+    BadOverride {
+        program: &'static str,
+        var: &'static str,
+        path: PathBuf,
+    },
+    #[error("{program} not found: set {var} to its path or put it on PATH")]
+    NotFound {
+        program: &'static str,
+        var: &'static str,
+    },
+}
+
+/// Resolves `tool` from the process environment.
+pub fn find(tool: Tool) -> Result<PathBuf, BinaryError> {
+    find_with(tool, std::env::var_os(tool.env_var()), std::env::var_os("PATH"))
+}
+
+/// Resolves `tool` from an explicit override and `PATH`, so the rule can be tested without
+/// touching the process environment.
+pub fn find_with(
+    tool: Tool,
+    override_value: Option<OsString>,
+    path: Option<OsString>,
+) -> Result<PathBuf, BinaryError> {
+    if let Some(value) = override_value.filter(|v| !v.is_empty()) {
+        let candidate = PathBuf::from(&value);
+        // A bare name in the variable is looked up on PATH like the default would be; a path
+        // must point at an executable file. Either way a bad value is an error, never a
+        // silent fall back to PATH: the operator asked for a specific binary.
+        let resolved = if candidate.components().count() == 1 {
+            which::which_in(&candidate, path.as_ref(), cwd()).ok()
+        } else if is_executable(&candidate) {
+            Some(candidate.clone())
+        } else {
+            None
+        };
+        return resolved.ok_or(BinaryError::BadOverride {
+            program: tool.program(),
+            var: tool.env_var(),
+            path: candidate,
+        });
+    }
+    which::which_in(tool.program(), path.as_ref(), cwd()).map_err(|_| BinaryError::NotFound {
+        program: tool.program(),
+        var: tool.env_var(),
+    })
+}
+
+fn cwd() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+#[path = "binaries_tests.rs"]
+mod tests;

@@ -1,0 +1,276 @@
+//! The command line: parsing, logging, exit codes, and one function per subcommand.
+//!
+//! Data goes to stdout, the log to stderr. A cache hit of `env` is answered before any async
+//! runtime starts, so it costs little more than reading the cached file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::Config;
+use crate::devshell::{self, DevShell, DevShellError, DevShells, GcPolicy};
+use crate::state::StateDir;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    the work failed (for example a Nix evaluation or build error)
+  2    bad input: usage, a bad argument, a path that is not a repository, an unknown revision
+  3    the host is not ready: a missing binary, an unusable state directory, a bad config file
+  130  interrupted by SIGINT
+  143  terminated by SIGTERM";
+
+#[derive(Debug, Parser)]
+#[command(name = "quest-runner", version, about, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Where caches and roots are kept [default: $XDG_STATE_HOME/quest-runner or
+    /// ~/.local/state/quest-runner].
+    #[arg(long, global = true, env = "QUEST_RUNNER_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The runner's JSON configuration [default: <state dir>/config.json].
+    #[arg(long, global = true, env = "QUEST_RUNNER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// How log lines on stderr are written (filter them with RUST_LOG).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the env script of a revision's devShell, building and caching it if needed.
+    Env(EnvArgs),
+    /// Inspect or trim the devShell cache.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+    /// Check this host end to end on a bundled sample repository.
+    Selftest,
+}
+
+#[derive(Debug, clap::Args)]
+struct EnvArgs {
+    /// The repository (a bare clone) holding the revision.
+    #[arg(long, value_name = "PATH")]
+    repo: PathBuf,
+    /// The revision: a full 40-hex-digit commit id.
+    #[arg(long, value_name = "SHA")]
+    rev: String,
+    /// The branch or tag that holds the revision [default: one that contains it].
+    #[arg(long = "ref", value_name = "NAME")]
+    git_ref: Option<String>,
+    /// The flake attribute of the devShell [default: devShells.<system>.default].
+    #[arg(long, value_name = "ATTR")]
+    attr: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Script)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum Format {
+    /// The bash script itself.
+    Script,
+    /// One JSON object: cache, key, script, gcroot, store_path, ...
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum CacheCommand {
+    /// List cached devShells, newest first (JSON lines).
+    Ls,
+    /// Remove cached devShells and their GC roots.
+    Gc {
+        /// Keep at most N entries, the newest.
+        #[arg(long, value_name = "N")]
+        max_entries: Option<usize>,
+        /// Remove entries older than this (e.g. 7d, 12h).
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        older_than: Option<Duration>,
+    },
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            code,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<DevShellError> for Failure {
+    fn from(e: DevShellError) -> Failure {
+        let code = match &e {
+            e if e.is_bad_input() => 2,
+            DevShellError::Binary(_) | DevShellError::State(_) => 3,
+            _ => 1,
+        };
+        Failure::new(code, e)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("quest-runner: {}", f.message);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_target(true).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The state directory and configuration every subcommand starts from.
+pub struct Context {
+    pub state: StateDir,
+    pub config: Config,
+}
+
+fn context(cli: &Cli) -> Result<Context, Failure> {
+    let root = match &cli.state_dir {
+        Some(dir) => dir.clone(),
+        None => StateDir::default_path().map_err(|e| Failure::new(3, e))?,
+    };
+    let state = StateDir::at(root);
+    let config = match &cli.config {
+        Some(path) => Config::load(path, true),
+        None => Config::load(&state.config_file(), false),
+    }
+    .map_err(|e| Failure::new(3, e))?;
+    Ok(Context { state, config })
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let ctx = context(&cli)?;
+    match cli.command {
+        Command::Env(args) => env(&ctx, args),
+        Command::Cache { command } => cache(&ctx, command),
+        Command::Selftest => crate::selftest::run(&ctx),
+    }
+}
+
+fn env(ctx: &Context, args: EnvArgs) -> Result<(), Failure> {
+    let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
+    let req = devshell::Request {
+        repo: args.repo,
+        rev: args.rev,
+        git_ref: args.git_ref,
+        attr: args.attr,
+    };
+    // The hit path: no runtime, no child process.
+    let shell = match shells.lookup(&req)? {
+        Some(hit) => hit,
+        None => block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?,
+    };
+    print_shell(&shell, args.format)
+}
+
+pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = match format {
+        Format::Json => writeln!(stdout, "{}", shell_json(shell)),
+        Format::Script => match (&shell.env, &shell.script_bytes) {
+            (None, _) => writeln!(stdout, "# no devShell: {} has no flake.nix", shell.rev),
+            (Some(_), Some(bytes)) => stdout.write_all(bytes),
+            (Some(env), None) => std::fs::read(&env.script).and_then(|b| stdout.write_all(&b)),
+        },
+    };
+    written.map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+}
+
+pub(crate) fn shell_json(shell: &DevShell) -> serde_json::Value {
+    let env = shell.env.as_ref();
+    serde_json::json!({
+        "cache": shell.cache,
+        "key": shell.key,
+        "rev": shell.rev,
+        "attr": shell.attr,
+        "system": shell.system,
+        "nix_version": shell.nix_version,
+        "devshell": if env.is_some() { "present" } else { "none" },
+        "script": env.map(|e| &e.script),
+        "gcroot": env.map(|e| &e.gcroot),
+        "store_path": env.map(|e| &e.store_path),
+        "url": env.map(|e| &e.url),
+    })
+}
+
+fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure> {
+    let shells = DevShells::new(&ctx.state, &ctx.config);
+    match command {
+        CacheCommand::Ls => {
+            for entry in shells.list()? {
+                println!("{}", serde_json::to_string(&entry).unwrap_or_default());
+            }
+        }
+        CacheCommand::Gc {
+            max_entries,
+            older_than,
+        } => {
+            let report = shells.gc(&GcPolicy {
+                max_entries,
+                older_than,
+            })?;
+            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` on a single-threaded runtime until it finishes or the process gets SIGINT or
+/// SIGTERM. On a signal the work is dropped first — which stops its children and removes
+/// its temporary files — and only then does the runner exit with 130 or 143.
+pub(crate) fn block_on_interruptible<T>(
+    work: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    runtime.block_on(async {
+        let mut sigint = signal(SignalKind::interrupt())
+            .map_err(|e| Failure::new(1, format!("installing a SIGINT handler: {e}")))?;
+        let mut sigterm = signal(SignalKind::terminate())
+            .map_err(|e| Failure::new(1, format!("installing a SIGTERM handler: {e}")))?;
+        tokio::select! {
+            result = work => result,
+            _ = sigint.recv() => Err(Failure::new(130, "interrupted; stopped cleanly")),
+            _ = sigterm.recv() => Err(Failure::new(143, "terminated; stopped cleanly")),
+        }
+    })
+}

@@ -1,0 +1,247 @@
+//! The miss path: ask git what the revision holds, run `nix print-dev-env`, publish the entry.
+//!
+//! Runs only while holding the key's lock, so it may clear anything a crashed builder of the
+//! same key left behind before starting.
+
+use std::path::Path;
+
+use tokio::process::Command;
+
+use super::entry::{self, Entry, Meta, ShellMeta};
+use super::key::FORMAT_VERSION;
+use super::{render, DevShellError, DevShells, Prepared};
+use crate::git::Git;
+use crate::process;
+use crate::store_path;
+
+/// Nix releases from 2.20 on fetch a `git+file` revision without being told its ref.
+const NIX_FETCHES_REV_WITHOUT_REF: (u32, u32) = (2, 20);
+
+pub(super) async fn build(shells: &DevShells, p: &Prepared) -> Result<Entry, DevShellError> {
+    let layout = shells.layout();
+    let state = &shells.state;
+    for dir in [layout.tmp(), layout.roots(), layout.entries()] {
+        state.ensure_dir(&super::rel(&dir, state.root()))?;
+    }
+    // Leftovers of a builder of this key that died: a broken entry, an orphaned root, a
+    // half-written staging directory.
+    entry::remove(layout, &p.key).map_err(|e| DevShellError::io("removing", &layout.entry(&p.key), e))?;
+    entry::remove_staged(layout, &p.key).map_err(|e| DevShellError::io("cleaning", &layout.tmp(), e))?;
+
+    let git = Git::new(&p.git_dir)?;
+    let kind = git.output(&["cat-file", "-t", &p.rev]).await.ok();
+    if kind.as_deref() != Some("commit") {
+        return Err(DevShellError::RevNotFound {
+            rev: p.rev.clone(),
+            repo: p.repo.clone(),
+            detail: kind.map(|k| format!(" (it is a {k})")).unwrap_or_default(),
+        });
+    }
+    let staged = tempfile::Builder::new()
+        .prefix(&format!("{}.", p.key))
+        .tempdir_in(layout.tmp())
+        .map_err(|e| DevShellError::io("creating a directory in", &layout.tmp(), e))?;
+
+    let has_flake = git
+        .succeeds(&["cat-file", "-e", &format!("{}:flake.nix", p.rev)])
+        .await?;
+    let shell = if has_flake {
+        Some(build_shell(shells, p, &git, staged.path()).await?)
+    } else {
+        tracing::info!(rev = %p.rev, "revision has no flake.nix: no devShell");
+        None
+    };
+    let meta = Meta {
+        format: FORMAT_VERSION,
+        key: p.key.clone(),
+        rev: p.rev.clone(),
+        attr: p.attr.clone(),
+        system: shells.system.clone(),
+        nix_version: p.nix.version.clone(),
+        created: entry::now_secs(),
+        shell,
+    };
+    let meta_json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
+    entry::write_file(staged.path(), entry::META, &meta_json)
+        .map_err(|e| DevShellError::io("writing", staged.path(), e))?;
+    let dir = entry::commit(layout, staged, &p.key)
+        .map_err(|e| DevShellError::io("publishing", &layout.entry(&p.key), e))?;
+    let script = match meta.shell {
+        Some(_) => std::fs::read(dir.join(entry::SCRIPT)).ok(),
+        None => None,
+    };
+    Ok(Entry { meta, dir, script })
+}
+
+/// Runs Nix and writes the rendered script into `staged`. The GC root is created by Nix at
+/// its final place (`--profile`); a guard removes it again if anything after fails.
+async fn build_shell(
+    shells: &DevShells,
+    p: &Prepared,
+    git: &Git,
+    staged: &Path,
+) -> Result<ShellMeta, DevShellError> {
+    let layout = shells.layout();
+    let git_ref = match &p.git_ref {
+        Some(r) => Some(r.clone()),
+        None => find_ref(git, &p.rev, &p.nix.version, &p.repo).await?,
+    };
+    let url = flake_url(&p.repo, git_ref.as_deref(), &p.rev);
+    let installable = format!("{url}#{}", p.attr);
+    let root = layout.root(&p.key);
+    let root_guard = RootGuard {
+        layout,
+        key: &p.key,
+        armed: true,
+    };
+
+    let mut cmd = Command::new(&p.nix.path);
+    cmd.args(["--extra-experimental-features", "nix-command flakes"])
+        // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
+        .args(["--option", "accept-flake-config", "false"]);
+    for (name, value) in &shells.nix_options {
+        cmd.arg("--option").arg(name).arg(value);
+    }
+    cmd.args(["print-dev-env", "--json", "--no-update-lock-file", "--profile"])
+        .arg(&root)
+        .arg(&installable);
+    tracing::info!(%installable, "nix print-dev-env");
+    let what = format!("nix print-dev-env {installable}");
+    let out = process::run_captured(cmd, "nix")
+        .await
+        .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
+    if !out.status.success() {
+        return Err(DevShellError::Nix {
+            what,
+            message: out.error_message(),
+        });
+    }
+
+    let header = format!(
+        "devShell {} of {} (quest-runner format {FORMAT_VERSION}).\n\
+         Sourced inside a job's sandbox; never run on the host.",
+        p.attr, p.rev
+    );
+    let script = render::render_json(&out.stdout, &header).map_err(|e| DevShellError::Nix {
+        what: what.clone(),
+        message: e.to_string(),
+    })?;
+    let store_path = std::fs::canonicalize(&root).map_err(|e| DevShellError::Nix {
+        what: what.clone(),
+        message: format!("no profile link at {}: {e}", root.display()),
+    })?;
+    if !store_path::is_store_path(&store_path, &store_path::store_dir()) {
+        return Err(DevShellError::Nix {
+            what,
+            message: format!("profile points at {}, not a store path", store_path.display()),
+        });
+    }
+    entry::write_file(staged, entry::SCRIPT, script.as_bytes())
+        .map_err(|e| DevShellError::io("writing", staged, e))?;
+    let mut guard = root_guard;
+    guard.armed = false;
+    Ok(ShellMeta {
+        url,
+        store_path,
+        script_sha256: entry::sha256_hex(script.as_bytes()),
+    })
+}
+
+/// A branch (else a tag) that contains `rev`, preferring the one HEAD names. Nix releases
+/// that fetch a bare revision get none when nothing contains it.
+async fn find_ref(
+    git: &Git,
+    rev: &str,
+    nix_version: &str,
+    repo: &Path,
+) -> Result<Option<String>, DevShellError> {
+    let head = git.output(&["symbolic-ref", "-q", "HEAD"]).await.ok();
+    for namespace in ["refs/heads", "refs/tags"] {
+        let listed = git
+            .output(&["for-each-ref", "--contains", rev, "--format=%(refname)", namespace])
+            .await?;
+        let refs: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
+        let chosen = head
+            .as_deref()
+            .filter(|h| refs.contains(h))
+            .or_else(|| refs.first().copied());
+        if let Some(r) = chosen {
+            return Ok(Some(r.strip_prefix("refs/heads/").unwrap_or(r).to_string()));
+        }
+    }
+    if version_at_least(nix_version, NIX_FETCHES_REV_WITHOUT_REF) {
+        return Ok(None);
+    }
+    Err(DevShellError::RevNotFound {
+        rev: rev.to_string(),
+        repo: repo.to_path_buf(),
+        detail: format!(
+            " on any branch or tag, and Nix {nix_version} needs one to fetch it: pass --ref"
+        ),
+    })
+}
+
+fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
+    let got_major: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let got_minor: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (got_major, got_minor) >= (major, minor)
+}
+
+/// `git+file://<repo>?ref=<ref>&rev=<rev>`, with the path and ref percent-encoded.
+pub(crate) fn flake_url(repo: &Path, git_ref: Option<&str>, rev: &str) -> String {
+    let path = percent_encode(&repo.to_string_lossy());
+    match git_ref {
+        Some(r) => format!("git+file://{path}?ref={}&rev={rev}", percent_encode(r)),
+        None => format!("git+file://{path}?rev={rev}"),
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~+".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Removes the GC root of a build that did not publish its entry.
+struct RootGuard<'a> {
+    layout: &'a entry::Layout,
+    key: &'a str,
+    armed: bool,
+}
+
+impl Drop for RootGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = entry::remove_roots(self.layout, self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_is_encoded_and_pinned() {
+        let url = flake_url(Path::new("/tmp/a b/repo#1"), Some("main"), "abc");
+        assert_eq!(url, "git+file:///tmp/a%20b/repo%231?ref=main&rev=abc");
+        assert_eq!(
+            flake_url(Path::new("/r"), None, "abc"),
+            "git+file:///r?rev=abc"
+        );
+    }
+
+    #[test]
+    fn version_comparison() {
+        assert!(!version_at_least("2.8.0", (2, 20)));
+        assert!(version_at_least("2.26.3", (2, 20)));
+        assert!(version_at_least("3.0pre", (2, 20)));
+    }
+}

@@ -1,0 +1,379 @@
+//! The devShell of a pinned revision, built by Nix from the bare clone and cached by revision.
+//!
+//! A job's commands must see the devShell its revision declares, evaluated from the revision
+//! itself (`git+file://<bare clone>?rev=<rev>`), never from the checkout the agent edits: a
+//! committed `shellHook` or `flake.nix` edit must not change what the host evaluates. Nix only
+//! evaluates and builds here; the script it yields is sourced later inside the sandbox.
+//!
+//! Requests are answered in three tiers:
+//! 1. a hit reads a verified entry from disk and runs no program at all;
+//! 2. concurrent misses for one key share one build: in one process through a shared future,
+//!    across processes through a lock file, re-checking the cache once it is theirs;
+//! 3. the one builder runs `nix print-dev-env`, renders the script, roots the env's store path
+//!    and publishes the entry atomically. Failures are returned, never cached.
+
+mod build;
+pub mod entry;
+pub mod key;
+mod maintenance;
+pub mod nix_version;
+pub mod render;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use serde::Serialize;
+
+use crate::binaries::BinaryError;
+use crate::config::Config;
+use crate::git::GitError;
+use crate::git_objects;
+use crate::state::{StateDir, StateError};
+
+pub use maintenance::{GcPolicy, GcReport, ListedEntry};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DevShellError {
+    #[error("{path} is not a git repository")]
+    NotARepository { path: PathBuf },
+    #[error("revision {rev:?} is not a full commit id (40 hex digits)")]
+    InvalidRev { rev: String },
+    #[error("revision {rev} is not a commit in {repo}{detail}")]
+    RevNotFound {
+        rev: String,
+        repo: PathBuf,
+        detail: String,
+    },
+    #[error("flake attribute {attr:?} is not an attribute path (letters, digits, _ ' + - separated by dots)")]
+    InvalidAttr { attr: String },
+    #[error("ref {git_ref:?} is not a branch or tag name")]
+    InvalidRef { git_ref: String },
+    #[error("{what} failed: {message}")]
+    Nix { what: String, message: String },
+    #[error(transparent)]
+    Binary(#[from] BinaryError),
+    #[error("{0}")]
+    Git(Arc<GitError>),
+    #[error("{0}")]
+    State(Arc<StateError>),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: Arc<std::io::Error>,
+    },
+}
+
+impl DevShellError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        DevShellError::Io {
+            action,
+            path: path.to_path_buf(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// Whether the request itself was wrong (as opposed to Nix or the machine failing).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            DevShellError::NotARepository { .. }
+                | DevShellError::InvalidRev { .. }
+                | DevShellError::RevNotFound { .. }
+                | DevShellError::InvalidAttr { .. }
+                | DevShellError::InvalidRef { .. }
+        )
+    }
+}
+
+impl From<GitError> for DevShellError {
+    fn from(e: GitError) -> Self {
+        DevShellError::Git(Arc::new(e))
+    }
+}
+
+impl From<StateError> for DevShellError {
+    fn from(e: StateError) -> Self {
+        DevShellError::State(Arc::new(e))
+    }
+}
+
+/// One request: a revision of a repository and the flake attribute of its devShell.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub repo: PathBuf,
+    pub rev: String,
+    /// The branch or tag holding `rev`. Nix before 2.20 needs one; when absent the runner
+    /// picks a branch that contains the revision.
+    pub git_ref: Option<String>,
+    /// Defaults to `devShells.<system>.default`.
+    pub attr: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheStatus {
+    /// Served from the cache; this request ran no `nix`.
+    Hit,
+    /// This request ran `nix` (or shared the run another request of this process started).
+    Miss,
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, Serialize)]
+pub struct DevShell {
+    pub cache: CacheStatus,
+    pub key: String,
+    pub rev: String,
+    pub attr: String,
+    pub system: String,
+    pub nix_version: String,
+    /// `None` when the revision has no `flake.nix`: a job then runs with only its private HOME.
+    pub env: Option<ShellEnv>,
+    /// The script's bytes when they were read while answering (always on a hit).
+    #[serde(skip)]
+    pub script_bytes: Option<Arc<Vec<u8>>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShellEnv {
+    /// The rendered script, to be sourced inside the sandbox.
+    pub script: PathBuf,
+    /// The link that keeps `store_path` from garbage collection.
+    pub gcroot: PathBuf,
+    pub store_path: PathBuf,
+    /// The flake reference Nix evaluated.
+    pub url: String,
+}
+
+/// A validated request with its cache key.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub repo: PathBuf,
+    pub git_dir: PathBuf,
+    pub rev: String,
+    pub git_ref: Option<String>,
+    pub attr: String,
+    pub key: String,
+    pub nix: nix_version::NixBinary,
+}
+
+type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
+type WeakBuild = WeakShared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
+
+/// The devShell cache of one state directory.
+pub struct DevShells {
+    layout: entry::Layout,
+    state: StateDir,
+    system: String,
+    nix_options: BTreeMap<String, String>,
+    inflight: Mutex<HashMap<String, WeakBuild>>,
+}
+
+impl DevShells {
+    pub fn new(state: &StateDir, config: &Config) -> DevShells {
+        DevShells {
+            layout: entry::Layout::new(state.root()),
+            state: state.clone(),
+            system: nix_version::current_system(),
+            nix_options: config.nix.options.clone(),
+            inflight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn layout(&self) -> &entry::Layout {
+        &self.layout
+    }
+
+    /// Validates `req` and computes its key, without running any program once the Nix
+    /// binary's version is known.
+    pub(crate) fn prepare(&self, req: &Request) -> Result<Prepared, DevShellError> {
+        let rev = req.rev.to_ascii_lowercase();
+        if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(DevShellError::InvalidRev {
+                rev: req.rev.clone(),
+            });
+        }
+        let attr = match &req.attr {
+            Some(attr) if !is_attr_path(attr) => {
+                return Err(DevShellError::InvalidAttr { attr: attr.clone() })
+            }
+            Some(attr) => attr.clone(),
+            None => format!("devShells.{}.default", self.system),
+        };
+        if let Some(r) = &req.git_ref {
+            if !is_ref_name(r) {
+                return Err(DevShellError::InvalidRef { git_ref: r.clone() });
+            }
+        }
+        let repo = std::fs::canonicalize(&req.repo).map_err(|_| DevShellError::NotARepository {
+            path: req.repo.clone(),
+        })?;
+        let git_dir = git_objects::git_dir(&repo).ok_or_else(|| DevShellError::NotARepository {
+            path: req.repo.clone(),
+        })?;
+        let present = git_objects::has_object(&git_dir, &rev)
+            .map_err(|e| DevShellError::io("reading objects of", &git_dir, e))?;
+        if !present {
+            return Err(DevShellError::RevNotFound {
+                rev,
+                repo: req.repo.clone(),
+                detail: String::new(),
+            });
+        }
+        let nix = nix_version::resolve(&self.layout.probes())?;
+        let key = key::cache_key(&key::KeyInputs {
+            format: key::FORMAT_VERSION,
+            rev: &rev,
+            attr: &attr,
+            system: &self.system,
+            nix_version: &nix.version,
+            nix_options: &self.nix_options,
+        });
+        Ok(Prepared {
+            repo,
+            git_dir,
+            rev,
+            git_ref: req.git_ref.clone(),
+            attr,
+            key,
+            nix,
+        })
+    }
+
+    /// Answers from the cache alone; `Ok(None)` on a miss.
+    pub fn lookup(&self, req: &Request) -> Result<Option<DevShell>, DevShellError> {
+        let prepared = self.prepare(req)?;
+        Ok(self.cached(&prepared, CacheStatus::Hit))
+    }
+
+    fn cached(&self, p: &Prepared, status: CacheStatus) -> Option<DevShell> {
+        match entry::read(&self.layout, &p.key) {
+            Ok(e) => Some(self.answer(p, e, status)),
+            Err(entry::Invalid::Absent) => None,
+            Err(entry::Invalid::Broken(why)) => {
+                tracing::warn!(key = %p.key, "cache entry unusable, rebuilding: {why}");
+                None
+            }
+        }
+    }
+
+    fn answer(&self, p: &Prepared, e: entry::Entry, cache: CacheStatus) -> DevShell {
+        let env = e.meta.shell.as_ref().map(|s| ShellEnv {
+            script: e.dir.join(entry::SCRIPT),
+            gcroot: self.layout.root(&p.key),
+            store_path: s.store_path.clone(),
+            url: s.url.clone(),
+        });
+        DevShell {
+            cache,
+            key: p.key.clone(),
+            rev: p.rev.clone(),
+            attr: p.attr.clone(),
+            system: self.system.clone(),
+            nix_version: p.nix.version.clone(),
+            env,
+            script_bytes: e.script.map(Arc::new),
+        }
+    }
+
+    /// Answers `req`, building the devShell when it is not cached. Dropping the returned
+    /// future stops the build (once no other request of this process waits for it).
+    pub async fn get(self: &Arc<Self>, req: &Request) -> Result<DevShell, DevShellError> {
+        let prepared = self.prepare(req)?;
+        if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
+            return Ok(hit);
+        }
+        let shared = self.join_or_start(prepared);
+        let result = shared.await;
+        self.forget_finished();
+        result
+    }
+
+    fn join_or_start(self: &Arc<Self>, prepared: Prepared) -> SharedBuild {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(running) = inflight.get(&prepared.key).and_then(WeakBuild::upgrade) {
+            return running;
+        }
+        let key = prepared.key.clone();
+        let this = Arc::clone(self);
+        let shared = async move { this.build_exclusive(prepared).await }
+            .boxed()
+            .shared();
+        if let Some(weak) = shared.downgrade() {
+            inflight.insert(key, weak);
+        }
+        shared
+    }
+
+    fn forget_finished(&self) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        inflight.retain(|_, weak| weak.upgrade().is_some_and(|s| s.peek().is_none()));
+    }
+
+    /// The one builder of this process for a key: takes the cross-process lock, re-checks the
+    /// cache (another process may have built it meanwhile), and only then runs Nix.
+    async fn build_exclusive(&self, p: Prepared) -> Result<DevShell, DevShellError> {
+        let locks = self.state.ensure_dir(&rel(&self.layout.locks(), self.state.root()))?;
+        let lock_path = locks.join(format!("{}.lock", p.key));
+        let _lock = crate::lockfile::LockFile::acquire(&lock_path)
+            .await
+            .map_err(|e| DevShellError::io("locking", &lock_path, e))?;
+        if let Some(hit) = self.cached(&p, CacheStatus::Hit) {
+            return Ok(hit);
+        }
+        let built = build::build(self, &p).await?;
+        Ok(self.answer(&p, built, CacheStatus::Miss))
+    }
+}
+
+/// `path` relative to `root`, for `StateDir::ensure_dir`.
+fn rel(path: &Path, root: &Path) -> PathBuf {
+    path.strip_prefix(root).unwrap_or(path).to_path_buf()
+}
+
+/// Attribute paths as flakes use them: `devShells.x86_64-linux.default`.
+fn is_attr_path(attr: &str) -> bool {
+    !attr.is_empty()
+        && attr.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_'+-".contains(c))
+                && !part.starts_with('-')
+        })
+}
+
+/// A conservative subset of `git check-ref-format`, enough that the name cannot smuggle
+/// anything into the flake URL.
+fn is_ref_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !name.contains("..")
+        && !name.ends_with('/')
+        && !name.ends_with(".lock")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_and_ref_validation() {
+        assert!(is_attr_path("devShells.x86_64-linux.default"));
+        assert!(is_attr_path("ci"));
+        for bad in ["", "a..b", "a#b", "a b", "-x", "a.\"b\"", "a?b"] {
+            assert!(!is_attr_path(bad), "{bad}");
+        }
+        assert!(is_ref_name("main"));
+        assert!(is_ref_name("refs/heads/feature/x-1"));
+        for bad in ["", "-main", "a..b", "a?b", "a&b", "a b", "x.lock", "a/"] {
+            assert!(!is_ref_name(bad), "{bad}");
+        }
+    }
+}

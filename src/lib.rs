@@ -1,0 +1,17 @@
+//! quest-runner: runs AI coding-agent jobs on a pinned revision of a repository, inside an
+//! OS sandbox, with that revision's own Nix devShell.
+//!
+//! Data flows one way: job → workspace → devShell → sandbox policy → agent adapter → result.
+//! This crate grows along that line; each stage is one module.
+
+pub mod binaries;
+pub mod cli;
+pub mod config;
+pub mod devshell;
+pub mod git;
+pub mod git_objects;
+pub mod lockfile;
+pub mod process;
+mod selftest;
+pub mod state;
+pub mod store_path;

@@ -1,0 +1,89 @@
+//! An exclusive lock shared by every runner process on one state directory.
+//!
+//! `flock` on a file named after what is being guarded. The holder deletes the file before it
+//! lets go, so an idle state directory holds no lock files; a process that opened the old file
+//! just before it was deleted notices that the path no longer names the inode it locked, and
+//! tries again. Waiting polls rather than blocking a thread, so a waiter that is cancelled stops
+//! waiting at once.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::FlockOperation;
+
+#[derive(Debug)]
+pub struct LockFile {
+    path: PathBuf,
+    _file: File,
+}
+
+impl LockFile {
+    /// Waits until the lock at `path` is ours.
+    pub async fn acquire(path: &Path) -> io::Result<LockFile> {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            if let Some(lock) = Self::try_acquire(path)? {
+                return Ok(lock);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Takes the lock if nobody holds it.
+    pub fn try_acquire(path: &Path) -> io::Result<Option<LockFile>> {
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(path)?;
+            match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+            // The previous holder may have deleted the file between our open and our lock.
+            let ours = file.metadata()?;
+            match std::fs::metadata(path) {
+                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => {
+                    return Ok(Some(LockFile {
+                        path: path.to_path_buf(),
+                        _file: file,
+                    }));
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Delete while still holding the lock; closing the file then releases it.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn second_holder_waits_and_file_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        let first = LockFile::acquire(&path).await.unwrap();
+        assert!(LockFile::try_acquire(&path).unwrap().is_none());
+        drop(first);
+        assert!(!path.exists(), "an idle lock leaves no file");
+        let second = LockFile::try_acquire(&path).unwrap();
+        assert!(second.is_some());
+    }
+}

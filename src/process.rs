@@ -1,0 +1,150 @@
+//! Child processes that never outlive the request that started them.
+//!
+//! The runner's children (`nix`, `git`, later the agents) each run in a process group of their
+//! own. When the future that awaits one is dropped — a cancelled request, a timeout, SIGINT to
+//! the runner — the group first gets SIGTERM, so `nix` can stop its builders and delete its
+//! build directories, and SIGKILL after a short grace period. Waiting is bounded so a stuck
+//! child cannot stall the runner's shutdown.
+
+use std::io;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, WaitOptions};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+/// How long a process group gets between SIGTERM and SIGKILL. Nix needs a moment to kill its
+/// builder and remove its temporary build directory; a second bounds the whole teardown.
+pub const TERMINATE_GRACE: Duration = Duration::from_millis(800);
+
+/// How many of the last stderr lines are kept for error messages.
+const STDERR_TAIL_LINES: usize = 40;
+
+/// What a finished child produced.
+#[derive(Debug)]
+pub struct Captured {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    /// The last lines of stderr, which hold the program's own error message.
+    pub stderr_tail: Vec<String>,
+}
+
+impl Captured {
+    /// The program's error message: from the first `error:` line of the tail onwards, or the
+    /// whole tail when there is none.
+    pub fn error_message(&self) -> String {
+        let start = self
+            .stderr_tail
+            .iter()
+            .position(|l| l.trim_start().starts_with("error"))
+            .unwrap_or(0);
+        let msg = self.stderr_tail[start..].join("\n");
+        if msg.trim().is_empty() {
+            format!("exited with {}", self.status)
+        } else {
+            msg
+        }
+    }
+}
+
+/// Runs `cmd` in its own process group, collecting stdout and logging each stderr line as it
+/// comes under `log_target`. Dropping the returned future terminates the whole group.
+pub async fn run_captured(mut cmd: Command, log_target: &'static str) -> io::Result<Captured> {
+    cmd.process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let mut child = cmd.spawn()?;
+    let pid = child
+        .id()
+        .and_then(|id| Pid::from_raw(id as i32))
+        .ok_or_else(|| io::Error::other("child exited before its pid was read"))?;
+    let mut guard = GroupGuard { pid, armed: true };
+
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| io::Error::other("child stdout missing"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| io::Error::other("child stderr missing"))?;
+
+    let read_stdout = async {
+        let mut buf = Vec::new();
+        stdout.read_to_end(&mut buf).await.map(|_| buf)
+    };
+    let read_stderr = async {
+        let mut tail = std::collections::VecDeque::new();
+        let mut lines = BufReader::new(stderr).lines();
+        while let Some(line) = lines.next_line().await? {
+            log_line(log_target, &line);
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+        Ok::<_, io::Error>(tail.into_iter().collect::<Vec<_>>())
+    };
+    let (stdout, stderr_tail, status) = tokio::try_join!(read_stdout, read_stderr, child.wait())?;
+    guard.armed = false;
+    // The leader has exited; anything it left in its group (a stray helper) goes too.
+    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    Ok(Captured {
+        status,
+        stdout,
+        stderr_tail,
+    })
+}
+
+fn log_line(target: &'static str, line: &str) {
+    // `tracing` needs static targets, so the known ones are spelled out.
+    match target {
+        "git" => tracing::info!(target: "git", "{line}"),
+        _ => tracing::info!(target: "nix", "{line}"),
+    }
+}
+
+/// Terminates a process group when dropped while armed.
+struct GroupGuard {
+    pid: Pid,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            terminate_group(self.pid, TERMINATE_GRACE);
+        }
+    }
+}
+
+/// SIGTERM to the group, a bounded wait for the leader, then SIGKILL to whatever is left.
+///
+/// This blocks the calling thread for at most `grace`: it runs only when a request is being
+/// abandoned, and the caller must not return before the children are gone (a test or an
+/// operator checks right after for leftover processes and temp files).
+pub fn terminate_group(pid: Pid, grace: Duration) {
+    tracing::debug!(pid = pid.as_raw_nonzero().get(), "terminating process group");
+    let _ = rustix::process::kill_process_group(pid, Signal::TERM);
+    let deadline = Instant::now() + grace;
+    loop {
+        match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
+            Ok(Some(_)) | Err(_) => break, // reaped, or already reaped elsewhere
+            Ok(None) if Instant::now() >= deadline => {
+                tracing::warn!(
+                    pid = pid.as_raw_nonzero().get(),
+                    "process group ignored SIGTERM; killing it"
+                );
+                let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+                break;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    // Helpers the leader started in its group but did not stop.
+    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+}

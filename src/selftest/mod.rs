@@ -1,0 +1,87 @@
+//! `quest-runner selftest`: proves on this host that the runner's pieces work, on a sample
+//! repository bundled in the binary.
+//!
+//! The sample is committed with fixed author, committer and dates, so its revision is the same
+//! on every run and on every machine: a second run is a cache hit.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::cli::{block_on_interruptible, print_shell, shell_json, Context, Failure, Format};
+use crate::devshell::{self, DevShells};
+
+const SAMPLE_FLAKE: &str = include_str!("sample-flake.nix");
+
+pub(crate) fn run(ctx: &Context) -> Result<(), Failure> {
+    let work = tempfile::Builder::new()
+        .prefix("quest-selftest-")
+        .tempdir()
+        .map_err(|e| Failure::new(3, format!("creating a temporary directory: {e}")))?;
+    let system = devshell::nix_version::current_system();
+    let bare = make_sample_repo(work.path(), &SAMPLE_FLAKE.replace("@SYSTEM@", &system))?;
+    let rev = git_stdout(&bare, &["rev-parse", "HEAD"])?;
+    println!("sample repository: {} at {rev}", bare.display());
+
+    let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
+    let req = devshell::Request {
+        repo: bare,
+        rev,
+        git_ref: None,
+        attr: None,
+    };
+    for attempt in ["first", "second"] {
+        let started = std::time::Instant::now();
+        let shell = block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?;
+        println!(
+            "{attempt} request: cache {} in {:.0?}",
+            serde_json::to_value(shell.cache).unwrap_or_default(),
+            started.elapsed()
+        );
+        if attempt == "second" {
+            println!("{}", shell_json(&shell));
+            println!("--- cached env script ---");
+            print_shell(&shell, Format::Script)?;
+        }
+    }
+    Ok(())
+}
+
+fn make_sample_repo(dir: &Path, flake: &str) -> Result<std::path::PathBuf, Failure> {
+    let src = dir.join("sample");
+    std::fs::create_dir_all(&src).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(src.join("AGENTS.md"), "# Sample\nA repository for quest-runner selftest.\n")
+        .map_err(|e| Failure::new(1, e))?;
+    git_stdout(&src, &["init", "-q", "-b", "main"])?;
+    git_stdout(&src, &["add", "flake.nix", "AGENTS.md"])?;
+    git_stdout(&src, &["commit", "-q", "-m", "quest-runner selftest sample"])?;
+    let bare = dir.join("sample.git");
+    git_stdout(dir, &["clone", "-q", "--bare", "sample", "sample.git"])?;
+    Ok(bare)
+}
+
+/// Git with a fixed identity and clock, so the sample's commit id never changes.
+fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
+    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| Failure::new(3, e))?;
+    let out = std::process::Command::new(git)
+        .current_dir(dir)
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "quest-runner")
+        .env("GIT_AUTHOR_EMAIL", "selftest@quest-runner.invalid")
+        .env("GIT_COMMITTER_NAME", "quest-runner")
+        .env("GIT_COMMITTER_EMAIL", "selftest@quest-runner.invalid")
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .output()
+        .map_err(|e| Failure::new(3, format!("running git: {e}")))?;
+    if !out.status.success() {
+        return Err(Failure::new(
+            1,
+            format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
