@@ -65,7 +65,11 @@ pub enum BinaryError {
 
 /// Resolves `tool` from the process environment.
 pub fn find(tool: Tool) -> Result<PathBuf, BinaryError> {
-    find_with(tool, std::env::var_os(tool.env_var()), std::env::var_os("PATH"))
+    find_with(
+        tool,
+        std::env::var_os(tool.env_var()),
+        std::env::var_os("PATH"),
+    )
 }
 
 /// Resolves `tool` from an explicit override and `PATH`, so the rule can be tested without

@@ -28,7 +28,12 @@ Exit codes:
 pub struct Cli {
     /// Where caches and roots are kept [default: $XDG_STATE_HOME/quest-runner or
     /// ~/.local/state/quest-runner].
-    #[arg(long, global = true, env = "QUEST_RUNNER_STATE_DIR", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "QUEST_RUNNER_STATE_DIR",
+        value_name = "DIR"
+    )]
     state_dir: Option<PathBuf>,
     /// The runner's JSON configuration [default: <state dir>/config.json].
     #[arg(long, global = true, env = "QUEST_RUNNER_CONFIG", value_name = "FILE")]

@@ -94,7 +94,10 @@ mod tests {
         let err = Config::load(&path, true).unwrap_err().to_string();
         assert!(err.contains("--impure"), "{err}");
         std::fs::write(&path, r#"{"nix":{"options":{"substituters":""}}}"#).unwrap();
-        assert_eq!(Config::load(&path, true).unwrap().nix.options["substituters"], "");
+        assert_eq!(
+            Config::load(&path, true).unwrap().nix.options["substituters"],
+            ""
+        );
     }
 
     #[test]

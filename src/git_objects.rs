@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 /// The git directory of `repo`: `repo` itself for a bare repository, `repo/.git` for a
 /// checkout. `None` when `repo` is neither.
 pub fn git_dir(repo: &Path) -> Option<PathBuf> {
-    let looks_like_git_dir = |dir: &Path| dir.join("HEAD").is_file() && dir.join("objects").is_dir();
+    let looks_like_git_dir =
+        |dir: &Path| dir.join("HEAD").is_file() && dir.join("objects").is_dir();
     if looks_like_git_dir(repo) {
         return Some(repo.to_path_buf());
     }
@@ -54,7 +55,10 @@ fn has_object_in(objects: &Path, oid: &str, raw: &[u8; 20], depth: u8) -> io::Re
     // Alternates chain to other object directories; git itself stops at depth 5.
     if depth < 5 {
         if let Ok(text) = std::fs::read_to_string(objects.join("info").join("alternates")) {
-            for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            for line in text
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            {
                 let alt = objects.join(line);
                 if has_object_in(&alt, oid, raw, depth + 1)? {
                     return Ok(true);

@@ -8,7 +8,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -26,7 +30,10 @@ fn finds_loose_and_packed_objects_and_refuses_others() {
     assert!(has_object(&dot_git, &first).unwrap(), "loose");
 
     let bare = dir.path().join("bare");
-    git(dir.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), "bare"]);
+    git(
+        dir.path(),
+        &["clone", "-q", "--bare", work.to_str().unwrap(), "bare"],
+    );
     assert_eq!(git_dir(&bare).unwrap(), bare);
     git(&bare, &["repack", "-adq"]);
     assert!(has_object(&bare, &first).unwrap(), "packed");

@@ -31,19 +31,25 @@ pub struct Captured {
 }
 
 impl Captured {
-    /// The program's error message: from the first `error:` line of the tail onwards, or the
-    /// whole tail when there is none.
+    /// The program's error message on one line: from the first `error:` line of the tail
+    /// onwards (Nix's `error (ignored):` lines are noise from concurrent cache access),
+    /// whitespace folded. The full text is already in the log, line by line.
     pub fn error_message(&self) -> String {
+        const MAX_CHARS: usize = 1000;
         let start = self
             .stderr_tail
             .iter()
-            .position(|l| l.trim_start().starts_with("error"))
+            .position(|l| l.trim_start().starts_with("error:"))
             .unwrap_or(0);
-        let msg = self.stderr_tail[start..].join("\n");
-        if msg.trim().is_empty() {
-            format!("exited with {}", self.status)
-        } else {
-            msg
+        let folded = self.stderr_tail[start..]
+            .iter()
+            .flat_map(|l| l.split_whitespace())
+            .collect::<Vec<_>>()
+            .join(" ");
+        match folded.char_indices().nth(MAX_CHARS) {
+            _ if folded.is_empty() => format!("exited with {}", self.status),
+            Some((cut, _)) => format!("{}…", &folded[..cut]),
+            None => folded,
         }
     }
 }
@@ -127,7 +133,10 @@ impl Drop for GroupGuard {
 /// abandoned, and the caller must not return before the children are gone (a test or an
 /// operator checks right after for leftover processes and temp files).
 pub fn terminate_group(pid: Pid, grace: Duration) {
-    tracing::debug!(pid = pid.as_raw_nonzero().get(), "terminating process group");
+    tracing::debug!(
+        pid = pid.as_raw_nonzero().get(),
+        "terminating process group"
+    );
     let _ = rustix::process::kill_process_group(pid, Signal::TERM);
     let deadline = Instant::now() + grace;
     loop {

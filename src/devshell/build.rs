@@ -25,8 +25,10 @@ pub(super) async fn build(shells: &DevShells, p: &Prepared) -> Result<Entry, Dev
     }
     // Leftovers of a builder of this key that died: a broken entry, an orphaned root, a
     // half-written staging directory.
-    entry::remove(layout, &p.key).map_err(|e| DevShellError::io("removing", &layout.entry(&p.key), e))?;
-    entry::remove_staged(layout, &p.key).map_err(|e| DevShellError::io("cleaning", &layout.tmp(), e))?;
+    entry::remove(layout, &p.key)
+        .map_err(|e| DevShellError::io("removing", &layout.entry(&p.key), e))?;
+    entry::remove_staged(layout, &p.key)
+        .map_err(|e| DevShellError::io("cleaning", &layout.tmp(), e))?;
 
     let git = Git::new(&p.git_dir)?;
     let kind = git.output(&["cat-file", "-t", &p.rev]).await.ok();
@@ -102,9 +104,14 @@ async fn build_shell(
     for (name, value) in &shells.nix_options {
         cmd.arg("--option").arg(name).arg(value);
     }
-    cmd.args(["print-dev-env", "--json", "--no-update-lock-file", "--profile"])
-        .arg(&root)
-        .arg(&installable);
+    cmd.args([
+        "print-dev-env",
+        "--json",
+        "--no-update-lock-file",
+        "--profile",
+    ])
+    .arg(&root)
+    .arg(&installable);
     tracing::info!(%installable, "nix print-dev-env");
     let what = format!("nix print-dev-env {installable}");
     let out = process::run_captured(cmd, "nix")
@@ -133,7 +140,10 @@ async fn build_shell(
     if !store_path::is_store_path(&store_path, &store_path::store_dir()) {
         return Err(DevShellError::Nix {
             what,
-            message: format!("profile points at {}, not a store path", store_path.display()),
+            message: format!(
+                "profile points at {}, not a store path",
+                store_path.display()
+            ),
         });
     }
     entry::write_file(staged, entry::SCRIPT, script.as_bytes())
@@ -158,7 +168,13 @@ async fn find_ref(
     let head = git.output(&["symbolic-ref", "-q", "HEAD"]).await.ok();
     for namespace in ["refs/heads", "refs/tags"] {
         let listed = git
-            .output(&["for-each-ref", "--contains", rev, "--format=%(refname)", namespace])
+            .output(&[
+                "for-each-ref",
+                "--contains",
+                rev,
+                "--format=%(refname)",
+                namespace,
+            ])
             .await?;
         let refs: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
         let chosen = head
@@ -182,7 +198,9 @@ async fn find_ref(
 }
 
 fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
-    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty());
     let got_major: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     let got_minor: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     (got_major, got_minor) >= (major, minor)

@@ -32,7 +32,9 @@ pub struct Layout {
 impl Layout {
     pub fn new(state_root: &Path) -> Layout {
         Layout {
-            base: state_root.join("devshell").join(format!("v{FORMAT_VERSION}")),
+            base: state_root
+                .join("devshell")
+                .join(format!("v{FORMAT_VERSION}")),
         }
     }
     pub fn entries(&self) -> PathBuf {

@@ -85,7 +85,7 @@ impl DevShells {
             let created = item.meta.as_ref().map_or(0, |m| m.created);
             let too_old = policy
                 .older_than
-                .is_some_and(|age| now.saturating_sub(created) > age.as_secs());
+                .is_some_and(|age| now.saturating_sub(created) >= age.as_secs());
             let too_many = policy.max_entries.is_some_and(|max| kept >= max);
             if item.status == "ok" && !too_old && !too_many {
                 kept += 1;
@@ -109,7 +109,9 @@ impl DevShells {
     ) -> Result<Option<T>, DevShellError> {
         let path = self.layout.lock(key);
         if !self.layout.locks().exists() {
-            return f().map(Some).map_err(|e| DevShellError::io("removing", &self.layout.entry(key), e));
+            return f()
+                .map(Some)
+                .map_err(|e| DevShellError::io("removing", &self.layout.entry(key), e));
         }
         let Some(_lock) =
             LockFile::try_acquire(&path).map_err(|e| DevShellError::io("locking", &path, e))?

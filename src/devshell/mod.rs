@@ -316,7 +316,9 @@ impl DevShells {
     /// The one builder of this process for a key: takes the cross-process lock, re-checks the
     /// cache (another process may have built it meanwhile), and only then runs Nix.
     async fn build_exclusive(&self, p: Prepared) -> Result<DevShell, DevShellError> {
-        let locks = self.state.ensure_dir(&rel(&self.layout.locks(), self.state.root()))?;
+        let locks = self
+            .state
+            .ensure_dir(&rel(&self.layout.locks(), self.state.root()))?;
         let lock_path = locks.join(format!("{}.lock", p.key));
         let _lock = crate::lockfile::LockFile::acquire(&lock_path)
             .await

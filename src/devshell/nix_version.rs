@@ -21,7 +21,8 @@ pub struct NixBinary {
 /// Finds `nix` and its version, asking the binary only the first time it is seen.
 pub fn resolve(probe_dir: &Path) -> Result<NixBinary, DevShellError> {
     let path = binaries::find(Tool::Nix)?;
-    let fingerprint = fingerprint(&path).map_err(|source| DevShellError::io("inspecting", &path, source))?;
+    let fingerprint =
+        fingerprint(&path).map_err(|source| DevShellError::io("inspecting", &path, source))?;
     let cached = probe_dir.join(format!("{fingerprint}.version"));
     if let Ok(version) = std::fs::read_to_string(&cached) {
         let version = version.trim();
@@ -43,7 +44,13 @@ fn fingerprint(path: &Path) -> std::io::Result<String> {
     let meta = std::fs::metadata(&resolved)?;
     let mut hasher = Sha256::new();
     hasher.update(resolved.as_os_str().as_encoded_bytes());
-    for n in [meta.len(), meta.ino(), meta.dev(), meta.mtime() as u64, meta.mtime_nsec() as u64] {
+    for n in [
+        meta.len(),
+        meta.ino(),
+        meta.dev(),
+        meta.mtime() as u64,
+        meta.mtime_nsec() as u64,
+    ] {
         hasher.update(n.to_le_bytes());
     }
     Ok(hex::encode(&hasher.finalize()[..16]))
@@ -57,7 +64,11 @@ fn ask_version(path: &Path) -> Result<String, DevShellError> {
         .map_err(|source| DevShellError::io("running", path, source))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "nix (Nix) 2.8.0"
-    let version = text.split_whitespace().last().unwrap_or_default().to_string();
+    let version = text
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_string();
     if !out.status.success() || !version.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(DevShellError::Nix {
             what: format!("{} --version", path.display()),

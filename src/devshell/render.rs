@@ -23,10 +23,18 @@ pub struct DevEnv {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Variable {
-    Exported { value: String },
-    Var { value: String },
-    Array { value: Vec<String> },
-    Associative { value: BTreeMap<String, String> },
+    Exported {
+        value: String,
+    },
+    Var {
+        value: String,
+    },
+    Array {
+        value: Vec<String>,
+    },
+    Associative {
+        value: BTreeMap<String, String>,
+    },
     /// Bash internals Nix could not serialise (BASHOPTS, BASHPID, ...).
     #[serde(other)]
     Unknown,
@@ -174,7 +182,8 @@ pub fn render(env: &DevEnv, header: &str) -> String {
         tracing::warn!(names = ?skipped, "devShell names that bash cannot define were left out");
     }
     // Last, as `nix develop` does: the hook sees every variable and function above.
-    if let Some(Variable::Exported { value } | Variable::Var { value }) = env.variables.get(SHELL_HOOK)
+    if let Some(Variable::Exported { value } | Variable::Var { value }) =
+        env.variables.get(SHELL_HOOK)
     {
         let _ = writeln!(out, "{SHELL_HOOK}={}", quote(value));
         let _ = writeln!(out, "eval \"${{{SHELL_HOOK}:-}}\"");

@@ -39,7 +39,11 @@ fn source_and(script: &str, then: &str) -> String {
         .env("TMPDIR", "/sandbox/tmp")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -47,7 +51,10 @@ fn source_and(script: &str, then: &str) -> String {
 fn sandbox_variables_are_left_to_the_sandbox() {
     let script = rendered();
     for name in ["HOME", "TMPDIR", "TERM", "BASHPID", "EPOCHSECONDS"] {
-        assert!(!script.contains(&format!("{name}=")), "{name} leaked:\n{script}");
+        assert!(
+            !script.contains(&format!("{name}=")),
+            "{name} leaked:\n{script}"
+        );
     }
     let out = source_and(&script, "echo $HOME $TMPDIR");
     assert!(out.ends_with("/sandbox/home /sandbox/tmp\n"), "{out}");
@@ -56,7 +63,10 @@ fn sandbox_variables_are_left_to_the_sandbox() {
 #[test]
 fn path_is_prepended() {
     let out = source_and(&rendered(), "echo $PATH");
-    assert!(out.ends_with("/nix/store/aaa-tool/bin:/usr/bin:/bin\n"), "{out}");
+    assert!(
+        out.ends_with("/nix/store/aaa-tool/bin:/usr/bin:/bin\n"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -69,7 +79,10 @@ fn values_survive_quoting() {
         out.contains("it's $HOME `x` \"y\"\nline2|not exported|a b|c'd|v'1|"),
         "{out}"
     );
-    assert!(out.ends_with("0\n"), "plain var must not be exported: {out}");
+    assert!(
+        out.ends_with("0\n"),
+        "plain var must not be exported: {out}"
+    );
 }
 
 #[test]

@@ -31,7 +31,8 @@ pub(crate) fn run(ctx: &Context) -> Result<(), Failure> {
     };
     for attempt in ["first", "second"] {
         let started = std::time::Instant::now();
-        let shell = block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?;
+        let shell =
+            block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?;
         println!(
             "{attempt} request: cache {} in {:.0?}",
             serde_json::to_value(shell.cache).unwrap_or_default(),
@@ -50,11 +51,17 @@ fn make_sample_repo(dir: &Path, flake: &str) -> Result<std::path::PathBuf, Failu
     let src = dir.join("sample");
     std::fs::create_dir_all(&src).map_err(|e| Failure::new(1, e))?;
     std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(1, e))?;
-    std::fs::write(src.join("AGENTS.md"), "# Sample\nA repository for quest-runner selftest.\n")
-        .map_err(|e| Failure::new(1, e))?;
+    std::fs::write(
+        src.join("AGENTS.md"),
+        "# Sample\nA repository for quest-runner selftest.\n",
+    )
+    .map_err(|e| Failure::new(1, e))?;
     git_stdout(&src, &["init", "-q", "-b", "main"])?;
     git_stdout(&src, &["add", "flake.nix", "AGENTS.md"])?;
-    git_stdout(&src, &["commit", "-q", "-m", "quest-runner selftest sample"])?;
+    git_stdout(
+        &src,
+        &["commit", "-q", "-m", "quest-runner selftest sample"],
+    )?;
     let bare = dir.join("sample.git");
     git_stdout(dir, &["clone", "-q", "--bare", "sample", "sample.git"])?;
     Ok(bare)
@@ -65,7 +72,12 @@ fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
     let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| Failure::new(3, e))?;
     let out = std::process::Command::new(git)
         .current_dir(dir)
-        .args(["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false"])
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "commit.gpgSign=false",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -80,7 +92,11 @@ fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
     if !out.status.success() {
         return Err(Failure::new(
             1,
-            format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()),
+            format!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

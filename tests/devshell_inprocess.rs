@@ -1,0 +1,108 @@
+//! The devShell cache used as a library, as `serve` will: concurrent requests inside one
+//! process share one Nix run, and dropping a request stops its build.
+//!
+//! One test function: it points `QUEST_RUNNER_NIX` at a counting wrapper for the whole
+//! process, which concurrent tests in this binary would race on.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quest_runner::config::Config;
+use quest_runner::devshell::{CacheStatus, DevShells, Request};
+use quest_runner::state::StateDir;
+use support::*;
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".to_string(), String::new());
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_builds_and_dropped_requests() {
+    let tools = tempfile::tempdir().unwrap();
+    let (nix, count) = counting_nix(tools.path());
+    std::env::set_var("QUEST_RUNNER_NIX", &nix);
+
+    // Eight concurrent requests for one new revision: one nix run, one answer.
+    let repo = Repo::new();
+    let slow = format!(
+        r#"slow = derivation {{ name = "slow"; system = "{}"; builder = "/bin/bash"; args = [ "-c" "/bin/sleep 1; echo > $out" ]; }};"#,
+        system()
+    );
+    let rev = repo.commit(&[("flake.nix", &flake(&slow))]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let shells = Arc::new(DevShells::new(&StateDir::at(state_dir.path()), &config()));
+    let req = Request {
+        repo: repo.bare(),
+        rev: rev.clone(),
+        git_ref: None,
+        attr: None,
+    };
+    let answers = futures::future::join_all((0..8).map(|_| {
+        let shells = Arc::clone(&shells);
+        let req = req.clone();
+        tokio::spawn(async move { shells.get(&req).await })
+    }))
+    .await;
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
+    assert_eq!(runs(&count), 1, "one nix run for eight requests");
+    assert!(answers.iter().all(|a| a.key == answers[0].key));
+    assert!(answers.iter().all(|a| a.cache == CacheStatus::Miss));
+    assert_eq!(shells.get(&req).await.unwrap().cache, CacheStatus::Hit);
+
+    // A request dropped mid-build stops nix and its builder, and leaves nothing behind.
+    let token = unique_token();
+    let marker_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        marker_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let marker = marker_dir.path().join("started");
+    let sleeper = format!(
+        r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
+          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
+        system = system(),
+        marker = marker.display()
+    );
+    let rev2 = repo.commit(&[("flake.nix", &flake(&sleeper))]);
+    let req2 = Request {
+        rev: rev2,
+        ..req.clone()
+    };
+    let build = {
+        let shells = Arc::clone(&shells);
+        tokio::spawn(async move { shells.get(&req2).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the slow builder never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!processes_with(&format!("sleep-{token}")).is_empty());
+    let dropped = Instant::now();
+    build.abort();
+    let _ = build.await;
+    eprintln!("request dropped; teardown took {:?}", dropped.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !processes_with(&token).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        processes_with(&token).is_empty(),
+        "the build survived its request"
+    );
+    let layout = shells.layout();
+    for dir in [layout.tmp(), layout.locks()] {
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{} not empty: {left:?}", dir.display());
+    }
+    let entries = std::fs::read_dir(layout.entries()).unwrap().count();
+    assert_eq!(entries, 1, "only the first revision's entry");
+}

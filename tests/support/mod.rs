@@ -1,0 +1,261 @@
+//! Shared helpers of the integration tests: flake repositories made on the spot, the runner
+//! binary on a private state directory, and a `nix` wrapper that counts evaluations.
+//!
+//! Everything here drives the real `git` and `nix`; nothing is mocked.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn system() -> String {
+    format!("{}-linux", std::env::consts::ARCH)
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A source repository with a working tree, and a bare clone of it (what the runner reads).
+pub struct Repo {
+    pub dir: tempfile::TempDir,
+}
+
+impl Repo {
+    pub fn new() -> Repo {
+        let dir = tempfile::Builder::new()
+            .prefix("qr-repo-")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        git(&dir.path().join("src"), &["init", "-q", "-b", "main"]);
+        Repo { dir }
+    }
+
+    pub fn src(&self) -> PathBuf {
+        self.dir.path().join("src")
+    }
+
+    pub fn bare(&self) -> PathBuf {
+        self.dir.path().join("bare.git")
+    }
+
+    /// Commits `files` and refreshes the bare clone; returns the new revision.
+    pub fn commit(&self, files: &[(&str, &str)]) -> String {
+        for (name, content) in files {
+            let path = self.src().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
+        git(&self.src(), &["add", "-A"]);
+        git(
+            &self.src(),
+            &["commit", "-q", "--allow-empty", "-m", "change"],
+        );
+        if self.bare().exists() {
+            git(&self.bare(), &["fetch", "-q", "../src", "+main:main"]);
+        } else {
+            git(
+                self.dir.path(),
+                &["clone", "-q", "--bare", "src", "bare.git"],
+            );
+        }
+        git(&self.src(), &["rev-parse", "HEAD"])
+    }
+}
+
+/// A flake whose default devShell is a raw derivation (no nixpkgs is reachable), with
+/// `extra` spliced into the derivation's attributes.
+pub fn flake(extra: &str) -> String {
+    flake_with(extra, "")
+}
+
+/// Like [`flake`], with `more_shells` added to `devShells.<system>` (e.g. `other = ...;`).
+pub fn flake_with(extra: &str, more_shells: &str) -> String {
+    let system = system();
+    format!(
+        r#"{{
+  outputs = {{ self }}: {{
+    devShells.{system}.default = derivation {{
+      name = "test-shell";
+      system = "{system}";
+      builder = "/bin/bash";
+      outputs = [ "out" ];
+      args = [ "-c" "echo > $out" ];
+      {extra}
+    }};
+    devShells.{system}.other = derivation {{
+      name = "other-shell";
+      system = "{system}";
+      builder = "/bin/bash";
+      outputs = [ "out" ];
+      args = [ "-c" "echo > $out" ];
+      OTHER_VAR = "other";
+    }};
+    {more_shells}
+  }};
+}}
+"#
+    )
+}
+
+/// The runner binary on its own state directory, with Nix told not to wait for an
+/// unreachable binary cache.
+pub struct Runner {
+    pub state: tempfile::TempDir,
+    pub nix: Option<PathBuf>,
+}
+
+impl Runner {
+    pub fn new() -> Runner {
+        let state = tempfile::Builder::new()
+            .prefix("qr-state-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(
+            state.path().join("config.json"),
+            r#"{"nix":{"options":{"substituters":""}}}"#,
+        )
+        .unwrap();
+        Runner { state, nix: None }
+    }
+
+    pub fn state(&self) -> &Path {
+        self.state.path()
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_quest-runner"));
+        cmd.arg("--state-dir").arg(self.state.path());
+        cmd.env("RUST_LOG", "info");
+        if let Some(nix) = &self.nix {
+            cmd.env("QUEST_RUNNER_NIX", nix);
+        }
+        cmd
+    }
+
+    pub fn env_output(&self, repo: &Path, rev: &str, extra: &[&str]) -> Output {
+        let mut cmd = self.command();
+        cmd.args(["env", "--format", "json", "--repo"])
+            .arg(repo)
+            .args(["--rev", rev])
+            .args(extra);
+        cmd.output().unwrap()
+    }
+
+    /// Runs `env --format json` and expects success.
+    pub fn env_json(&self, repo: &Path, rev: &str, extra: &[&str]) -> serde_json::Value {
+        let out = self.env_output(repo, rev, extra);
+        assert!(
+            out.status.success(),
+            "env failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("env prints JSON")
+    }
+
+    pub fn devshell_dir(&self, sub: &str) -> PathBuf {
+        self.state.path().join("devshell/v1").join(sub)
+    }
+
+    /// Names in one of the cache's directories (entries, roots, locks, tmp).
+    pub fn listing(&self, sub: &str) -> Vec<String> {
+        match std::fs::read_dir(self.devshell_dir(sub)) {
+            Ok(rd) => {
+                let mut v: Vec<String> = rd
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                v.sort();
+                v
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Asserts that the cache holds nothing at all: no entry, root, lock or staged file.
+    pub fn assert_nothing_cached(&self) {
+        for sub in ["entries", "roots", "locks", "tmp"] {
+            assert!(
+                self.listing(sub).is_empty(),
+                "{sub} is not empty: {:?}",
+                self.listing(sub)
+            );
+        }
+    }
+}
+
+/// The real `nix`: `QUEST_RUNNER_NIX` if the test run sets it, else `PATH`.
+pub fn real_nix() -> PathBuf {
+    if let Some(p) = std::env::var_os("QUEST_RUNNER_NIX") {
+        return PathBuf::from(p);
+    }
+    which::which("nix").expect("nix on PATH")
+}
+
+/// A wrapper around the real `nix` that appends a line to `count_file` for every
+/// `print-dev-env` it runs.
+pub fn counting_nix(dir: &Path) -> (PathBuf, PathBuf) {
+    let count = dir.join("nix-runs");
+    let wrapper = dir.join("nix");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" print-dev-env \"*) echo run >> '{}';; esac\nexec '{}' \"$@\"\n",
+            count.display(),
+            real_nix().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (wrapper, count)
+}
+
+pub fn runs(count_file: &Path) -> usize {
+    std::fs::read_to_string(count_file)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// Pids of processes whose command line contains `token`.
+pub fn processes_with(token: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(token) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+pub fn unique_token() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("qrtok{}x{nanos}", std::process::id())
+}
