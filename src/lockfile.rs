@@ -14,6 +14,11 @@ use std::time::Duration;
 
 use rustix::fs::FlockOperation;
 
+/// The longest pause between two tries. Waiters are other requests for the same devShell;
+/// they should notice the builder finished within a few milliseconds, and a poll is one
+/// failed `flock` call.
+const MAX_POLL: Duration = Duration::from_millis(10);
+
 #[derive(Debug)]
 pub struct LockFile {
     path: PathBuf,
@@ -23,13 +28,13 @@ pub struct LockFile {
 impl LockFile {
     /// Waits until the lock at `path` is ours.
     pub async fn acquire(path: &Path) -> io::Result<LockFile> {
-        let mut pause = Duration::from_millis(5);
+        let mut pause = Duration::from_millis(2);
         loop {
             if let Some(lock) = Self::try_acquire(path)? {
                 return Ok(lock);
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
+            pause = (pause * 2).min(MAX_POLL);
         }
     }
 

@@ -1,0 +1,215 @@
+//! Benchmark of the devShell cache, per process, against its baselines in the same run.
+//!
+//! - floor: a process that only reads the cached script (`cat`);
+//! - hit: `quest-runner env` on a cache hit (target: within 1.5x of the floor);
+//! - warm nix: `nix print-dev-env` with Nix's own eval cache filled (target: the hit at least
+//!   5x faster);
+//! - misses: 8 concurrent `quest-runner env` processes on one new revision against one miss
+//!   (target: within 1.5x).
+//!
+//! Run with `cargo bench --bench devshell`. Figures are medians; only ratios are compared,
+//! so the machine's speed cancels out.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 40;
+const MISS_ROUNDS: usize = 5;
+
+fn main() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let repo = SampleRepo::new(work.path());
+    let state = work.path().join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    std::fs::write(
+        state.join("config.json"),
+        r#"{"nix":{"options":{"substituters":""}}}"#,
+    )
+    .expect("config");
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_quest-runner"));
+    let nix = which::which("nix").expect("nix on PATH");
+
+    let rev = repo.commit("warm");
+    let env_cmd = |rev: &str| {
+        let mut c = Command::new(&runner);
+        c.arg("--state-dir")
+            .arg(&state)
+            .args(["env", "--repo"])
+            .arg(repo.bare())
+            .args(["--rev", rev])
+            .env("RUST_LOG", "warn");
+        c
+    };
+    let json = output(env_cmd(&rev).args(["--format", "json"]));
+    let answer: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    let script = answer["script"].as_str().expect("script").to_string();
+    let url = answer["url"].as_str().expect("url").to_string();
+    let nix_cmd = || {
+        let mut c = Command::new(&nix);
+        c.args([
+            "--extra-experimental-features",
+            "nix-command flakes",
+            "--option",
+            "substituters",
+            "",
+            "print-dev-env",
+        ])
+        .arg(format!("{url}#{}", answer["attr"].as_str().expect("attr")));
+        c
+    };
+    output(&mut nix_cmd()); // fills Nix's eval cache
+
+    // Interleaved, so drift in machine load hits all three alike.
+    let (mut floor, mut hit, mut warm) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        floor.push(time(Command::new("cat").arg(&script)));
+        hit.push(time(&mut env_cmd(&rev)));
+        warm.push(time(&mut nix_cmd()));
+    }
+    let (floor, hit, warm) = (median(floor), median(hit), median(warm));
+
+    let (mut one, mut eight) = (Vec::new(), Vec::new());
+    for round in 0..MISS_ROUNDS {
+        let rev = repo.commit(&format!("single-{round}"));
+        one.push(time(&mut env_cmd(&rev)));
+        let rev = repo.commit(&format!("eight-{round}"));
+        let started = Instant::now();
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                env_cmd(&rev)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("spawn runner")
+            })
+            .collect();
+        for mut child in children {
+            assert!(
+                child.wait().expect("wait").success(),
+                "a concurrent miss failed"
+            );
+        }
+        eight.push(started.elapsed());
+    }
+    let (one, eight) = (median(one), median(eight));
+
+    println!("devShell cache, per process (median of {ROUNDS}; misses: median of {MISS_ROUNDS})");
+    println!("  floor (cat cached script)      {:>9.2} ms", ms(floor));
+    println!("  quest-runner env, cache hit    {:>9.2} ms", ms(hit));
+    println!("  nix print-dev-env, warm        {:>9.2} ms", ms(warm));
+    println!("  quest-runner env, one miss     {:>9.2} ms", ms(one));
+    println!("  8 concurrent misses, one rev   {:>9.2} ms", ms(eight));
+    println!("ratios");
+    report(
+        "hit / floor",
+        ratio(hit, floor),
+        "<= 1.5",
+        ratio(hit, floor) <= 1.5,
+    );
+    report(
+        "warm nix / hit",
+        ratio(warm, hit),
+        ">= 5",
+        ratio(warm, hit) >= 5.0,
+    );
+    report(
+        "8 misses / 1 miss",
+        ratio(eight, one),
+        "<= 1.5",
+        ratio(eight, one) <= 1.5,
+    );
+}
+
+fn report(name: &str, value: f64, target: &str, met: bool) {
+    let verdict = if met { "met" } else { "MISSED" };
+    println!("  {name:<20} {value:>7.2}x   target {target:<7} {verdict}");
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time(cmd: &mut Command) -> Duration {
+    let started = Instant::now();
+    let status = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    let took = started.elapsed();
+    assert!(status.success(), "{cmd:?} failed");
+    took
+}
+
+fn output(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A repository whose every commit has a devShell of its own (the commit's label is in the
+/// derivation), so each new revision is a real miss.
+struct SampleRepo {
+    dir: PathBuf,
+}
+
+impl SampleRepo {
+    fn new(parent: &Path) -> SampleRepo {
+        let dir = parent.join("repo");
+        std::fs::create_dir_all(dir.join("src")).expect("repo dir");
+        git(&dir.join("src"), &["init", "-q", "-b", "main"]);
+        SampleRepo { dir }
+    }
+
+    fn bare(&self) -> PathBuf {
+        self.dir.join("bare.git")
+    }
+
+    fn commit(&self, label: &str) -> String {
+        let system = format!("{}-linux", std::env::consts::ARCH);
+        let flake = format!(
+            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
+  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
+  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#
+        );
+        let src = self.dir.join("src");
+        std::fs::write(src.join("flake.nix"), flake).expect("write flake");
+        git(&src, &["add", "-A"]);
+        git(&src, &["commit", "-q", "-m", label]);
+        if self.bare().exists() {
+            git(&self.bare(), &["fetch", "-q", "../src", "+main:main"]);
+        } else {
+            git(&self.dir, &["clone", "-q", "--bare", "src", "bare.git"]);
+        }
+        git(&src, &["rev-parse", "HEAD"])
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.invalid",
+        ])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
