@@ -33,9 +33,12 @@ pub(crate) fn run(ctx: &Context) -> Result<(), Failure> {
         let started = std::time::Instant::now();
         let shell =
             block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?;
+        let cache = match shell.cache {
+            devshell::CacheStatus::Hit => "hit",
+            devshell::CacheStatus::Miss => "miss",
+        };
         println!(
-            "{attempt} request: cache {} in {:.0?}",
-            serde_json::to_value(shell.cache).unwrap_or_default(),
+            "{attempt} request: cache {cache} in {:.1?}",
             started.elapsed()
         );
         if attempt == "second" {
