@@ -521,3 +521,71 @@ fn cache_ls_and_gc_remove_entries_with_their_roots() {
     assert!(gc.status.success());
     runner.assert_nothing_cached();
 }
+
+fn nix_minor_version() -> (u32, u32) {
+    let out = Command::new(real_nix()).arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().last().unwrap().to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+#[test]
+fn refs_nix_needs_are_found_or_asked_for() {
+    let repo = Repo::new();
+    let on_main = repo.commit(&[("flake.nix", &flake(r#"WHERE = "main";"#))]);
+    // A revision only on another branch, which is not what HEAD names.
+    git(&repo.src(), &["checkout", "-q", "-b", "feature"]);
+    std::fs::write(repo.src().join("flake.nix"), flake(r#"WHERE = "feature";"#)).unwrap();
+    git(&repo.src(), &["commit", "-qam", "feature"]);
+    let on_feature = git(&repo.src(), &["rev-parse", "HEAD"]);
+    // A revision on no branch at all: fetched through a branch that is then deleted.
+    std::fs::write(repo.src().join("flake.nix"), flake(r#"WHERE = "nowhere";"#)).unwrap();
+    git(&repo.src(), &["commit", "-qam", "dangling"]);
+    let dangling = git(&repo.src(), &["rev-parse", "HEAD"]);
+    git(&repo.src(), &["checkout", "-q", "main"]);
+    git(&repo.src(), &["branch", "-q", "-f", "feature", &on_feature]);
+    git(&repo.src(), &["branch", "-q", "gone", &dangling]);
+    git(
+        &repo.bare(),
+        &["fetch", "-q", "../src", "+feature:feature", "+gone:gone"],
+    );
+    git(&repo.bare(), &["branch", "-q", "-D", "gone"]);
+
+    let runner = Runner::new();
+    let script_of = |v: &serde_json::Value| std::fs::read_to_string(as_str(v, "script")).unwrap();
+    let main = runner.env_json(&repo.bare(), &on_main, &[]);
+    assert!(script_of(&main).contains("WHERE='main'"));
+    let feature = runner.env_json(&repo.bare(), &on_feature, &[]);
+    assert!(
+        as_str(&feature, "url").contains("ref=feature&"),
+        "{feature}"
+    );
+    assert!(script_of(&feature).contains("WHERE='feature'"));
+    let explicit = runner.env_json(&repo.bare(), &on_feature, &["--ref", "feature"]);
+    assert_eq!(
+        explicit["key"], feature["key"],
+        "the ref is not part of the key"
+    );
+
+    let out = runner.env_output(&repo.bare(), &dangling, &[]);
+    if nix_minor_version() >= (2, 20) {
+        // Current Nix fetches a bare revision: no ref needed.
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!as_str(&v, "url").contains("ref="), "{v}");
+        assert!(script_of(&v).contains("WHERE='nowhere'"));
+    } else {
+        // Nix 2.8 cannot fetch a revision without a ref: the runner says so plainly.
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("pass --ref") && err.contains(&dangling),
+            "{err}"
+        );
+    }
+}
