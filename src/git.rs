@@ -11,23 +11,29 @@ use tokio::process::Command;
 use crate::binaries::{self, BinaryError, Tool};
 use crate::process;
 
-/// Configuration that would let a repository (or a stray user config) run code when git runs.
+/// Configuration that would let a repository run code when git runs on it.
 const NEUTRALISED: &[(&str, &str)] = &[
     ("core.hooksPath", "/dev/null"),
     ("core.fsmonitor", "false"),
-    ("core.sshCommand", "false"),
     ("core.gitProxy", ""),
     ("core.pager", "cat"),
     ("core.editor", "false"),
-    ("core.askPass", ""),
-    ("credential.helper", ""),
     ("diff.external", ""),
     ("gpg.program", "false"),
     ("protocol.ext.allow", "never"),
     ("protocol.file.allow", "always"),
     ("uploadpack.packObjectsHook", ""),
     ("filter.lfs.process", ""),
+    ("filter.lfs.smudge", ""),
     ("safe.bareRepository", "all"),
+];
+
+/// Also neutralised where the operator's own configuration is not wanted either: ways to
+/// reach the network with the operator's credentials.
+const NEUTRALISED_OFFLINE: &[(&str, &str)] = &[
+    ("core.sshCommand", "false"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -49,14 +55,31 @@ pub enum GitError {
 pub struct Git {
     binary: PathBuf,
     git_dir: PathBuf,
+    operator_config: bool,
 }
 
 impl Git {
+    /// Git for local work: no system or global configuration at all.
     pub fn new(git_dir: &Path) -> Result<Git, GitError> {
         Ok(Git {
             binary: binaries::find(Tool::Git)?,
             git_dir: git_dir.to_path_buf(),
+            operator_config: false,
         })
+    }
+
+    /// Git for fetching: keeps the operator's global configuration (credential helpers, SSH
+    /// settings) so private repositories can be fetched, while the repository's own
+    /// configuration still cannot run anything.
+    pub fn for_fetch(git_dir: &Path) -> Result<Git, GitError> {
+        Ok(Git {
+            operator_config: true,
+            ..Git::new(git_dir)?
+        })
+    }
+
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
     }
 
     /// A command with the repository and the neutralised configuration already set.
@@ -66,13 +89,18 @@ impl Git {
         S: AsRef<std::ffi::OsStr>,
     {
         let mut cmd = Command::new(&self.binary);
-        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_TERMINAL_PROMPT", "0")
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
             .env_remove("GIT_CONFIG_PARAMETERS")
             .env_remove("GIT_EXTERNAL_DIFF");
+        if !self.operator_config {
+            cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null");
+            for (key, value) in NEUTRALISED_OFFLINE {
+                cmd.arg("-c").arg(format!("{key}={value}"));
+            }
+        }
         for (key, value) in NEUTRALISED {
             cmd.arg("-c").arg(format!("{key}={value}"));
         }

@@ -350,7 +350,7 @@ fn is_attr_path(attr: &str) -> bool {
 
 /// A conservative subset of `git check-ref-format`, enough that the name cannot smuggle
 /// anything into the flake URL.
-fn is_ref_name(name: &str) -> bool {
+pub fn is_ref_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('-')
         && !name.contains("..")

@@ -1,0 +1,285 @@
+//! A job: one agent run on one pinned revision.
+//!
+//! Jobs come from outside (a file, the queue, later a forge's job API), so every field is
+//! checked here, before anything touches the disk, and each refusal names its field.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a revision's author is trusted by the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// Its devShell may be built on the host and its commands may reach the registries.
+    Trusted,
+    /// Refused unless the operator allows untrusted jobs, which then reach no host.
+    Untrusted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    Claude,
+    Opencode,
+}
+
+impl AgentKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Opencode => "opencode",
+        }
+    }
+}
+
+/// A job as written in a job file (`quest-runner run --job FILE`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Names the job's result and logs; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Where to fetch the revision from: a URL or a local path.
+    pub repo: String,
+    /// The revision: a full 40-hex-digit commit id.
+    pub rev: String,
+    /// The branch or tag that holds the revision.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    pub trust: Trust,
+    pub agent: AgentKind,
+    /// The name of a configured account.
+    pub account: String,
+    pub prompt: String,
+    /// A duration such as `30m`; defaults to the runner's configured timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// A job whose every field has been checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub id: String,
+    pub repo: String,
+    pub rev: String,
+    pub git_ref: Option<String>,
+    pub trust: Trust,
+    pub agent: AgentKind,
+    pub account: String,
+    pub prompt: String,
+    #[serde(with = "humantime_secs")]
+    pub timeout: Duration,
+}
+
+/// Prompts are sent to a model; anything near this size is a mistake, not a task.
+pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
+/// No job should hold an agent for longer than a day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JobError {
+    #[error("cannot read job file {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("invalid job: {0}")]
+    Parse(String),
+    #[error("invalid job field {field:?}: {message}")]
+    Field {
+        field: &'static str,
+        message: String,
+    },
+}
+
+fn field(field: &'static str, message: impl Into<String>) -> JobError {
+    JobError::Field {
+        field,
+        message: message.into(),
+    }
+}
+
+impl JobSpec {
+    pub fn from_file(path: &Path) -> Result<JobSpec, JobError> {
+        let text = std::fs::read_to_string(path).map_err(|e| JobError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        JobSpec::from_json(&text)
+    }
+
+    /// serde's messages already name the unknown or missing field, or the bad variant.
+    pub fn from_json(text: &str) -> Result<JobSpec, JobError> {
+        serde_json::from_str(text).map_err(|e| JobError::Parse(e.to_string()))
+    }
+
+    /// Checks every field; `default_timeout` applies when the job names none.
+    pub fn validate(self, default_timeout: Duration) -> Result<Job, JobError> {
+        let id = match self.id {
+            Some(id) => {
+                check_id(&id)?;
+                id
+            }
+            None => new_id(),
+        };
+        check_repo(&self.repo)?;
+        let rev = self.rev.to_ascii_lowercase();
+        if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(field(
+                "rev",
+                format!("{:?} is not a full 40-hex-digit commit id", self.rev),
+            ));
+        }
+        if let Some(r) = &self.git_ref {
+            if !crate::devshell::is_ref_name(r) {
+                return Err(field("ref", format!("{r:?} is not a branch or tag name")));
+            }
+        }
+        if !is_name(&self.account) {
+            return Err(field(
+                "account",
+                format!(
+                    "{:?} is not an account name (letters, digits, . _ -)",
+                    self.account
+                ),
+            ));
+        }
+        if self.prompt.trim().is_empty() {
+            return Err(field("prompt", "is empty"));
+        }
+        if self.prompt.len() > MAX_PROMPT_BYTES {
+            return Err(field(
+                "prompt",
+                format!(
+                    "is {} bytes; the limit is {MAX_PROMPT_BYTES}",
+                    self.prompt.len()
+                ),
+            ));
+        }
+        if self.prompt.contains('\0') {
+            return Err(field("prompt", "contains a NUL byte"));
+        }
+        let timeout = match &self.timeout {
+            None => default_timeout,
+            Some(text) => {
+                let t = humantime::parse_duration(text)
+                    .map_err(|e| field("timeout", format!("{text:?}: {e}")))?;
+                if t.is_zero() || t > MAX_TIMEOUT {
+                    return Err(field(
+                        "timeout",
+                        format!("{text:?} is not between 1s and 24h"),
+                    ));
+                }
+                t
+            }
+        };
+        Ok(Job {
+            id,
+            repo: self.repo,
+            rev,
+            git_ref: self.git_ref,
+            trust: self.trust,
+            agent: self.agent,
+            account: self.account,
+            prompt: self.prompt,
+            timeout,
+        })
+    }
+}
+
+/// Job ids name directories under the state dir, so they are plain names: no `/`, no `..`,
+/// no leading dot, bounded length.
+pub fn check_id(id: &str) -> Result<(), JobError> {
+    let ok = is_name(id) && !id.starts_with('.') && id.len() <= 64;
+    if ok {
+        Ok(())
+    } else {
+        Err(field(
+            "id",
+            format!(
+                "{id:?} is not a job id (1-64 letters, digits, . _ -, not starting with a dot)"
+            ),
+        ))
+    }
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+}
+
+/// A time-ordered, unique id: `YYYYMMDDTHHMMSS-<6 hex>`.
+fn new_id() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
+        .trim_end_matches('Z')
+        .to_string();
+    let noise = now.subsec_nanos() ^ std::process::id().rotate_left(16);
+    format!("{stamp}-{:06x}", noise & 0xff_ffff)
+}
+
+/// Git URLs the runner fetches from: https, ssh, git, file, scp-like `user@host:path`, or an
+/// existing local path. `ext::` and other transport helpers could run programs.
+fn check_repo(repo: &str) -> Result<(), JobError> {
+    if repo.trim().is_empty() {
+        return Err(field("repo", "is empty"));
+    }
+    if repo.starts_with('-') || repo.chars().any(|c| c.is_control()) {
+        return Err(field(
+            "repo",
+            format!("{repo:?} is not a repository URL or path"),
+        ));
+    }
+    if let Some((scheme, _)) = repo.split_once("://") {
+        return match scheme {
+            "https" | "http" | "ssh" | "git" | "file" => Ok(()),
+            other => Err(field(
+                "repo",
+                format!("the {other}:// transport is not allowed"),
+            )),
+        };
+    }
+    if repo.contains("::") {
+        return Err(field(
+            "repo",
+            format!("{repo:?}: transport helpers are not allowed"),
+        ));
+    }
+    if Path::new(repo).is_absolute() || repo.starts_with('.') {
+        if !Path::new(repo).exists() {
+            return Err(field("repo", format!("{repo} does not exist")));
+        }
+        return Ok(());
+    }
+    // scp-like syntax: [user@]host:path
+    if repo
+        .split_once(':')
+        .is_some_and(|(host, _)| !host.is_empty() && !host.contains('/'))
+    {
+        return Ok(());
+    }
+    Err(field(
+        "repo",
+        format!("{repo:?} is not a repository URL or absolute path"),
+    ))
+}
+
+mod humantime_secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}
+
+#[cfg(test)]
+#[path = "job_tests.rs"]
+mod tests;

@@ -1,0 +1,85 @@
+use super::*;
+
+const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn spec() -> serde_json::Value {
+    serde_json::json!({
+        "repo": "https://example.org/r.git",
+        "rev": REV,
+        "trust": "trusted",
+        "agent": "claude",
+        "account": "main",
+        "prompt": "fix the bug",
+    })
+}
+
+fn parse(v: serde_json::Value) -> Result<Job, JobError> {
+    JobSpec::from_json(&v.to_string())?.validate(Duration::from_secs(3600))
+}
+
+fn error_with(mut v: serde_json::Value, key: &str, value: serde_json::Value) -> String {
+    v[key] = value;
+    parse(v).unwrap_err().to_string()
+}
+
+#[test]
+fn a_good_job_parses_with_defaults() {
+    let job = parse(spec()).unwrap();
+    assert_eq!(job.timeout, Duration::from_secs(3600));
+    assert_eq!(job.agent, AgentKind::Claude);
+    assert!(check_id(&job.id).is_ok(), "{}", job.id);
+}
+
+#[test]
+fn unknown_fields_and_bad_variants_are_named() {
+    let err = error_with(spec(), "model", "x".into());
+    assert!(err.contains("unknown field `model`"), "{err}");
+    let err = error_with(spec(), "trust", "maybe".into());
+    assert!(err.contains("maybe") && err.contains("trusted"), "{err}");
+    let err = error_with(spec(), "agent", "copilot".into());
+    assert!(err.contains("copilot"), "{err}");
+    let mut v = spec();
+    v.as_object_mut().unwrap().remove("prompt");
+    assert!(parse(v)
+        .unwrap_err()
+        .to_string()
+        .contains("missing field `prompt`"));
+}
+
+#[test]
+fn field_values_are_checked() {
+    for (key, value, needle) in [
+        ("rev", serde_json::json!("HEAD"), "\"rev\""),
+        ("id", serde_json::json!("../etc"), "\"id\""),
+        ("id", serde_json::json!("a/b"), "\"id\""),
+        ("id", serde_json::json!(".hidden"), "\"id\""),
+        ("account", serde_json::json!("a b"), "\"account\""),
+        ("prompt", serde_json::json!("  "), "\"prompt\""),
+        ("timeout", serde_json::json!("soon"), "\"timeout\""),
+        ("timeout", serde_json::json!("0s"), "\"timeout\""),
+        ("timeout", serde_json::json!("48h"), "\"timeout\""),
+        ("ref", serde_json::json!("-x"), "\"ref\""),
+        ("repo", serde_json::json!("ext::sh -c evil"), "\"repo\""),
+        ("repo", serde_json::json!("fd::x"), "\"repo\""),
+        ("repo", serde_json::json!("/nonexistent/repo"), "\"repo\""),
+        ("repo", serde_json::json!("--upload-pack=evil"), "\"repo\""),
+    ] {
+        let err = error_with(spec(), key, value.clone());
+        assert!(err.contains(needle), "{key}={value}: {err}");
+    }
+    let long = "x".repeat(MAX_PROMPT_BYTES + 1);
+    assert!(error_with(spec(), "prompt", long.into()).contains("limit"));
+}
+
+#[test]
+fn repository_forms() {
+    for ok in [
+        "https://github.com/o/r.git",
+        "ssh://git@host/o/r",
+        "git@github.com:o/r.git",
+        "file:///srv/r.git",
+        "/tmp",
+    ] {
+        assert!(check_repo(ok).is_ok(), "{ok}");
+    }
+}

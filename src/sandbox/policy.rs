@@ -1,0 +1,317 @@
+//! The sandbox policy of one job: what its commands may read, write and reach, and which
+//! environment they get. One value, computed from the job and its workspace before anything
+//! runs, printed by `quest-runner policy` for audit, and rendered by each agent adapter into
+//! its own sandbox's settings. A rule that is not in this value is not enforced anywhere.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::job::Trust;
+
+/// The package registries a trusted revision's commands may reach, so its checks can install
+/// dependencies: npm and yarn, the crates index and download host, PyPI and its file host.
+/// `crates.io` itself serves only the publishing API and is left out.
+pub const REGISTRIES: &[&str] = &[
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "index.crates.io",
+    "static.crates.io",
+    "pypi.org",
+    "files.pythonhosted.org",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    Linux,
+    Macos,
+}
+
+impl Platform {
+    pub fn current() -> Platform {
+        if cfg!(target_os = "macos") {
+            Platform::Macos
+        } else {
+            Platform::Linux
+        }
+    }
+}
+
+/// Where a job's files are. All paths absolute and canonical.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspacePaths {
+    /// The worktree the agent edits.
+    pub checkout: PathBuf,
+    /// The bare clone the worktree belongs to.
+    pub bare_clone: PathBuf,
+    /// The worktree's administrative directory inside the bare clone
+    /// (`<bare>/worktrees/<name>`): HEAD, index, logs of this checkout.
+    pub worktree_admin: PathBuf,
+    /// The private `/tmp/quest-job-*` directory: HOME and TMPDIR of every command.
+    pub temp_dir: PathBuf,
+    /// The runner's own files for this job (agent config, devShell script); only the
+    /// devShell script in it is readable by commands.
+    pub job_dir: PathBuf,
+    /// The devShell script commands source, if the revision has one.
+    pub devshell_script: Option<PathBuf>,
+}
+
+/// What the policy is computed from besides the workspace.
+#[derive(Debug, Clone)]
+pub struct PolicyInputs {
+    pub platform: Platform,
+    pub trust: Trust,
+    /// Hosts the operator adds for trusted revisions.
+    pub extra_hosts: Vec<String>,
+    /// The runner's state directory (logins, tokens, other jobs).
+    pub state_dir: PathBuf,
+    /// The home directory of the user the runner runs as.
+    pub operator_home: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SandboxPolicy {
+    pub platform: Platform,
+    pub trust: Trust,
+    /// Denied to every command...
+    pub deny_read: Vec<PathBuf>,
+    /// ...except these, which are read back inside the denied trees.
+    pub allow_read: Vec<PathBuf>,
+    /// The only places a command may write.
+    pub allow_write: Vec<PathBuf>,
+    /// Never writable, even inside `allow_write`.
+    pub deny_write: Vec<PathBuf>,
+    /// Hosts commands may reach through the sandbox's proxy; empty means none.
+    pub allowed_hosts: Vec<String>,
+    /// The environment of the agent and its commands.
+    pub env: EnvPolicy,
+    pub home: PathBuf,
+    pub tmpdir: PathBuf,
+    pub checkout: PathBuf,
+    pub devshell_script: Option<PathBuf>,
+}
+
+/// Environment rules. Commands start from the agent's environment, which the runner builds
+/// from scratch: only `pass` names (exact, or prefixes ending in `*`) survive from the
+/// runner's own environment, and `set` is added on top.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EnvPolicy {
+    pub pass: Vec<String>,
+    pub set: BTreeMap<String, String>,
+}
+
+/// Variables a command may inherit from the runner: locale, the search path, and the
+/// proxy and CA settings a package manager needs to reach a registry.
+pub const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TERM",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NIX_SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+];
+
+/// Whether `name` passes `patterns` (exact names, or prefixes written `PREFIX*`).
+pub fn env_passes(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// System places that hold other users' or services' data and secrets. Everything else of
+/// the system (`/usr`, `/nix/store`, `/etc`, `/opt`, ...) stays readable so tools work.
+fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
+    let paths: &[&str] = match platform {
+        Platform::Linux => &[
+            "/home",
+            "/root",
+            "/run/user",
+            "/tmp",
+            "/var/tmp",
+            "/var/lib",
+            "/var/log",
+            "/var/mail",
+            "/var/spool",
+            "/var/backups",
+            "/srv",
+            "/mnt",
+            "/media",
+            "/boot",
+            "/etc/shadow",
+            "/etc/gshadow",
+            "/etc/ssh",
+            "/etc/sudoers",
+            "/etc/sudoers.d",
+            "/etc/nix/netrc",
+        ],
+        Platform::Macos => &[
+            "/Users",
+            "/var/root",
+            "/private/tmp",
+            "/private/var/tmp",
+            "/private/var/folders",
+            "/private/var/db",
+            "/private/var/log",
+            "/Library/Keychains",
+            "/private/etc/ssh",
+            "/private/etc/sudoers",
+            "/Volumes",
+        ],
+    };
+    paths.iter().map(PathBuf::from).collect()
+}
+
+/// Builds the policy. Pure: it reads nothing from the disk.
+pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
+    let mut deny_read = system_denied_reads(inputs.platform);
+    for extra in [Some(&inputs.state_dir), inputs.operator_home.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        push_unique(&mut deny_read, extra.clone());
+    }
+    if inputs.platform == Platform::Macos {
+        if let Some(home) = &inputs.operator_home {
+            push_unique(&mut deny_read, home.join("Library/Keychains"));
+        }
+    }
+
+    let mut allow_read = vec![
+        ws.checkout.clone(),
+        ws.bare_clone.clone(),
+        ws.temp_dir.clone(),
+    ];
+    if let Some(script) = &ws.devshell_script {
+        allow_read.push(script.clone());
+    }
+
+    // `git commit` in the worktree writes objects, refs and the worktree's own HEAD, index
+    // and logs; never the bare clone's hooks or config, which git on the host would run.
+    let allow_write = vec![
+        ws.checkout.clone(),
+        ws.temp_dir.clone(),
+        ws.bare_clone.join("objects"),
+        ws.bare_clone.join("refs"),
+        ws.bare_clone.join("logs"),
+        ws.worktree_admin.clone(),
+    ];
+    let deny_write = vec![
+        ws.bare_clone.join("hooks"),
+        ws.bare_clone.join("config"),
+        ws.bare_clone.join("info"),
+        ws.worktree_admin.join("config.worktree"),
+        // The pointer to the git directory: rewritten, it would aim the runner's own git at
+        // a directory of the agent's choosing.
+        ws.checkout.join(".git"),
+    ];
+
+    let allowed_hosts = match inputs.trust {
+        Trust::Trusted => {
+            let mut hosts: Vec<String> = REGISTRIES.iter().map(|h| h.to_string()).collect();
+            for h in &inputs.extra_hosts {
+                if !hosts.contains(h) {
+                    hosts.push(h.clone());
+                }
+            }
+            hosts
+        }
+        Trust::Untrusted => Vec::new(),
+    };
+
+    let mut set = BTreeMap::new();
+    let temp = ws.temp_dir.to_string_lossy().into_owned();
+    set.insert("HOME".to_string(), temp.clone());
+    set.insert("TMPDIR".to_string(), temp.clone());
+    set.insert("SHELL".to_string(), "/bin/bash".to_string());
+    // Git inside the sandbox must not read a global config from the operator.
+    set.insert("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string());
+    set.insert("GIT_TERMINAL_PROMPT".to_string(), "0".to_string());
+
+    SandboxPolicy {
+        platform: inputs.platform,
+        trust: inputs.trust,
+        deny_read,
+        allow_read,
+        allow_write,
+        deny_write,
+        allowed_hosts,
+        env: EnvPolicy {
+            pass: PASSED_ENV.iter().map(|s| s.to_string()).collect(),
+            set,
+        },
+        home: ws.temp_dir.clone(),
+        tmpdir: ws.temp_dir.clone(),
+        checkout: ws.checkout.clone(),
+        devshell_script: ws.devshell_script.clone(),
+    }
+}
+
+fn push_unique(list: &mut Vec<PathBuf>, path: PathBuf) {
+    // A path already covered by a denied ancestor adds nothing.
+    if !list.iter().any(|p| path.starts_with(p)) {
+        list.push(path);
+    }
+}
+
+impl SandboxPolicy {
+    /// The environment for the agent process (and so its commands), built from `source`
+    /// (normally the runner's own environment) by the pass list, then `set`.
+    pub fn environment<I>(&self, source: I) -> BTreeMap<String, String>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let mut env: BTreeMap<String, String> = source
+            .into_iter()
+            .filter(|(k, _)| env_passes(&self.env.pass, k))
+            .collect();
+        env.extend(self.env.set.clone());
+        env
+    }
+
+    /// The text the agent's prompt carries about its network.
+    pub fn network_summary(&self) -> String {
+        if self.allowed_hosts.is_empty() {
+            "Commands have no network access: no host can be reached.".to_string()
+        } else {
+            format!(
+                "Commands reach only these hosts, through a proxy: {}. Every other host is refused.",
+                self.allowed_hosts.join(", ")
+            )
+        }
+    }
+
+    /// Whether `path` is readable under the policy (deny with allow-backs), for tests and
+    /// for the adapters' own checks of file-tool paths.
+    pub fn may_read(&self, path: &Path) -> bool {
+        let denied = self.deny_read.iter().any(|d| path.starts_with(d));
+        !denied || self.allow_read.iter().any(|a| path.starts_with(a))
+    }
+
+    /// Whether `path` is writable under the policy.
+    pub fn may_write(&self, path: &Path) -> bool {
+        self.allow_write.iter().any(|a| path.starts_with(a))
+            && !self.deny_write.iter().any(|d| path.starts_with(d))
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,149 @@
+use super::*;
+
+fn ws() -> WorkspacePaths {
+    WorkspacePaths {
+        checkout: "/var/lib/quest-runner/jobs/j1/checkout".into(),
+        bare_clone: "/var/lib/quest-runner/repos/abc.git".into(),
+        worktree_admin: "/var/lib/quest-runner/repos/abc.git/worktrees/j1".into(),
+        temp_dir: "/tmp/quest-job-x1".into(),
+        job_dir: "/var/lib/quest-runner/jobs/j1/runner".into(),
+        devshell_script: Some("/var/lib/quest-runner/jobs/j1/runner/devshell.sh".into()),
+    }
+}
+
+fn inputs(trust: Trust) -> PolicyInputs {
+    PolicyInputs {
+        platform: Platform::Linux,
+        trust,
+        extra_hosts: vec!["git.example.org".into()],
+        state_dir: "/var/lib/quest-runner".into(),
+        operator_home: Some("/home/runner".into()),
+    }
+}
+
+#[test]
+fn reads_are_confined_to_the_workspace_and_the_system() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    for readable in [
+        "/var/lib/quest-runner/jobs/j1/checkout/src/main.rs",
+        "/var/lib/quest-runner/repos/abc.git/objects/ab/cd",
+        "/tmp/quest-job-x1/.cache",
+        "/var/lib/quest-runner/jobs/j1/runner/devshell.sh",
+        "/nix/store/abc-bash/bin/bash",
+        "/usr/bin/env",
+        "/etc/passwd",
+    ] {
+        assert!(p.may_read(Path::new(readable)), "{readable}");
+    }
+    for secret in [
+        "/home/runner/.ssh/id_ed25519",
+        "/root/.claude/.credentials.json",
+        "/run/user/0/bus",
+        "/tmp/quest-job-other/x",
+        "/tmp/claude",
+        "/var/lib/quest-runner/config.json",
+        "/var/lib/quest-runner/jobs/j1/runner/claude/.credentials.json",
+        "/var/lib/quest-runner/jobs/j2/checkout/x",
+        "/etc/shadow",
+        "/etc/ssh/ssh_host_ed25519_key",
+    ] {
+        assert!(!p.may_read(Path::new(secret)), "{secret}");
+    }
+}
+
+#[test]
+fn writes_are_confined_and_git_config_is_read_only() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    for writable in [
+        "/var/lib/quest-runner/jobs/j1/checkout/src/main.rs",
+        "/tmp/quest-job-x1/x",
+        "/var/lib/quest-runner/repos/abc.git/objects/ab/cd",
+        "/var/lib/quest-runner/repos/abc.git/refs/heads/main",
+        "/var/lib/quest-runner/repos/abc.git/worktrees/j1/HEAD",
+    ] {
+        assert!(p.may_write(Path::new(writable)), "{writable}");
+    }
+    for protected in [
+        "/var/lib/quest-runner/repos/abc.git/hooks/pre-commit",
+        "/var/lib/quest-runner/repos/abc.git/config",
+        "/var/lib/quest-runner/repos/abc.git/worktrees/j1/config.worktree",
+        "/var/lib/quest-runner/jobs/j1/checkout/.git",
+        "/var/lib/quest-runner/jobs/j1/runner/devshell.sh",
+        "/tmp/x",
+        "/home/runner/.bashrc",
+        "/var/lib/quest-runner/repos/abc.git/worktrees/j2/HEAD",
+    ] {
+        assert!(!p.may_write(Path::new(protected)), "{protected}");
+    }
+}
+
+#[test]
+fn network_follows_trust() {
+    let trusted = plan(&ws(), &inputs(Trust::Trusted));
+    for host in REGISTRIES {
+        assert!(trusted.allowed_hosts.iter().any(|h| h == host));
+    }
+    assert!(trusted.allowed_hosts.iter().any(|h| h == "git.example.org"));
+    assert!(!trusted.allowed_hosts.iter().any(|h| h == "crates.io"));
+    assert!(trusted.network_summary().contains("registry.npmjs.org"));
+    let untrusted = plan(&ws(), &inputs(Trust::Untrusted));
+    assert!(untrusted.allowed_hosts.is_empty());
+    assert!(untrusted.network_summary().contains("no network"));
+}
+
+#[test]
+fn environment_keeps_only_the_allowlist() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    let host_env = [
+        ("PATH", "/usr/bin"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("HTTPS_PROXY", "http://proxy:3128"),
+        ("SSL_CERT_FILE", "/etc/ssl/certs/ca.pem"),
+        ("HOME", "/home/runner"),
+        ("TMPDIR", "/tmp"),
+        ("SSH_AUTH_SOCK", "/run/user/0/ssh"),
+        ("AWS_SECRET_ACCESS_KEY", "x"),
+        ("GH_TOKEN", "x"),
+        ("ANTHROPIC_API_KEY", "x"),
+        ("OPENAI_API_KEY", "x"),
+        ("OPENCODE_SERVER_PASSWORD", "x"),
+        ("XDG_DATA_HOME", "/home/runner/.local/share"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "x"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    let env = p.environment(host_env);
+    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "GIT_CONFIG_NOSYSTEM",
+            "GIT_TERMINAL_PROMPT",
+            "HOME",
+            "HTTPS_PROXY",
+            "LANG",
+            "LC_ALL",
+            "PATH",
+            "SHELL",
+            "SSL_CERT_FILE",
+            "TMPDIR"
+        ]
+    );
+    assert_eq!(env["HOME"], "/tmp/quest-job-x1");
+    assert_eq!(env["TMPDIR"], "/tmp/quest-job-x1");
+}
+
+#[test]
+fn macos_paths() {
+    let mut i = inputs(Trust::Untrusted);
+    i.platform = Platform::Macos;
+    i.operator_home = Some("/Users/op".into());
+    let mut w = ws();
+    w.temp_dir = "/private/tmp/quest-job-x1".into();
+    let p = plan(&w, &i);
+    assert!(!p.may_read(Path::new("/Users/op/.ssh/id_rsa")));
+    assert!(!p.may_read(Path::new("/Users/op/Library/Keychains/login.keychain-db")));
+    assert!(!p.may_read(Path::new("/private/tmp/other")));
+    assert!(p.may_read(Path::new("/private/tmp/quest-job-x1/a")));
+    assert!(!p.may_read(Path::new("/Library/Keychains/System.keychain")));
+}

@@ -1,0 +1,345 @@
+//! A job's files: a bare clone per repository, a fresh worktree at the job's revision, and a
+//! private `/tmp/quest-job-*` directory that is both HOME and TMPDIR of the agent's commands.
+//!
+//! ```text
+//! <state>/repos/<hash of repo>.git     bare clone, shared by the jobs of one repository
+//! <state>/jobs/<id>/job.json           the validated job
+//! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
+//! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
+//! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
+//! /tmp/quest-job-XXXXXX/               HOME and TMPDIR (removed when the job ends)
+//! ```
+//!
+//! The worktree and temp dir are removed on every exit path by [`Workspace`]'s drop. A runner
+//! killed outright leaves `workspace.json` behind with its job lock released, and the next
+//! runner's [`sweep_abandoned`] removes what it names.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::git::{Git, GitError};
+use crate::job::Job;
+use crate::lockfile::LockFile;
+use crate::sandbox::WorkspacePaths;
+use crate::state::{StateDir, StateError};
+
+/// The parent of every private temp dir. Fixed, and short: Claude Code ignores a
+/// `CLAUDE_CODE_TMPDIR` of 36 characters or more.
+pub const TEMP_PARENT: &str = "/tmp";
+pub const TEMP_PREFIX: &str = "quest-job-";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("revision {rev} is not in {repo} (fetched {what})")]
+    RevMissing {
+        rev: String,
+        repo: String,
+        what: String,
+    },
+    #[error("job {0} already has a workspace; job ids must be unique")]
+    Duplicate(String),
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+    let path = path.to_path_buf();
+    move |source| WorkspaceError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// What `workspace.json` records, so a later runner can clean up after a dead one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    checkout: PathBuf,
+    worktree_admin: Option<PathBuf>,
+    temp_dir: PathBuf,
+}
+
+/// A prepared workspace. Dropping it removes the worktree and the temp dir.
+pub struct Workspace {
+    pub paths: WorkspacePaths,
+    /// The git ref Nix can fetch the revision by (Nix 2.8 needs one).
+    pub nix_ref: String,
+    pub job_root: PathBuf,
+    bare: Git,
+    _lock: LockFile,
+}
+
+/// The bare clone's directory for `repo`: named by a hash, so no URL can name a path.
+pub fn bare_clone_path(state: &StateDir, repo: &str) -> PathBuf {
+    let digest = Sha256::digest(repo.as_bytes());
+    state
+        .root()
+        .join("repos")
+        .join(format!("{}.git", hex::encode(&digest[..10])))
+}
+
+pub fn job_root(state: &StateDir, id: &str) -> PathBuf {
+    state.root().join("jobs").join(id)
+}
+
+impl Workspace {
+    /// Fetches the revision into the repository's bare clone and lays out the job's files.
+    pub async fn prepare(state: &StateDir, job: &Job) -> Result<Workspace, WorkspaceError> {
+        let jobs = state.ensure_dir(Path::new("jobs"))?;
+        state.ensure_dir(Path::new("repos"))?;
+        let job_root = jobs.join(&job.id);
+        match std::fs::create_dir(&job_root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(WorkspaceError::Duplicate(job.id.clone()))
+            }
+            Err(e) => return Err(io("creating", &job_root)(e)),
+        }
+        let lock = LockFile::try_acquire(&job_root.join("lock"))
+            .map_err(io("locking", &job_root))?
+            .ok_or_else(|| WorkspaceError::Duplicate(job.id.clone()))?;
+
+        let bare_path = bare_clone_path(state, &job.repo);
+        let bare = fetch(&bare_path, job).await?;
+        let nix_ref = format!("quest/rev/{}", job.rev);
+        bare.output(&["update-ref", &format!("refs/heads/{nix_ref}"), &job.rev])
+            .await?;
+
+        let temp_dir = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempdir_in(TEMP_PARENT)
+            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?
+            .keep();
+        let checkout = job_root.join("checkout");
+        let runner_dir = job_root.join("runner");
+        let mut record = Record {
+            checkout: checkout.clone(),
+            worktree_admin: None,
+            temp_dir: temp_dir.clone(),
+        };
+        write_record(&job_root, &record)?;
+        // From here on, dropping `partial` cleans up whatever exists.
+        let partial = Cleanup {
+            job_root: job_root.clone(),
+            armed: true,
+        };
+        std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
+        let checkout_arg = checkout.to_string_lossy().into_owned();
+        bare.output(&[
+            "worktree",
+            "add",
+            "--detach",
+            "--quiet",
+            &checkout_arg,
+            &job.rev,
+        ])
+        .await?;
+        let worktree_admin = worktree_admin_of(&checkout)?;
+        record.worktree_admin = Some(worktree_admin.clone());
+        write_record(&job_root, &record)?;
+        let mut partial = partial;
+        partial.armed = false;
+
+        let canonical = |p: &Path| std::fs::canonicalize(p).map_err(io("resolving", p));
+        Ok(Workspace {
+            paths: WorkspacePaths {
+                checkout: canonical(&checkout)?,
+                bare_clone: canonical(&bare_path)?,
+                worktree_admin: canonical(&worktree_admin)?,
+                temp_dir: canonical(&temp_dir)?,
+                job_dir: canonical(&runner_dir)?,
+                devshell_script: None,
+            },
+            nix_ref,
+            job_root,
+            bare,
+            _lock: lock,
+        })
+    }
+
+    /// The worktree's HEAD now, and the commits made on top of the job's revision (oldest
+    /// first). Also keeps them reachable under `refs/quest/jobs/<id>` so the bare clone's
+    /// garbage collection cannot lose the agent's work after the worktree is gone.
+    pub async fn commits_since(
+        &self,
+        job_id: &str,
+        base: &str,
+    ) -> Result<(String, Vec<String>), WorkspaceError> {
+        let worktree = Git::new(&self.paths.worktree_admin)?;
+        let head = worktree
+            .output(&["rev-parse", "--verify", "HEAD^{commit}"])
+            .await?;
+        let listed = self
+            .bare
+            .output(&["rev-list", "--reverse", &format!("{base}..{head}")])
+            .await?;
+        self.bare
+            .output(&["update-ref", &format!("refs/quest/jobs/{job_id}"), &head])
+            .await?;
+        Ok((head, listed.lines().map(str::to_string).collect()))
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        clean(&self.job_root);
+    }
+}
+
+/// Removes what `workspace.json` names, unless disarmed.
+struct Cleanup {
+    job_root: PathBuf,
+    armed: bool,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.armed {
+            clean(&self.job_root);
+        }
+    }
+}
+
+/// Removes the worktree, its administrative directory and the temp dir of the job at
+/// `job_root`, then the record itself. Errors are logged: cleanup must not mask the job's
+/// own outcome, and a leftover is retried by the next sweep.
+fn clean(job_root: &Path) {
+    let record_path = job_root.join("workspace.json");
+    let Ok(bytes) = std::fs::read(&record_path) else {
+        return;
+    };
+    let Ok(record) = serde_json::from_slice::<Record>(&bytes) else {
+        tracing::warn!(path = %record_path.display(), "unreadable workspace record");
+        return;
+    };
+    let mut ok = true;
+    for dir in [
+        Some(&record.checkout),
+        record.worktree_admin.as_ref(),
+        Some(&record.temp_dir),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Err(e) = remove_tree(dir) {
+            tracing::warn!(path = %dir.display(), "could not remove: {e}");
+            ok = false;
+        }
+    }
+    if ok {
+        let _ = std::fs::remove_file(&record_path);
+    }
+}
+
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Cleans the workspaces of jobs whose runner died: a `workspace.json` whose job lock nobody
+/// holds. Returns how many were cleaned.
+pub fn sweep_abandoned(state: &StateDir) -> usize {
+    let Ok(jobs) = std::fs::read_dir(state.root().join("jobs")) else {
+        return 0;
+    };
+    let mut cleaned = 0;
+    for job in jobs.flatten() {
+        let root = job.path();
+        if !root.join("workspace.json").exists() {
+            continue;
+        }
+        if let Ok(Some(_lock)) = LockFile::try_acquire(&root.join("lock")) {
+            tracing::info!(job = %root.display(), "cleaning the workspace of a job whose runner died");
+            clean(&root);
+            cleaned += 1;
+        }
+    }
+    cleaned
+}
+
+fn write_record(job_root: &Path, record: &Record) -> Result<(), WorkspaceError> {
+    let path = job_root.join("workspace.json");
+    let data = serde_json::to_vec_pretty(record).unwrap_or_default();
+    crate::devshell::nix_version::write_atomically(job_root, &path, &data)
+        .map_err(io("writing", &path))
+}
+
+/// The administrative directory git made for the worktree, from its `.git` file.
+fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
+    let dotgit = checkout.join(".git");
+    let text = std::fs::read_to_string(&dotgit).map_err(io("reading", &dotgit))?;
+    let dir = text
+        .trim()
+        .strip_prefix("gitdir: ")
+        .map(PathBuf::from)
+        .ok_or_else(|| WorkspaceError::Io {
+            action: "parsing",
+            path: dotgit.clone(),
+            source: std::io::Error::other("not a gitdir file"),
+        })?;
+    Ok(if dir.is_absolute() {
+        dir
+    } else {
+        checkout.join(dir)
+    })
+}
+
+/// Makes sure the bare clone has the job's revision: clones on first use, then fetches the
+/// job's ref (which Nix and a human can name) or the bare revision.
+async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
+    let lock_path = bare_path.with_extension("lock");
+    let _lock = LockFile::acquire(&lock_path)
+        .await
+        .map_err(io("locking", &lock_path))?;
+    let bare = Git::for_fetch(bare_path)?;
+    if !bare_path.join("HEAD").exists() {
+        let staged = bare_path.with_extension("new");
+        remove_tree(&staged).map_err(io("removing", &staged))?;
+        let init = Git::new(&staged)?;
+        init.output(&["init", "--quiet", "--bare"]).await?;
+        init.output(&["remote", "add", "origin", &job.repo]).await?;
+        std::fs::rename(&staged, bare_path).map_err(io("publishing", bare_path))?;
+    }
+    let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
+    let mut fetched = Vec::new();
+    if !has_rev(bare_path) {
+        if let Some(r) = &job.git_ref {
+            let short = r.strip_prefix("refs/heads/").unwrap_or(r);
+            let spec = format!("+refs/heads/{short}:refs/heads/{short}");
+            if bare
+                .output(&["fetch", "--quiet", "--no-tags", "origin", &spec])
+                .await
+                .is_ok()
+            {
+                fetched.push(format!("branch {short}"));
+            }
+        }
+    }
+    if !has_rev(bare_path) {
+        bare.output(&["fetch", "--quiet", "--no-tags", "origin", &job.rev])
+            .await
+            .ok();
+        fetched.push("the revision itself".to_string());
+    }
+    if !has_rev(bare_path) {
+        return Err(WorkspaceError::RevMissing {
+            rev: job.rev.clone(),
+            repo: job.repo.clone(),
+            what: fetched.join(", then "),
+        });
+    }
+    Ok(Git::new(bare_path)?)
+}
