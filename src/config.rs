@@ -8,10 +8,86 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub nix: NixConfig,
+    /// Logins the jobs run under, by name.
+    pub accounts: BTreeMap<String, Account>,
+    pub network: NetworkConfig,
+    /// Run untrusted revisions (with no network and no devShell) instead of refusing them.
+    pub allow_untrusted: bool,
+    /// The timeout of a job that names none, e.g. `1h`.
+    pub default_timeout: String,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            nix: NixConfig::default(),
+            accounts: BTreeMap::new(),
+            network: NetworkConfig::default(),
+            allow_untrusted: false,
+            default_timeout: "1h".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Hosts trusted revisions may reach besides the package registries.
+    pub extra_hosts: Vec<String>,
+}
+
+/// A login an agent runs under. Only paths are kept here: the secrets are read at run time
+/// by the agent itself, outside the sandbox, and never copied into a job's files.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "agent", rename_all = "lowercase")]
+pub enum Account {
+    Claude(ClaudeAccount),
+    Opencode(OpencodeAccount),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClaudeAccount {
+    /// A file holding an API key. Claude Code reads it through its `apiKeyHelper`, so the
+    /// key is never in an environment variable its commands could inherit.
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// A Claude Code config dir holding a `/login` (`.credentials.json`).
+    #[serde(default)]
+    pub credentials_file: Option<PathBuf>,
+    /// The API endpoint (`ANTHROPIC_BASE_URL`), for gateways and tests.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OpencodeAccount {
+    /// opencode's `auth.json` (from `opencode auth login`).
+    #[serde(default)]
+    pub auth_file: Option<PathBuf>,
+    /// opencode configuration merged under the runner's own (providers, model). May name
+    /// secret files with opencode's `{file:...}` syntax; never holds the secrets itself.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+    /// `provider/model`.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+impl Account {
+    pub fn agent(&self) -> crate::job::AgentKind {
+        match self {
+            Account::Claude(_) => crate::job::AgentKind::Claude,
+            Account::Opencode(_) => crate::job::AgentKind::Opencode,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -39,6 +115,12 @@ pub enum ConfigError {
     },
     #[error("invalid config {path}: nix option name {name:?} is not a nix setting name")]
     BadNixOption { path: PathBuf, name: String },
+    #[error("invalid config {path}: {field}: {message}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
 }
 
 impl Config {
@@ -61,6 +143,26 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
+        humantime::parse_duration(&config.default_timeout).map_err(|e| ConfigError::Field {
+            path: path.to_path_buf(),
+            field: "default_timeout".to_string(),
+            message: e.to_string(),
+        })?;
+        for (name, account) in &config.accounts {
+            let secrets = match account {
+                Account::Claude(a) => vec![&a.api_key_file, &a.credentials_file],
+                Account::Opencode(a) => vec![&a.auth_file],
+            };
+            for file in secrets.into_iter().flatten() {
+                if !file.is_absolute() {
+                    return Err(ConfigError::Field {
+                        path: path.to_path_buf(),
+                        field: format!("accounts.{name}"),
+                        message: format!("{} is not an absolute path", file.display()),
+                    });
+                }
+            }
+        }
         for name in config.nix.options.keys() {
             // An option name starting with '-' would be read by nix as a flag.
             let valid = !name.is_empty()
@@ -97,6 +199,42 @@ mod tests {
         assert_eq!(
             Config::load(&path, true).unwrap().nix.options["substituters"],
             ""
+        );
+    }
+
+    #[test]
+    fn accounts_parse_by_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        std::fs::write(
+            &path,
+            r#"{"accounts":{
+                "c":{"agent":"claude","api_key_file":"/run/keys/anthropic"},
+                "o":{"agent":"opencode","auth_file":"/run/keys/auth.json","model":"p/m"}}}"#,
+        )
+        .unwrap();
+        let config = Config::load(&path, true).unwrap();
+        assert_eq!(config.accounts["c"].agent(), crate::job::AgentKind::Claude);
+        assert_eq!(
+            config.accounts["o"].agent(),
+            crate::job::AgentKind::Opencode
+        );
+        std::fs::write(
+            &path,
+            r#"{"accounts":{"c":{"agent":"claude","api_key":"sk-x"}}}"#,
+        )
+        .unwrap();
+        let err = Config::load(&path, true).unwrap_err().to_string();
+        assert!(err.contains("api_key"), "{err}");
+        std::fs::write(
+            &path,
+            r#"{"accounts":{"c":{"agent":"claude","api_key_file":"rel"}}}"#,
+        )
+        .unwrap();
+        let err = Config::load(&path, true).unwrap_err().to_string();
+        assert!(
+            err.contains("accounts.c") && err.contains("absolute"),
+            "{err}"
         );
     }
 
