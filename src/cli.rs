@@ -16,10 +16,12 @@ use crate::state::StateDir;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0    success
-  1    the work failed (for example a Nix evaluation or build error)
-  2    bad input: usage, a bad argument, a path that is not a repository, an unknown revision
+  0    success (for run: the agent exited 0)
+  1    the work failed (a Nix error; for run: the agent failed or the job could not run)
+  2    bad input: usage, a bad argument or job field, a path that is not a repository
   3    the host is not ready: a missing binary, an unusable state directory, a bad config file
+  4    run: the job was refused (untrusted revision, unknown account, host not ready)
+  5    run: the job timed out
   130  interrupted by SIGINT
   143  terminated by SIGTERM";
 
@@ -60,8 +62,44 @@ enum Command {
         #[command(subcommand)]
         command: CacheCommand,
     },
+    /// Run one job: an agent on a pinned revision, in the sandbox, with its devShell.
+    Run(JobArgs),
+    /// Print the sandbox policy a job would run under, and its rendering for the agent.
+    Policy(JobArgs),
+    /// Check what jobs need from this host, with the fix for each failure.
+    Doctor,
     /// Check this host end to end on a bundled sample repository.
     Selftest,
+}
+
+/// A job, from a file and/or flags (flags override the file's fields).
+#[derive(Debug, clap::Args)]
+struct JobArgs {
+    /// A job file (JSON; see the README for its fields).
+    #[arg(long, value_name = "FILE")]
+    job: Option<PathBuf>,
+    #[arg(long)]
+    id: Option<String>,
+    /// The repository to fetch from: a URL or a path.
+    #[arg(long)]
+    repo: Option<String>,
+    #[arg(long, value_name = "SHA")]
+    rev: Option<String>,
+    #[arg(long = "ref", value_name = "NAME")]
+    git_ref: Option<String>,
+    /// trusted or untrusted.
+    #[arg(long)]
+    trust: Option<String>,
+    /// claude or opencode.
+    #[arg(long)]
+    agent: Option<String>,
+    #[arg(long)]
+    account: Option<String>,
+    #[arg(long)]
+    prompt: Option<String>,
+    /// e.g. 30m.
+    #[arg(long)]
+    timeout: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -184,6 +222,124 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Env(args) => env(&ctx, args),
         Command::Cache { command } => cache(&ctx, command),
         Command::Selftest => crate::selftest::run(&ctx),
+        Command::Run(args) => run_job(ctx, args),
+        Command::Policy(args) => policy(ctx, args),
+        Command::Doctor => doctor(),
+    }
+}
+
+/// Builds the job from the file and the flags, and validates every field.
+fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
+    use crate::job::JobSpec;
+    let bad = |e: crate::job::JobError| Failure::new(2, e);
+    let mut value = match &args.job {
+        Some(path) => serde_json::to_value(JobSpec::from_file(path).map_err(bad)?)
+            .map_err(|e| Failure::new(2, e))?,
+        None => serde_json::json!({}),
+    };
+    for (key, flag) in [
+        ("id", args.id),
+        ("repo", args.repo),
+        ("rev", args.rev),
+        ("ref", args.git_ref),
+        ("trust", args.trust),
+        ("agent", args.agent),
+        ("account", args.account),
+        ("prompt", args.prompt),
+        ("timeout", args.timeout),
+    ] {
+        if let Some(v) = flag {
+            value[key] = serde_json::Value::String(v);
+        }
+    }
+    let spec = JobSpec::from_json(&value.to_string()).map_err(bad)?;
+    let default_timeout = humantime::parse_duration(&ctx.config.default_timeout)
+        .map_err(|e| Failure::new(3, format!("config default_timeout: {e}")))?;
+    spec.validate(default_timeout).map_err(bad)
+}
+
+fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
+    use crate::run::{Cancel, Outcome, Runner};
+    let job = job_from(args, &ctx)?;
+    let runner = Runner::new(ctx.state, ctx.config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let result = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut sigint = signal(SignalKind::interrupt())
+            .map_err(|e| Failure::new(1, format!("installing a SIGINT handler: {e}")))?;
+        let mut sigterm = signal(SignalKind::terminate())
+            .map_err(|e| Failure::new(1, format!("installing a SIGTERM handler: {e}")))?;
+        let cancel = async move {
+            tokio::select! {
+                _ = sigint.recv() => Cancel::Interrupt,
+                _ = sigterm.recv() => Cancel::Terminate,
+            }
+        };
+        Ok::<_, Failure>(runner.run(&job, cancel).await)
+    })?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&result).unwrap_or_default()
+    );
+    let code = match (result.outcome, result.message.as_deref()) {
+        (Outcome::Cancelled, Some(m)) if m.contains("SIGTERM") => 143,
+        (outcome, _) => outcome.exit_code(),
+    };
+    match code {
+        0 => Ok(()),
+        code => Err(Failure::new(code, result.message.unwrap_or_default())),
+    }
+}
+
+fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
+    let job = job_from(args, &ctx)?;
+    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    // The paths a run would use; the temp dir's random suffix is shown as XXXXXX.
+    let job_root = crate::workspace::job_root(&ctx.state, &job.id);
+    let bare = crate::workspace::bare_clone_path(&ctx.state, &job.repo);
+    let paths = crate::sandbox::WorkspacePaths {
+        checkout: job_root.join("checkout"),
+        worktree_admin: bare.join("worktrees/checkout"),
+        bare_clone: bare,
+        temp_dir: PathBuf::from(crate::workspace::TEMP_PARENT)
+            .join(format!("{}XXXXXX", crate::workspace::TEMP_PREFIX)),
+        job_dir: job_root.join("runner"),
+        devshell_script: (job.trust == crate::job::Trust::Trusted)
+            .then(|| job_root.join("runner/devshell.sh")),
+    };
+    let policy = runner.policy(&job, &paths);
+    let rendered = match ctx.config.accounts.get(&job.account) {
+        Some(crate::config::Account::Claude(account)) => {
+            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, account)})
+        }
+        Some(crate::config::Account::Opencode(_)) => {
+            serde_json::json!({"srt_settings": crate::agent::opencode::srt_settings(&policy)})
+        }
+        None => serde_json::json!(null),
+    };
+    let out = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    Ok(())
+}
+
+fn doctor() -> Result<(), Failure> {
+    let checks = crate::preflight::doctor();
+    let mut failed = 0;
+    for c in &checks {
+        let mark = if c.ok { "ok  " } else { "FAIL" };
+        println!("{mark} {:<40} {}", c.name, c.detail);
+        if let (false, Some(fix)) = (c.ok, &c.fix) {
+            println!("     fix: {fix}");
+        }
+        failed += usize::from(!c.ok);
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(Failure::new(3, format!("{n} check(s) failed"))),
     }
 }
 

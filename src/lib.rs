@@ -4,6 +4,7 @@
 //! Data flows one way: job → workspace → devShell → sandbox policy → agent adapter → result.
 //! This crate grows along that line; each stage is one module.
 
+pub mod agent;
 pub mod binaries;
 pub mod cli;
 pub mod config;
@@ -13,7 +14,9 @@ pub mod git_objects;
 pub mod instructions;
 pub mod job;
 pub mod lockfile;
+pub mod preflight;
 pub mod process;
+pub mod run;
 pub mod sandbox;
 mod selftest;
 pub mod state;

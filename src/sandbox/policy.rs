@@ -244,6 +244,15 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     // Git inside the sandbox must not read a global config from the operator.
     set.insert("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string());
     set.insert("GIT_TERMINAL_PROMPT".to_string(), "0".to_string());
+    // An identity for the agent's commits: HOME is empty, so git would have none.
+    for (k, v) in [
+        ("GIT_AUTHOR_NAME", "quest-runner agent"),
+        ("GIT_AUTHOR_EMAIL", "agent@quest-runner.invalid"),
+        ("GIT_COMMITTER_NAME", "quest-runner agent"),
+        ("GIT_COMMITTER_EMAIL", "agent@quest-runner.invalid"),
+    ] {
+        set.insert(k.to_string(), v.to_string());
+    }
 
     SandboxPolicy {
         platform: inputs.platform,

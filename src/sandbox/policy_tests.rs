@@ -117,6 +117,10 @@ fn environment_keeps_only_the_allowlist() {
     assert_eq!(
         keys,
         [
+            "GIT_AUTHOR_EMAIL",
+            "GIT_AUTHOR_NAME",
+            "GIT_COMMITTER_EMAIL",
+            "GIT_COMMITTER_NAME",
             "GIT_CONFIG_NOSYSTEM",
             "GIT_TERMINAL_PROMPT",
             "HOME",

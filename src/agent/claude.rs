@@ -1,0 +1,175 @@
+//! Claude Code: its built-in sandbox (bubblewrap on Linux, Seatbelt on macOS) enforces the
+//! policy on every Bash command; permission rules confine the file tools, which the sandbox
+//! does not cover.
+//!
+//! The job gets a Claude config dir of its own (`CLAUDE_CONFIG_DIR`) holding only the
+//! settings rendered here and a link to the account's login. With `--setting-sources user`
+//! those settings are all that load: the checkout's `.claude/settings.json` (hooks,
+//! permissions, sandbox loosening) never does, and `--strict-mcp-config` keeps out its
+//! `.mcp.json`. The devShell is sourced before each command, inside the sandbox, through
+//! `CLAUDE_ENV_FILE`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{devshell_hook, AgentError, AgentInputs, Contents, Launch, PlannedFile};
+use crate::config::ClaudeAccount;
+use crate::sandbox::SandboxPolicy;
+
+pub fn config_dir(job_dir: &Path) -> PathBuf {
+    job_dir.join("claude")
+}
+
+/// The settings file: sandbox, permissions, and the API key helper.
+pub fn settings(policy: &SandboxPolicy, account: &ClaudeAccount) -> Value {
+    let checkout = rule_path(&policy.checkout);
+    let temp = rule_path(&policy.tmpdir);
+    let mut settings = json!({
+        "permissions": {
+            "defaultMode": "dontAsk",
+            "allow": [
+                "Bash",
+                format!("Edit({checkout}/**)"),
+                format!("Read({checkout}/**)"),
+                format!("Read({temp}/**)"),
+                "Glob",
+                "Grep",
+                "WebSearch",
+                "TodoWrite",
+            ],
+            // WebFetch runs outside the sandbox, in Claude Code's own process.
+            "deny": ["WebFetch"],
+            "disableBypassPermissionsMode": "disable",
+        },
+        "sandbox": {
+            "enabled": true,
+            "failIfUnavailable": true,
+            "allowUnsandboxedCommands": false,
+            "autoAllowBashIfSandboxed": true,
+            "excludedCommands": [],
+            "filesystem": {
+                "denyRead": paths(&policy.deny_read),
+                "allowRead": paths(&policy.allow_read),
+                "allowWrite": paths(&policy.allow_write),
+                "denyWrite": paths(&policy.deny_write),
+            },
+            "network": {
+                "allowedDomains": policy.allowed_hosts,
+                "allowUnixSockets": [],
+                "allowAllUnixSockets": false,
+                "allowLocalBinding": false,
+            },
+        },
+        "disableAllHooks": true,
+        "enableAllProjectMcpServers": false,
+        "includeCoAuthoredBy": false,
+    });
+    if let Some(key_file) = &account.api_key_file {
+        // Claude Code runs the helper itself, outside the sandbox, and sends the key as a
+        // header: it never enters an environment a command could inherit.
+        settings["apiKeyHelper"] = json!(format!(
+            "cat {}",
+            crate::devshell::render::quote(&key_file.to_string_lossy())
+        ));
+    }
+    settings
+}
+
+/// Permission rules name absolute paths with a leading `//`.
+fn rule_path(path: &Path) -> String {
+    format!("/{}", path.display())
+}
+
+fn paths(list: &[PathBuf]) -> Vec<String> {
+    list.iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
+}
+
+pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch, AgentError> {
+    if account.api_key_file.is_none() && account.credentials_file.is_none() {
+        return Err(AgentError::NoCredentials(inputs.job.account.clone()));
+    }
+    let policy = inputs.policy;
+    let job_dir = &inputs.workspace.job_dir;
+    let config_dir = config_dir(job_dir);
+    let hook = job_dir.join("devshell-hook.sh");
+    let settings = settings(policy, account);
+
+    let mut files = vec![
+        PlannedFile {
+            path: config_dir.clone(),
+            contents: Contents::Dir,
+        },
+        PlannedFile {
+            path: config_dir.join("settings.json"),
+            contents: Contents::File(
+                serde_json::to_string_pretty(&settings).unwrap_or_default(),
+                0o600,
+            ),
+        },
+        PlannedFile {
+            path: hook.clone(),
+            contents: Contents::File(devshell_hook(policy), 0o600),
+        },
+    ];
+    if let Some(credentials) = &account.credentials_file {
+        files.push(PlannedFile {
+            path: config_dir.join(".credentials.json"),
+            contents: Contents::Symlink(credentials.clone()),
+        });
+    }
+
+    let mut env = policy.environment(inputs.host_env.clone());
+    let temp = policy.tmpdir.to_string_lossy().into_owned();
+    for (k, v) in [
+        (
+            "CLAUDE_CONFIG_DIR",
+            config_dir.to_string_lossy().into_owned(),
+        ),
+        ("CLAUDE_ENV_FILE", hook.to_string_lossy().into_owned()),
+        // Claude Code's sandbox gives commands this as TMPDIR; it must be the job's own.
+        ("CLAUDE_CODE_TMPDIR", temp),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+        ("DISABLE_AUTOUPDATER", "1".to_string()),
+    ] {
+        env.insert(k.to_string(), v);
+    }
+    if let Some(url) = &account.base_url {
+        env.insert("ANTHROPIC_BASE_URL".to_string(), url.clone());
+    }
+
+    let mut args: Vec<String> = [
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+        "--permission-mode",
+        "dontAsk",
+        "--disallowedTools",
+        "WebFetch",
+        "--append-system-prompt",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(inputs.system_prompt.to_string());
+    if let Some(model) = &account.model {
+        args.push("--model".to_string());
+        args.push(model.clone());
+    }
+
+    Ok(Launch {
+        program: inputs.program.to_path_buf(),
+        args,
+        env,
+        cwd: policy.checkout.clone(),
+        stdin: inputs.job.prompt.clone(),
+        files,
+        transcript: job_dir.join("transcript.jsonl"),
+    })
+}

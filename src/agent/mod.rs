@@ -1,0 +1,150 @@
+//! Agent adapters: each renders the job's one [`SandboxPolicy`] into its agent's own terms
+//! (Claude Code settings and flags; srt settings and a shell wrapper for opencode).
+//!
+//! Planning is pure: [`plan`] returns a [`Launch`] — the program, arguments, complete
+//! environment and every file to write — so tests can inspect exactly what an agent would be
+//! started with. [`Launch::write_files`] then carries the plan out.
+
+pub mod claude;
+pub mod opencode;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::config::Account;
+use crate::job::Job;
+use crate::sandbox::{SandboxPolicy, WorkspacePaths};
+
+/// Everything needed to start one agent run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// The complete environment: the agent starts from nothing else.
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    /// Written to the agent's stdin, then closed: the prompt, kept off the command line.
+    pub stdin: String,
+    pub files: Vec<PlannedFile>,
+    /// Where the agent's own stdout (its event stream) is kept.
+    pub transcript: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedFile {
+    pub path: PathBuf,
+    pub contents: Contents,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub enum Contents {
+    Dir,
+    /// Bytes and permission bits.
+    File(String, u32),
+    /// A link to a secret the agent reads at run time, so no copy of it is ever made.
+    Symlink(PathBuf),
+}
+
+/// What an adapter needs besides the policy.
+pub struct AgentInputs<'a> {
+    pub job: &'a Job,
+    pub account: &'a Account,
+    pub policy: &'a SandboxPolicy,
+    pub workspace: &'a WorkspacePaths,
+    /// The runner's text for the agent: environment, network, instruction files.
+    pub system_prompt: &'a str,
+    /// The agent binary.
+    pub program: &'a Path,
+    /// srt, for opencode.
+    pub srt: Option<&'a Path>,
+    /// The runner's own environment, filtered by the policy.
+    pub host_env: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AgentError {
+    #[error("account {account} is a {actual} account, but the job asks for {wanted}")]
+    WrongAgent {
+        account: String,
+        actual: &'static str,
+        wanted: &'static str,
+    },
+    #[error("account {0} has no credentials configured")]
+    NoCredentials(String),
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("opencode jobs need srt: set QUEST_RUNNER_SRT or put srt on PATH")]
+    NoSrt,
+    #[error("{action} {path}: {message}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+}
+
+pub fn plan(inputs: &AgentInputs<'_>) -> Result<Launch, AgentError> {
+    match inputs.account {
+        Account::Claude(a) if inputs.job.agent == crate::job::AgentKind::Claude => {
+            claude::plan(inputs, a)
+        }
+        Account::Opencode(a) if inputs.job.agent == crate::job::AgentKind::Opencode => {
+            opencode::plan(inputs, a)
+        }
+        other => Err(AgentError::WrongAgent {
+            account: inputs.job.account.clone(),
+            actual: other.agent().name(),
+            wanted: inputs.job.agent.name(),
+        }),
+    }
+}
+
+impl Launch {
+    /// Creates the planned files, owner-only unless the plan says otherwise.
+    pub fn write_files(&self) -> Result<(), AgentError> {
+        use std::os::unix::fs::PermissionsExt;
+        for f in &self.files {
+            let fail = |action: &'static str, e: std::io::Error| AgentError::Io {
+                action,
+                path: f.path.clone(),
+                message: e.to_string(),
+            };
+            if let Some(parent) = f.path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| fail("creating", e))?;
+            }
+            match &f.contents {
+                Contents::Dir => {
+                    std::fs::create_dir_all(&f.path).map_err(|e| fail("creating", e))?
+                }
+                Contents::File(text, mode) => {
+                    std::fs::write(&f.path, text).map_err(|e| fail("writing", e))?;
+                    std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(*mode))
+                        .map_err(|e| fail("setting permissions of", e))?;
+                }
+                Contents::Symlink(target) => {
+                    let _ = std::fs::remove_file(&f.path);
+                    std::os::unix::fs::symlink(target, &f.path).map_err(|e| fail("linking", e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The small file that sources the devShell script inside the sandbox (or does nothing for a
+/// revision without one). Shell-quoted, since the path comes from the state directory.
+pub fn devshell_hook(policy: &SandboxPolicy) -> String {
+    match &policy.devshell_script {
+        Some(script) => format!(
+            "# quest-runner: the revision's devShell, sourced inside the sandbox\n. {}\n",
+            crate::devshell::render::quote(&script.to_string_lossy())
+        ),
+        None => "# quest-runner: this revision has no devShell\n:\n".to_string(),
+    }
+}
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;

@@ -1,0 +1,271 @@
+//! What a job needs from the host, checked before anything runs, and `quest-runner doctor`.
+//!
+//! A job whose agent cannot be sandboxed must not start at all: Claude Code would otherwise
+//! fall back to running commands unconfined (unless told to fail), and opencode has no
+//! sandbox of its own. So the runner refuses with one line naming what is missing.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+use crate::binaries::{self, Tool};
+use crate::job::AgentKind;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    /// How to fix a failure.
+    pub fix: Option<String>,
+}
+
+fn binary_check(tool: Tool, why: &str, fix: &str) -> Check {
+    match binaries::find(tool) {
+        Ok(path) => Check {
+            name: tool.program().to_string(),
+            ok: true,
+            detail: format!("{} ({why})", path.display()),
+            fix: None,
+        },
+        Err(e) => Check {
+            name: tool.program().to_string(),
+            ok: false,
+            detail: e.to_string(),
+            fix: Some(fix.to_string()),
+        },
+    }
+}
+
+fn ripgrep_check() -> Check {
+    match which::which("rg") {
+        Ok(path) => Check {
+            name: "rg".into(),
+            ok: true,
+            detail: format!("{} (srt scans deny paths with it)", path.display()),
+            fix: None,
+        },
+        Err(_) => Check {
+            name: "rg".into(),
+            ok: false,
+            detail: "ripgrep not found on PATH; srt refuses to start without it".into(),
+            fix: Some("apt-get install ripgrep".into()),
+        },
+    }
+}
+
+/// Whether bubblewrap can create the namespaces a sandbox needs, by asking it to.
+fn userns_check() -> Check {
+    let name = "user namespaces".to_string();
+    let Ok(bwrap) = binaries::find(Tool::Bwrap) else {
+        return Check {
+            name,
+            ok: false,
+            detail: "not checked: bwrap not found".into(),
+            fix: Some("apt-get install bubblewrap".into()),
+        };
+    };
+    let out = Command::new(&bwrap)
+        .args([
+            "--unshare-user",
+            "--unshare-net",
+            "--unshare-pid",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--",
+            "/bin/true",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Check {
+            name,
+            ok: true,
+            detail: "bwrap can create user, network and pid namespaces".into(),
+            fix: None,
+        },
+        Ok(o) => Check {
+            name,
+            ok: false,
+            detail: format!(
+                "bwrap cannot create namespaces: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            fix: Some(userns_fix()),
+        },
+        Err(e) => Check {
+            name,
+            ok: false,
+            detail: format!("running {}: {e}", bwrap.display()),
+            fix: None,
+        },
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn userns_fix() -> String {
+    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    {
+        "AppArmor restricts unprivileged user namespaces: install the profile from \
+         `quest-runner apparmor-profile` (or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+            .into()
+    } else {
+        "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \
+         user.max_user_namespaces > 0)"
+            .into()
+    }
+}
+
+/// The checks a job of `agent` needs. `nix` is checked when a devShell will be built.
+pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
+    let mut checks = Vec::new();
+    match agent {
+        AgentKind::Claude => {
+            checks.push(binary_check(
+                Tool::Claude,
+                "the agent",
+                "install @anthropic-ai/claude-code (scripts/setup does) or set QUEST_RUNNER_CLAUDE",
+            ));
+        }
+        AgentKind::Opencode => {
+            checks.push(binary_check(
+                Tool::Opencode,
+                "the agent",
+                "install opencode-ai (scripts/setup does) or set QUEST_RUNNER_OPENCODE",
+            ));
+            checks.push(binary_check(
+                Tool::Srt,
+                "sandboxes opencode's commands",
+                "install @anthropic-ai/sandbox-runtime (scripts/setup does) or set QUEST_RUNNER_SRT",
+            ));
+            if cfg!(target_os = "linux") {
+                checks.push(ripgrep_check());
+            }
+        }
+    }
+    if cfg!(target_os = "linux") {
+        checks.push(binary_check(
+            Tool::Bwrap,
+            "the sandbox on Linux",
+            "apt-get install bubblewrap, or set QUEST_RUNNER_BWRAP",
+        ));
+        checks.push(binary_check(
+            Tool::Socat,
+            "the sandbox's network proxy on Linux",
+            "apt-get install socat, or set QUEST_RUNNER_SOCAT",
+        ));
+        checks.push(userns_check());
+    }
+    if needs_nix {
+        checks.push(binary_check(
+            Tool::Nix,
+            "builds the revision's devShell",
+            "apt-get install nix-bin, or set QUEST_RUNNER_NIX",
+        ));
+    }
+    checks.push(binary_check(
+        Tool::Git,
+        "clones and worktrees",
+        "apt-get install git",
+    ));
+    checks
+}
+
+/// The first failing check as one line, or `None` when the host is ready.
+pub fn refusal(checks: &[Check]) -> Option<String> {
+    checks.iter().find(|c| !c.ok).map(|c| match &c.fix {
+        Some(fix) => format!("{}: {} (fix: {fix})", c.name, c.detail),
+        None => format!("{}: {}", c.name, c.detail),
+    })
+}
+
+/// Everything `doctor` reports: the checks of both agents plus facts about the host.
+pub fn doctor() -> Vec<Check> {
+    let mut all = checks_for(AgentKind::Claude, true);
+    for c in checks_for(AgentKind::Opencode, false) {
+        if !all.iter().any(|a| a.name == c.name) {
+            all.push(c);
+        }
+    }
+    let restrict = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    all.push(Check {
+        name: "apparmor_restrict_unprivileged_userns".into(),
+        ok: restrict.as_deref() != Some("1")
+            || all.iter().any(|c| c.name == "user namespaces" && c.ok),
+        detail: match restrict.as_deref() {
+            None => "not present (no AppArmor userns restriction on this kernel)".into(),
+            Some("1") => {
+                "1: unprivileged user namespaces need an AppArmor profile for bwrap".into()
+            }
+            Some(v) => format!("{v}: not restricted"),
+        },
+        fix: (restrict.as_deref() == Some("1"))
+            .then(|| "install the profile printed by `quest-runner apparmor-profile`".into()),
+    });
+    let max_userns = read_sysctl("/proc/sys/user/max_user_namespaces");
+    let disabled = max_userns.as_deref() == Some("0");
+    all.push(Check {
+        name: "user.max_user_namespaces".into(),
+        ok: !disabled,
+        detail: max_userns.unwrap_or_else(|| "unknown".into()),
+        fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
+    });
+    all.push(nix_sandbox_check());
+    all
+}
+
+/// Whether Nix builds derivations in its own sandbox. Off means a devShell's build runs with
+/// the runner's rights, which is one reason untrusted revisions never build on the host.
+fn nix_sandbox_check() -> Check {
+    let name = "nix build sandbox".to_string();
+    let Ok(nix) = binaries::find(Tool::Nix) else {
+        return Check {
+            name,
+            ok: false,
+            detail: "nix not found".into(),
+            fix: Some("apt-get install nix-bin".into()),
+        };
+    };
+    let out = Command::new(&nix)
+        .args([
+            "--extra-experimental-features",
+            "nix-command",
+            "show-config",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let value = out.ok().and_then(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("sandbox = ").map(|v| v.trim().to_string()))
+    });
+    Check {
+        name,
+        ok: true,
+        detail: match value.as_deref() {
+            Some("true") => "on".into(),
+            Some(v) => {
+                format!("{v}: devShell builds of trusted revisions run with the runner's rights")
+            }
+            None => "unknown".into(),
+        },
+        fix: None,
+    }
+}
+
+/// Paths of the binaries a launch needs, after the checks passed.
+pub fn resolve(tool: Tool) -> Option<PathBuf> {
+    binaries::find(tool).ok()
+}

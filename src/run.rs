@@ -1,0 +1,480 @@
+//! One job, end to end: preflight → workspace → devShell → policy → agent → result.
+//!
+//! Every exit path — success, failure, timeout, cancellation — ends with the agent's whole
+//! process tree stopped, the worktree and temp dir removed (the [`Workspace`] drop), and a
+//! result written to `<state>/jobs/<id>/result.json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use crate::agent::{self, AgentInputs, Launch};
+use crate::binaries::Tool;
+use crate::config::Config;
+use crate::devshell::{self, DevShells};
+use crate::job::{AgentKind, Job, Trust};
+use crate::preflight;
+use crate::sandbox::{self, PolicyInputs, SandboxPolicy, WorkspacePaths};
+use crate::state::StateDir;
+use crate::workspace::{self, Workspace};
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The agent exited 0.
+    Succeeded,
+    /// The agent exited non-zero or was killed by a signal.
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// The runner refused the job (untrusted revision, host not ready, bad account).
+    Refused,
+    /// The runner could not prepare or run it (fetch, devShell, I/O).
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobResult {
+    pub job_id: String,
+    pub outcome: Outcome,
+    pub agent: AgentKind,
+    pub rev: String,
+    /// The agent's exit code, when it exited.
+    pub exit_status: Option<i32>,
+    pub duration_ms: u64,
+    /// The worktree's HEAD when the agent stopped, and the commits it made (oldest first).
+    pub head: Option<String>,
+    pub commits: Vec<String>,
+    /// The agent's event stream (Claude Code's stream-json, opencode's JSON events).
+    pub transcript: Option<PathBuf>,
+    pub devshell: Option<DevShellSummary>,
+    /// Why the job did not succeed, in one line.
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DevShellSummary {
+    pub cache: devshell::CacheStatus,
+    pub key: String,
+    pub present: bool,
+}
+
+impl Outcome {
+    /// The process exit code `quest-runner run` ends with.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Succeeded => 0,
+            Outcome::Failed => 1,
+            Outcome::Error => 1,
+            Outcome::Refused => 4,
+            Outcome::TimedOut => 5,
+            Outcome::Cancelled => 130,
+        }
+    }
+}
+
+/// Why a job was cancelled, so the exit code can name the signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    Interrupt,
+    Terminate,
+}
+
+/// The runner's side of a job, shared by `run` and (later) `serve`.
+pub struct Runner {
+    pub state: StateDir,
+    pub config: Config,
+    pub devshells: Arc<DevShells>,
+}
+
+impl Runner {
+    pub fn new(state: StateDir, config: Config) -> Runner {
+        let devshells = Arc::new(DevShells::new(&state, &config));
+        Runner {
+            state,
+            config,
+            devshells,
+        }
+    }
+
+    /// Runs `job` until it ends or `cancel` resolves. Always returns a result; the result is
+    /// also written to the job's directory.
+    pub async fn run(
+        &self,
+        job: &Job,
+        cancel: impl std::future::Future<Output = Cancel>,
+    ) -> JobResult {
+        let started = Instant::now();
+        let mut result = JobResult {
+            job_id: job.id.clone(),
+            outcome: Outcome::Error,
+            agent: job.agent,
+            rev: job.rev.clone(),
+            exit_status: None,
+            duration_ms: 0,
+            head: None,
+            commits: Vec::new(),
+            transcript: None,
+            devshell: None,
+            message: None,
+        };
+        tokio::pin!(cancel);
+        tokio::select! {
+            biased;
+            signal = &mut cancel => {
+                result.outcome = Outcome::Cancelled;
+                result.message = Some(match signal {
+                    Cancel::Interrupt => "cancelled by SIGINT".into(),
+                    Cancel::Terminate => "cancelled by SIGTERM".into(),
+                });
+            }
+            () = self.run_inner(job, &mut result) => {}
+        }
+        result.duration_ms = started.elapsed().as_millis() as u64;
+        self.save_result(&result);
+        result
+    }
+
+    async fn run_inner(&self, job: &Job, result: &mut JobResult) {
+        let refuse = |result: &mut JobResult, outcome: Outcome, msg: String| {
+            result.outcome = outcome;
+            result.message = Some(msg);
+        };
+        let Some(account) = self.config.accounts.get(&job.account) else {
+            return refuse(
+                result,
+                Outcome::Refused,
+                format!(
+                    "unknown account {:?}: it is not in the runner's config",
+                    job.account
+                ),
+            );
+        };
+        if account.agent() != job.agent {
+            return refuse(
+                result,
+                Outcome::Refused,
+                format!(
+                    "account {:?} is for {}, but the job asks for {}",
+                    job.account,
+                    account.agent().name(),
+                    job.agent.name()
+                ),
+            );
+        }
+        if job.trust == Trust::Untrusted && !self.config.allow_untrusted {
+            return refuse(
+                result,
+                Outcome::Refused,
+                "untrusted revisions are refused: their devShells would build on this host. \
+                 Set allow_untrusted in the config to run them with no network and no devShell"
+                    .into(),
+            );
+        }
+        let checks = preflight::checks_for(job.agent, job.trust == Trust::Trusted);
+        if let Some(missing) = preflight::refusal(&checks) {
+            return refuse(
+                result,
+                Outcome::Refused,
+                format!("host not ready: {missing}"),
+            );
+        }
+
+        workspace::sweep_abandoned(&self.state);
+        let ws = match Workspace::prepare(&self.state, job).await {
+            Ok(ws) => ws,
+            Err(e) => return refuse(result, Outcome::Error, e.to_string()),
+        };
+        match self.run_in_workspace(job, account, &ws, result).await {
+            Ok(()) => {}
+            Err(message) => {
+                result.outcome = Outcome::Error;
+                result.message = Some(message);
+            }
+        }
+        match ws.commits_since(&job.id, &job.rev).await {
+            Ok((head, commits)) => {
+                result.head = Some(head);
+                result.commits = commits;
+            }
+            Err(e) => tracing::warn!("reading the worktree's commits: {e}"),
+        }
+        // `ws` drops here: worktree and temp dir are removed.
+    }
+
+    async fn run_in_workspace(
+        &self,
+        job: &Job,
+        account: &crate::config::Account,
+        ws: &Workspace,
+        result: &mut JobResult,
+    ) -> Result<(), String> {
+        let mut paths = ws.paths.clone();
+        let mut devshell_attr = None;
+        if job.trust == Trust::Trusted {
+            let req = devshell::Request {
+                repo: paths.bare_clone.clone(),
+                rev: job.rev.clone(),
+                git_ref: Some(ws.nix_ref.clone()),
+                attr: None,
+            };
+            let shell = self.devshells.get(&req).await.map_err(|e| e.to_string())?;
+            result.devshell = Some(DevShellSummary {
+                cache: shell.cache,
+                key: shell.key.clone(),
+                present: shell.env.is_some(),
+            });
+            if let Some(env) = &shell.env {
+                // A copy in the job's directory: the sandbox may read it, but not the cache.
+                let copy = paths.job_dir.join("devshell.sh");
+                std::fs::copy(&env.script, &copy)
+                    .map_err(|e| format!("copying the devShell script: {e}"))?;
+                paths.devshell_script = Some(copy);
+                devshell_attr = Some(shell.attr.clone());
+            }
+        }
+        let policy = self.policy(job, &paths);
+        let instructions = crate::instructions::read(&paths.checkout);
+        let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
+
+        let (tool, srt) = match job.agent {
+            AgentKind::Claude => (Tool::Claude, None),
+            AgentKind::Opencode => (Tool::Opencode, preflight::resolve(Tool::Srt)),
+        };
+        let program = preflight::resolve(tool).ok_or("the agent binary vanished")?;
+        let inputs = AgentInputs {
+            job,
+            account,
+            policy: &policy,
+            workspace: &paths,
+            system_prompt: &system_prompt,
+            program: &program,
+            srt: srt.as_deref(),
+            host_env: std::env::vars().collect(),
+        };
+        let launch = agent::plan(&inputs).map_err(|e| e.to_string())?;
+        launch.write_files().map_err(|e| e.to_string())?;
+        result.transcript = Some(launch.transcript.clone());
+        let ended = run_agent(&launch, job.timeout).await?;
+        match ended {
+            AgentEnd::Exited(code) => {
+                result.exit_status = Some(code);
+                if code == 0 {
+                    result.outcome = Outcome::Succeeded;
+                } else {
+                    result.outcome = Outcome::Failed;
+                    result.message = Some(format!("the agent exited with status {code}"));
+                }
+            }
+            AgentEnd::Signalled(sig) => {
+                result.outcome = Outcome::Failed;
+                result.message = Some(format!("the agent was killed by signal {sig}"));
+            }
+            AgentEnd::TimedOut => {
+                result.outcome = Outcome::TimedOut;
+                result.message = Some(format!(
+                    "timed out after {}",
+                    humantime::format_duration(job.timeout)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy of `job` in the workspace at `paths`.
+    pub fn policy(&self, job: &Job, paths: &WorkspacePaths) -> SandboxPolicy {
+        sandbox::plan(
+            paths,
+            &PolicyInputs {
+                platform: sandbox::Platform::current(),
+                trust: job.trust,
+                extra_hosts: self.config.network.extra_hosts.clone(),
+                state_dir: self.state.root().to_path_buf(),
+                operator_home: std::env::var_os("HOME").map(PathBuf::from),
+            },
+        )
+    }
+
+    fn save_result(&self, result: &JobResult) {
+        let root = workspace::job_root(&self.state, &result.job_id);
+        if !root.exists() {
+            return;
+        }
+        let path = root.join("result.json");
+        let data = serde_json::to_vec_pretty(result).unwrap_or_default();
+        if let Err(e) = crate::devshell::nix_version::write_atomically(&root, &path, &data) {
+            tracing::warn!("writing {}: {e}", path.display());
+        }
+    }
+}
+
+fn system_prompt(
+    job: &Job,
+    policy: &SandboxPolicy,
+    devshell_attr: Option<&str>,
+    instructions: &crate::instructions::Instructions,
+) -> String {
+    let devshell = match devshell_attr {
+        Some(attr) => format!("The revision's devShell ({attr}) is loaded in every command."),
+        None if job.trust == Trust::Untrusted => {
+            "This revision is untrusted: its devShell is not built, so commands get only the base system.".into()
+        }
+        None => "This revision has no flake.nix, so commands get only the base system.".into(),
+    };
+    format!(
+        "You are running as a quest-runner job on revision {rev}.\n\
+         - Work in the checkout at {checkout} and commit your changes there with git: the \
+         job's result is the commits you make.\n\
+         - HOME and TMPDIR are {tmp}, private to this job and deleted when it ends.\n\
+         - Every command runs in a sandbox: it reads the checkout, its git data, its temp \
+         directory and the system, and writes only the checkout and the temp directory.\n\
+         - Network: {network}\n\
+         - {devshell} There is no Nix daemon in the sandbox: `nix build` and `nix flake \
+         check` do not work in jobs; CI runs them.\n{instructions}",
+        rev = job.rev,
+        checkout = policy.checkout.display(),
+        tmp = policy.tmpdir.display(),
+        network = policy.network_summary(),
+        instructions = instructions.prompt_section(),
+    )
+}
+
+enum AgentEnd {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut,
+}
+
+/// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
+/// cancelled job) stops the agent's whole process tree, as does a timeout.
+async fn run_agent(launch: &Launch, timeout: Duration) -> Result<AgentEnd, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let transcript = std::fs::File::create(&launch.transcript)
+        .map_err(|e| format!("creating {}: {e}", launch.transcript.display()))?;
+    let log_path = launch.transcript.with_file_name("agent.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .env_clear()
+        .envs(&launch.env)
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(transcript))
+        .stderr(Stdio::from(log))
+        .process_group(0)
+        .kill_on_drop(false);
+    // Orphans of the agent (a tool's process that left its group) are re-parented to the
+    // runner, which kills them when the agent ends.
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+    let tree = ProcessTree::new(child.id());
+    if let Some(mut stdin) = child.stdin.take() {
+        // A prompt the agent does not read must not block the runner.
+        let prompt = launch.stdin.clone();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(prompt.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let end = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => match (status.code(), status.signal()) {
+            (Some(code), _) => AgentEnd::Exited(code),
+            (None, Some(sig)) => AgentEnd::Signalled(sig),
+            (None, None) => AgentEnd::Exited(-1),
+        },
+        Ok(Err(e)) => return Err(format!("waiting for the agent: {e}")),
+        Err(_) => AgentEnd::TimedOut,
+    };
+    drop(tree);
+    Ok(end)
+}
+
+/// The agent's process group and every descendant that left it; all are stopped when this
+/// is dropped.
+struct ProcessTree {
+    leader: Option<rustix::process::Pid>,
+}
+
+impl ProcessTree {
+    fn new(pid: Option<u32>) -> ProcessTree {
+        ProcessTree {
+            leader: pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)),
+        }
+    }
+}
+
+impl Drop for ProcessTree {
+    fn drop(&mut self) {
+        if let Some(pid) = self.leader {
+            crate::process::terminate_group(pid, crate::process::TERMINATE_GRACE);
+        }
+        kill_descendants();
+    }
+}
+
+/// Kills every process whose parent chain leads to this one, then reaps them.
+fn kill_descendants() {
+    let me = std::process::id();
+    for _ in 0..5 {
+        let children = descendants(me);
+        if children.is_empty() {
+            return;
+        }
+        for pid in &children {
+            if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
+        for pid in &children {
+            if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some(ppid) = parent_pid(&e.path()) {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        for (pid, ppid) in &parent_of {
+            if *ppid == p && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    found.remove(0);
+    // The runner's own threads are tasks, not processes; nothing else of ours is a child
+    // apart from the agent's tree (git and nix have finished by now).
+    found
+}
+
+fn parent_pid(proc_dir: &Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
