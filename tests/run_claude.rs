@@ -32,6 +32,153 @@ fn claude_runner(server: &ModelServer, key_dir: &Path) -> Runner {
     runner
 }
 
+/// Writes `job` (with defaults for the fields it leaves out) and returns its path.
+fn job_file(dir: &Path, job: serde_json::Value) -> PathBuf {
+    let mut full = serde_json::json!({
+        "repo": "/nonexistent",
+        "rev": "0123456789abcdef0123456789abcdef01234567",
+        "ref": "main",
+        "trust": "trusted",
+        "agent": "claude",
+        "account": "main",
+        "prompt": "p",
+    });
+    for (k, v) in job.as_object().unwrap() {
+        full[k] = v.clone();
+    }
+    let path = dir.join(format!("job-{}.json", unique_token()));
+    std::fs::write(&path, full.to_string()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_their_reason() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![]).await;
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let repo_path = repo.src().to_string_lossy().into_owned();
+    let cases = [
+        (
+            serde_json::json!({"repo": repo_path, "rev": rev, "trust": "untrusted"}),
+            4,
+            "untrusted revisions are refused",
+        ),
+        (
+            serde_json::json!({"repo": repo_path, "rev": rev, "account": "nobody"}),
+            4,
+            "unknown account \"nobody\"",
+        ),
+        (
+            serde_json::json!({"repo": repo_path, "rev": rev, "agent": "opencode"}),
+            4,
+            "is for claude",
+        ),
+        (
+            serde_json::json!({"repo": repo_path, "rev": "abc"}),
+            2,
+            "\"rev\"",
+        ),
+        (
+            serde_json::json!({"colour": "red"}),
+            2,
+            "unknown field `colour`",
+        ),
+    ];
+    for (job, code, needle) in cases {
+        let file = job_file(keys.path(), job.clone());
+        let out = runner
+            .command()
+            .args(["run", "--job"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{job}: {stderr}");
+        assert!(stderr.contains(needle), "{job}: {stderr}");
+    }
+    assert!(server.exchanges().is_empty(), "no agent ran");
+}
+
+/// A job whose one command hangs, stopped by its timeout or by a signal: either way the
+/// agent's whole tree is gone, the workspace removed, and the result says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_and_signals_stop_the_agent_and_clean_up() {
+    for how in ["timeout", "SIGTERM", "SIGINT"] {
+        let token = unique_token();
+        let repo = Repo::new();
+        let rev = repo.commit(&[("README.md", "x")]);
+        let server = ModelServer::start_isolated(vec![Step::bash(format!(
+            "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
+        ))])
+        .await;
+        let keys = tempfile::tempdir().unwrap();
+        let runner = claude_runner(&server, keys.path());
+        let file = job_file(
+            keys.path(),
+            serde_json::json!({"id": "stuck", "repo": repo.src().to_string_lossy(), "rev": rev,
+                               "timeout": if how == "timeout" { "4s" } else { "5m" }}),
+        );
+        let mut cmd = runner.command();
+        cmd.env(
+            "QUEST_RUNNER_CLAUDE",
+            agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+        )
+        .args(["run", "--job"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        server.confine(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        if how != "timeout" {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while processes_with(&format!("hang-{token}")).is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the command never started"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let sig = if how == "SIGTERM" {
+                libc::SIGTERM
+            } else {
+                libc::SIGINT
+            };
+            unsafe { libc::kill(child.id() as i32, sig) };
+        }
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let result: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{how}: {e}: {stderr}"));
+        let (code, outcome) = match how {
+            "timeout" => (5, "timed_out"),
+            "SIGTERM" => (143, "cancelled"),
+            _ => (130, "cancelled"),
+        };
+        assert_eq!(out.status.code(), Some(code), "{how}: {stderr}");
+        assert_eq!(result["outcome"], outcome, "{how}");
+        assert!(
+            processes_with(&token).is_empty(),
+            "{how}: the command survived"
+        );
+        let job_dir = runner.state().join("jobs/stuck");
+        assert!(!job_dir.join("checkout").exists(), "{how}: worktree left");
+        assert!(
+            job_dir.join("result.json").exists(),
+            "{how}: no result saved"
+        );
+        let temp = job_temp_dir(&job_dir);
+        assert!(!temp.exists(), "{how}: temp dir {} left", temp.display());
+        assert!(
+            server.confined_processes().is_empty(),
+            "{how}: processes left"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_job_uses_the_devshell_and_commits() {
     let repo = Repo::new();
@@ -59,7 +206,6 @@ async fn claude_job_uses_the_devshell_and_commits() {
     let job_file = keys.path().join("job.json");
     std::fs::write(&job_file, job.to_string()).unwrap();
 
-    let before = quest_job_dirs();
     let mut cmd = runner.command();
     cmd.env(
         "QUEST_RUNNER_CLAUDE",
@@ -114,16 +260,19 @@ async fn claude_job_uses_the_devshell_and_commits() {
         );
     }
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
-    let after = quest_job_dirs();
-    let leaked: Vec<_> = after.difference(&before).collect();
-    assert!(leaked.is_empty(), "temp dirs left: {leaked:?}");
+    let temp = job_temp_dir(&job_dir);
+    assert!(!temp.exists(), "temp dir {} left", temp.display());
 }
 
-fn quest_job_dirs() -> std::collections::BTreeSet<PathBuf> {
-    std::fs::read_dir("/tmp")
+/// The job's private temp dir, as its Claude settings name it (HOME and TMPDIR).
+fn job_temp_dir(job_dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
+    let settings: Value = serde_json::from_str(&text).unwrap();
+    settings["sandbox"]["filesystem"]["allowWrite"]
+        .as_array()
         .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("quest-job-"))
-        .map(|e| e.path())
-        .collect()
+        .iter()
+        .map(|v| PathBuf::from(v.as_str().unwrap()))
+        .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
+        .expect("a quest-job temp dir")
 }

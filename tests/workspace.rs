@@ -1,0 +1,125 @@
+//! The workspace against real git: a bare clone fetched from a path, a worktree at the
+//! revision, a private temp dir; all removed when the workspace drops, and what a killed
+//! runner left behind removed by the next sweep.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use quest_runner::job::{AgentKind, Job, Trust};
+use quest_runner::state::StateDir;
+use quest_runner::workspace::{sweep_abandoned, Workspace};
+use support::*;
+
+fn job(id: &str, repo: &Path, rev: &str) -> Job {
+    Job {
+        id: id.into(),
+        repo: repo.to_string_lossy().into_owned(),
+        rev: rev.into(),
+        git_ref: Some("main".into()),
+        trust: Trust::Trusted,
+        agent: AgentKind::Claude,
+        account: "a".into(),
+        prompt: "p".into(),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+#[tokio::test]
+async fn prepare_lays_out_the_job_and_drop_removes_it() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let ws = Workspace::prepare(&state, &job("w1", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let p = ws.paths.clone();
+    assert_eq!(
+        std::fs::read_to_string(p.checkout.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert!(p.temp_dir.starts_with("/tmp"));
+    let name = p
+        .temp_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with("quest-job-"));
+    assert!(
+        p.temp_dir.to_string_lossy().len() < 36,
+        "short enough for CLAUDE_CODE_TMPDIR"
+    );
+    assert!(p.worktree_admin.starts_with(&p.bare_clone));
+    let head = git(&p.checkout, &["rev-parse", "HEAD"]);
+    assert_eq!(head, rev);
+    // Nix 2.8 can fetch the revision by this branch.
+    let listed = git(&p.bare_clone, &["branch", "--list", &ws.nix_ref]);
+    assert!(!listed.is_empty());
+    // A second job with the same id is refused.
+    let again = Workspace::prepare(&state, &job("w1", &repo.src(), &rev)).await;
+    assert!(again.is_err());
+
+    let (head, commits) = ws.commits_since("w1", &rev).await.unwrap();
+    assert_eq!(head, rev);
+    assert!(commits.is_empty());
+    drop(ws);
+    assert!(!p.checkout.exists());
+    assert!(!p.temp_dir.exists());
+    assert!(!p.worktree_admin.exists());
+    assert!(
+        p.bare_clone.exists(),
+        "the bare clone is kept for the next job"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_revision_is_named() {
+    let repo = Repo::new();
+    repo.commit(&[("a", "a")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let absent = "0123456789abcdef0123456789abcdef01234567";
+    let err = Workspace::prepare(&state, &job("w2", &repo.src(), absent))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains(absent), "{err}");
+}
+
+#[tokio::test]
+async fn sweep_cleans_what_a_killed_runner_left() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let ws = Workspace::prepare(&state, &job("w3", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let p = ws.paths.clone();
+    // A live job is not swept.
+    assert_eq!(sweep_abandoned(&state), 0);
+    assert!(p.checkout.exists());
+    // Simulate a runner killed with SIGKILL: nothing ran its cleanup.
+    std::mem::forget(ws);
+    // The forgotten lock file handle still holds the lock in this process; a dead runner's
+    // would be closed. Release it the way the kernel would.
+    release_locks_of(&state_dir.path().join("jobs/w3/lock"));
+    assert_eq!(sweep_abandoned(&state), 1);
+    assert!(!p.checkout.exists());
+    assert!(!p.temp_dir.exists());
+}
+
+/// Closes every descriptor of this process open on `path`, as process death would.
+fn release_locks_of(path: &Path) {
+    let target = std::fs::canonicalize(path).unwrap();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(fd.path()).ok().as_deref() == Some(target.as_path()) {
+            let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
+            unsafe { libc::close(n) };
+        }
+    }
+}
