@@ -18,7 +18,7 @@ pub mod preflight;
 pub mod process;
 pub mod run;
 pub mod sandbox;
-mod selftest;
+pub mod selftest;
 pub mod state;
 pub mod store_path;
 pub mod workspace;

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use quest_runner::selftest::model_server::{ModelServer, Served, Step, DONE_TEXT};
 use serde_json::{json, Value};
-use support::model_server::{ModelServer, Served, Step, DONE_TEXT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -261,7 +261,7 @@ async fn claude_code_runs_a_scripted_bash_step_bypassing_permissions() {
         Step::bash(SMOKE_COMMAND),
         Step::bash(INTERFACES_COMMAND),
     ])
-    .await;
+    .expect("model server");
     let home = tempdir("qr-claude-home-");
     let work = tempdir("qr-claude-work-");
     let mut cmd = claude_command(&server, home.path(), work.path());
@@ -287,7 +287,8 @@ async fn claude_code_runs_a_scripted_bash_step_bypassing_permissions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_runs_bash_in_dont_ask_mode_with_an_allow_rule() {
-    let server = ModelServer::start_isolated(vec![Step::bash(SMOKE_COMMAND)]).await;
+    let server =
+        ModelServer::start_isolated(vec![Step::bash(SMOKE_COMMAND)]).expect("model server");
     let home = tempdir("qr-claude-home-");
     let work = tempdir("qr-claude-work-");
     let mut cmd = claude_command(&server, home.path(), work.path());
@@ -306,7 +307,8 @@ async fn claude_code_runs_bash_in_dont_ask_mode_with_an_allow_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_in_dont_ask_mode_denies_bash_without_an_allow_rule() {
-    let server = ModelServer::start_isolated(vec![Step::bash(SMOKE_COMMAND)]).await;
+    let server =
+        ModelServer::start_isolated(vec![Step::bash(SMOKE_COMMAND)]).expect("model server");
     let home = tempdir("qr-claude-home-");
     let work = tempdir("qr-claude-work-");
     let mut cmd = claude_command(&server, home.path(), work.path());
@@ -338,7 +340,7 @@ async fn opencode_runs_a_scripted_bash_step() {
         Step::bash(SMOKE_COMMAND),
         Step::bash(INTERFACES_COMMAND),
     ])
-    .await;
+    .expect("model server");
     let home = tempdir("qr-opencode-home-");
     let work = tempdir("qr-opencode-work-");
     // A provider named "scripted" through the openai-compatible SDK, which opencode bundles
@@ -411,7 +413,7 @@ async fn opencode_runs_a_scripted_bash_step() {
 
 #[tokio::test]
 async fn model_server_stops_when_dropped() {
-    let server = ModelServer::start(vec![]).await;
+    let server = ModelServer::start(vec![]).expect("model server");
     let addr = server.addr;
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     conn.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")

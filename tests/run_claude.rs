@@ -6,8 +6,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use quest_runner::selftest::model_server::{ModelServer, Step};
 use serde_json::Value;
-use support::model_server::{ModelServer, Step};
 use support::*;
 
 pub fn agent_binary(var: &str, name: &str) -> PathBuf {
@@ -55,7 +55,7 @@ fn job_file(dir: &Path, job: serde_json::Value) -> PathBuf {
 async fn refusals_name_their_reason() {
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![]).await;
+    let server = ModelServer::start_isolated(vec![]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     let repo_path = repo.src().to_string_lossy().into_owned();
@@ -112,7 +112,7 @@ async fn timeout_and_signals_stop_the_agent_and_clean_up() {
         let server = ModelServer::start_isolated(vec![Step::bash(format!(
             "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
         ))])
-        .await;
+        .expect("model server");
         let keys = tempfile::tempdir().unwrap();
         let runner = claude_runner(&server, keys.path());
         let file = job_file(
@@ -188,8 +188,7 @@ async fn claude_job_uses_the_devshell_and_commits() {
     ]);
     let server = ModelServer::start_isolated(vec![Step::bash(
         "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
-    )])
-    .await;
+    )]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     let job = serde_json::json!({

@@ -4,6 +4,8 @@
 //! The sample is committed with fixed author, committer and dates, so its revision is the same
 //! on every run and on every machine: a second run is a cache hit.
 
+pub mod model_server;
+
 use std::path::Path;
 use std::sync::Arc;
 

@@ -5,8 +5,6 @@
 
 #![allow(dead_code)]
 
-pub mod model_server;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

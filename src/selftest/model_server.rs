@@ -106,6 +106,11 @@ pub const DONE_TEXT: &str = "done";
 const MAX_HEAD: u64 = 64 * 1024;
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
+/// The state survives a panicking connection task: its lock is recovered, not poisoned.
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct State {
     script: Vec<Step>,
     next: usize,
@@ -127,40 +132,43 @@ impl Drop for ModelServer {
 }
 
 impl ModelServer {
-    /// Binds `127.0.0.1:0` in the caller's network namespace.
-    pub async fn start(script: Vec<Step>) -> ModelServer {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    /// Binds `127.0.0.1:0` in the caller's network namespace. Must be called inside a tokio
+    /// runtime.
+    pub fn start(script: Vec<Step>) -> io::Result<ModelServer> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         Self::serve(script, listener, None)
     }
 
     /// Binds `127.0.0.1:0` inside a new network namespace with only `lo` (up); spawn the
-    /// agent through [`ModelServer::confine`] so that it runs there too.
-    pub async fn start_isolated(script: Vec<Step>) -> ModelServer {
+    /// agent through [`ModelServer::confine`] so that it runs there too. Needs
+    /// `CAP_SYS_ADMIN` (root).
+    pub fn start_isolated(script: Vec<Step>) -> io::Result<ModelServer> {
         let (listener, netns) = std::thread::spawn(bind_in_new_netns)
             .join()
-            .expect("netns thread")
-            .expect("a new network namespace (needs root / CAP_SYS_ADMIN)");
+            .map_err(|_| io::Error::other("the network namespace thread panicked"))??;
         Self::serve(script, listener, Some(netns))
     }
 
-    fn serve(script: Vec<Step>, listener: std::net::TcpListener, netns: Option<OwnedFd>) -> Self {
-        listener
-            .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let addr = listener.local_addr().expect("local addr");
-        let listener = TcpListener::from_std(listener).expect("tokio listener");
+    fn serve(
+        script: Vec<Step>,
+        listener: std::net::TcpListener,
+        netns: Option<OwnedFd>,
+    ) -> io::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let listener = TcpListener::from_std(listener)?;
         let state = Arc::new(Mutex::new(State {
             script,
             next: 0,
             log: Vec::new(),
         }));
         let task = tokio::spawn(accept_loop(listener, state.clone()));
-        ModelServer {
+        Ok(ModelServer {
             addr,
             state,
             netns,
             task,
-        }
+        })
     }
 
     /// `http://127.0.0.1:PORT` (Claude Code's `ANTHROPIC_BASE_URL`; opencode's provider
@@ -238,12 +246,12 @@ impl ModelServer {
 
     /// Every request received, in order, with what it was answered with.
     pub fn exchanges(&self) -> Vec<Exchange> {
-        self.state.lock().unwrap().log.clone()
+        lock(&self.state).log.clone()
     }
 
     /// How many script steps have been served.
     pub fn steps_served(&self) -> usize {
-        self.state.lock().unwrap().next
+        lock(&self.state).next
     }
 
     /// The tool results the agent sent back, in both dialects, each once (by id), with the
@@ -572,7 +580,7 @@ fn respond(state: &Mutex<State>, req: &Request) -> Response {
     let anthropic = is_post && route.ends_with("/messages");
     let openai = is_post && route.ends_with("/chat/completions");
 
-    let mut st = state.lock().unwrap();
+    let mut st = lock(state);
     let exchange = st.log.len();
     let (served, turn) = if anthropic || openai {
         let offers_tools = body
