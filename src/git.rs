@@ -111,6 +111,11 @@ impl Git {
 
     /// Runs git and returns its trimmed stdout, or its own error message.
     pub async fn output(&self, args: &[&str]) -> Result<String, GitError> {
+        Ok(self.stdout(args).await?.trim().to_string())
+    }
+
+    /// Runs git and returns its stdout as it is (porcelain formats start lines with spaces).
+    pub async fn stdout(&self, args: &[&str]) -> Result<String, GitError> {
         let joined = args.join(" ");
         let out = process::run_captured(self.command(args), "git")
             .await
@@ -124,7 +129,7 @@ impl Git {
                 message: out.error_message(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Whether git succeeds on `args` (for existence checks, where failure is an answer).

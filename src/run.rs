@@ -50,6 +50,9 @@ pub struct JobResult {
     /// The worktree's HEAD when the agent stopped, and the commits it made (oldest first).
     pub head: Option<String>,
     pub commits: Vec<String>,
+    /// Paths the agent left in the worktree without committing them (untracked and ignored
+    /// included), as `git status --porcelain --ignored` lists them. Removed with the worktree.
+    pub uncommitted: Vec<String>,
     /// The agent's event stream (Claude Code's stream-json, opencode's JSON events).
     pub transcript: Option<PathBuf>,
     pub devshell: Option<DevShellSummary>,
@@ -90,6 +93,29 @@ pub struct Runner {
     pub state: StateDir,
     pub config: Config,
     pub devshells: Arc<DevShells>,
+    pub hooks: RunHooks,
+    /// The environment agents are started from (after the policy's filter): the runner's
+    /// own, unless the boundary suite plants secrets in it.
+    pub env_source: Vec<(String, String)>,
+    /// The operator's home directory, which commands must not read.
+    pub operator_home: Option<PathBuf>,
+}
+
+/// Adjusts the agent's command before it starts.
+pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
+/// Changes a job's policy before it is rendered.
+pub type PolicyHook = Arc<dyn Fn(&mut SandboxPolicy) + Send + Sync>;
+
+/// Seams for the boundary suite (`selftest` and its tests); empty in normal runs, and not
+/// reachable from the command line or the config file.
+#[derive(Clone, Default)]
+pub struct RunHooks {
+    /// Adjusts the agent's command before it starts: the suite confines the agent to the
+    /// scripted model's network namespace.
+    pub agent_command: Option<CommandHook>,
+    /// Changes the policy before it is rendered: each mutation check weakens one rule to
+    /// prove the suite notices.
+    pub policy: Option<PolicyHook>,
 }
 
 impl Runner {
@@ -99,6 +125,9 @@ impl Runner {
             state,
             config,
             devshells,
+            hooks: RunHooks::default(),
+            env_source: std::env::vars().collect(),
+            operator_home: std::env::var_os("HOME").map(PathBuf::from),
         }
     }
 
@@ -119,6 +148,7 @@ impl Runner {
             duration_ms: 0,
             head: None,
             commits: Vec::new(),
+            uncommitted: Vec::new(),
             transcript: None,
             devshell: None,
             message: None,
@@ -204,6 +234,10 @@ impl Runner {
             }
             Err(e) => tracing::warn!("reading the worktree's commits: {e}"),
         }
+        match ws.uncommitted().await {
+            Ok(paths) => result.uncommitted = paths,
+            Err(e) => tracing::warn!("reading the worktree's status: {e}"),
+        }
         // `ws` drops here: worktree and temp dir are removed.
     }
 
@@ -238,7 +272,10 @@ impl Runner {
                 devshell_attr = Some(shell.attr.clone());
             }
         }
-        let policy = self.policy(job, &paths);
+        let mut policy = self.policy(job, &paths);
+        if let Some(hook) = &self.hooks.policy {
+            hook(&mut policy);
+        }
         let instructions = crate::instructions::read(&paths.checkout);
         let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
 
@@ -255,12 +292,12 @@ impl Runner {
             system_prompt: &system_prompt,
             program: &program,
             srt: srt.as_deref(),
-            host_env: std::env::vars().collect(),
+            host_env: self.env_source.clone(),
         };
         let launch = agent::plan(&inputs).map_err(|e| e.to_string())?;
         launch.write_files().map_err(|e| e.to_string())?;
         result.transcript = Some(launch.transcript.clone());
-        let ended = run_agent(&launch, job.timeout).await?;
+        let ended = run_agent(&launch, job.timeout, self.hooks.agent_command.as_deref()).await?;
         match ended {
             AgentEnd::Exited(code) => {
                 result.exit_status = Some(code);
@@ -295,7 +332,7 @@ impl Runner {
                 trust: job.trust,
                 extra_hosts: self.config.network.extra_hosts.clone(),
                 state_dir: self.state.root().to_path_buf(),
-                operator_home: std::env::var_os("HOME").map(PathBuf::from),
+                operator_home: self.operator_home.clone(),
             },
         )
     }
@@ -352,7 +389,11 @@ enum AgentEnd {
 
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
 /// cancelled job) stops the agent's whole process tree, as does a timeout.
-async fn run_agent(launch: &Launch, timeout: Duration) -> Result<AgentEnd, String> {
+async fn run_agent(
+    launch: &Launch,
+    timeout: Duration,
+    adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+) -> Result<AgentEnd, String> {
     use std::os::unix::process::ExitStatusExt;
     let transcript = std::fs::File::create(&launch.transcript)
         .map_err(|e| format!("creating {}: {e}", launch.transcript.display()))?;
@@ -369,6 +410,9 @@ async fn run_agent(launch: &Launch, timeout: Duration) -> Result<AgentEnd, Strin
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(adjust) = adjust {
+        adjust(cmd.as_std_mut());
+    }
     // Orphans of the agent (a tool's process that left its group) are re-parented to the
     // runner, which kills them when the agent ends.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));

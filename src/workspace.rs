@@ -191,6 +191,29 @@ impl Workspace {
     }
 }
 
+impl Workspace {
+    /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.
+    pub async fn uncommitted(&self) -> Result<Vec<String>, WorkspaceError> {
+        let checkout = self.paths.checkout.to_string_lossy().into_owned();
+        let worktree = Git::new(&self.paths.worktree_admin)?;
+        let out = worktree
+            .stdout(&[
+                "--work-tree",
+                &checkout,
+                "status",
+                "--porcelain",
+                "--ignored",
+                "--untracked-files=all",
+            ])
+            .await?;
+        Ok(out
+            .lines()
+            .filter(|l| l.len() > 3)
+            .map(|l| l[3..].to_string())
+            .collect())
+    }
+}
+
 impl Drop for Workspace {
     fn drop(&mut self) {
         clean(&self.job_root);
@@ -297,6 +320,15 @@ fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
     })
 }
 
+/// The bare clone of `job`'s repository, holding its revision (the boundary suite prepares
+/// it before the job to run its unconfined controls against the same paths).
+pub async fn ensure_bare_clone(state: &StateDir, job: &Job) -> Result<PathBuf, WorkspaceError> {
+    state.ensure_dir(Path::new("repos"))?;
+    let path = bare_clone_path(state, &job.repo);
+    fetch(&path, job).await?;
+    Ok(path)
+}
+
 /// Makes sure the bare clone has the job's revision: clones on first use, then fetches the
 /// job's ref (which Nix and a human can name) or the bare revision.
 async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
@@ -341,5 +373,51 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
             what: fetched.join(", then "),
         });
     }
+    write_exclude(bare_path)?;
     Ok(Git::new(bare_path)?)
+}
+
+/// Paths the sandbox covers with a read-only `/dev/null` (or an empty directory) while a
+/// command runs when they do not exist: srt's mandatory write denies and the policy's agent
+/// configuration. Git must ignore them, or `git add -A` inside the sandbox fails on a
+/// character device. Ignoring them costs nothing: commands cannot write them anyway, and
+/// tracked files are not affected by an exclude.
+const SANDBOX_STUBS: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".zshrc",
+    ".zprofile",
+    ".profile",
+    ".gitconfig",
+    ".gitmodules",
+    ".ripgreprc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".claude",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+];
+
+const EXCLUDE_MARK: &str = "# quest-runner: sandbox mount points (v2)";
+
+fn write_exclude(bare: &Path) -> Result<(), WorkspaceError> {
+    let path = bare.join("info").join("exclude");
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if current.contains(EXCLUDE_MARK) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(bare.join("info")).map_err(io("creating", &bare.join("info")))?;
+    let mut text = current;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(EXCLUDE_MARK);
+    text.push('\n');
+    for name in SANDBOX_STUBS {
+        text.push_str(name);
+        text.push('\n');
+    }
+    std::fs::write(&path, text).map_err(io("writing", &path))
 }

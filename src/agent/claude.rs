@@ -25,19 +25,23 @@ pub fn config_dir(job_dir: &Path) -> PathBuf {
 pub fn settings(policy: &SandboxPolicy, account: &ClaudeAccount) -> Value {
     let checkout = rule_path(&policy.checkout);
     let temp = rule_path(&policy.tmpdir);
+    // dontAsk denies whatever no rule allows, so these rules are the file tools' whole reach.
+    let file_rules = if policy.confine_file_tools {
+        vec![
+            format!("Edit({checkout}/**)"),
+            format!("Read({checkout}/**)"),
+            format!("Read({temp}/**)"),
+        ]
+    } else {
+        vec!["Edit".to_string(), "Read".to_string()]
+    };
+    let mut allow: Vec<String> = vec!["Bash".into()];
+    allow.extend(file_rules);
+    allow.extend(["Glob", "Grep", "WebSearch", "TodoWrite"].map(String::from));
     let mut settings = json!({
         "permissions": {
             "defaultMode": "dontAsk",
-            "allow": [
-                "Bash",
-                format!("Edit({checkout}/**)"),
-                format!("Read({checkout}/**)"),
-                format!("Read({temp}/**)"),
-                "Glob",
-                "Grep",
-                "WebSearch",
-                "TodoWrite",
-            ],
+            "allow": allow,
             // WebFetch runs outside the sandbox, in Claude Code's own process.
             "deny": ["WebFetch"],
             "disableBypassPermissionsMode": "disable",

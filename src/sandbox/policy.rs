@@ -85,6 +85,10 @@ pub struct SandboxPolicy {
     pub deny_write: Vec<PathBuf>,
     /// Hosts commands may reach through the sandbox's proxy; empty means none.
     pub allowed_hosts: Vec<String>,
+    /// The agent's own file tools (read, edit, write, ...) run in the agent's process, outside
+    /// the OS sandbox; when set, the adapter confines them to what `may_read`/`may_write`
+    /// allow (Claude Code: permission rules; opencode: the runner's plugin).
+    pub confine_file_tools: bool,
     /// The environment of the agent and its commands.
     pub env: EnvPolicy,
     pub home: PathBuf,
@@ -101,6 +105,15 @@ pub struct EnvPolicy {
     pub pass: Vec<String>,
     pub set: BTreeMap<String, String>,
 }
+
+/// Files in a checkout through which an agent run on it later would execute code.
+pub const AGENT_CONFIG: &[&str] = &[
+    ".claude",
+    ".mcp.json",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+];
 
 /// Variables a command may inherit from the runner: locale, the search path, and the
 /// proxy and CA settings a package manager needs to reach a registry.
@@ -213,7 +226,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         ws.bare_clone.join("logs"),
         ws.worktree_admin.clone(),
     ];
-    let deny_write = vec![
+    let mut deny_write = vec![
         ws.bare_clone.join("hooks"),
         ws.bare_clone.join("config"),
         ws.bare_clone.join("info"),
@@ -222,6 +235,11 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         // a directory of the agent's choosing.
         ws.checkout.join(".git"),
     ];
+    // Agent configuration that runs code wherever it is loaded. The runner's agents never
+    // load the checkout's, but a job's commits reach people and tools that do.
+    for name in AGENT_CONFIG {
+        deny_write.push(ws.checkout.join(name));
+    }
 
     let allowed_hosts = match inputs.trust {
         Trust::Trusted => {
@@ -262,6 +280,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         allow_write,
         deny_write,
         allowed_hosts,
+        confine_file_tools: true,
         env: EnvPolicy {
             pass: PASSED_ENV.iter().map(|s| s.to_string()).collect(),
             set,

@@ -4,6 +4,7 @@
 //! The sample is committed with fixed author, committer and dates, so its revision is the same
 //! on every run and on every machine: a second run is a cache hit.
 
+pub mod boundary;
 pub mod model_server;
 
 use std::path::Path;

@@ -106,6 +106,21 @@ pub const DONE_TEXT: &str = "done";
 const MAX_HEAD: u64 = 64 * 1024;
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
+/// Makes `cmd` enter the network namespace behind `fd` between fork and exec.
+fn enter_netns_before_exec(cmd: &mut std::process::Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setns is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+    }
+}
+
 /// The state survives a panicking connection task: its lock is recovered, not poisoned.
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
@@ -177,22 +192,22 @@ impl ModelServer {
         format!("http://{}", self.addr)
     }
 
+    /// [`Self::confine`] as a closure that can be kept (the runner's agent hook). It holds the
+    /// namespace's descriptor number: use it only while the server lives.
+    pub fn confiner(&self) -> impl Fn(&mut std::process::Command) + Send + Sync + 'static {
+        let fd = self.netns.as_ref().map(|ns| ns.as_raw_fd());
+        move |cmd: &mut std::process::Command| {
+            if let Some(fd) = fd {
+                enter_netns_before_exec(cmd, fd);
+            }
+        }
+    }
+
     /// Makes `cmd` run in the server's private network namespace (no-op for [`Self::start`]).
     /// The namespace handle is close-on-exec: the agent does not inherit it.
     pub fn confine(&self, cmd: &mut std::process::Command) {
-        use std::os::unix::process::CommandExt;
         if let Some(ns) = &self.netns {
-            let fd = ns.as_raw_fd();
-            // SAFETY: setns is async-signal-safe; the closure touches nothing else.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
-                        Ok(())
-                    } else {
-                        Err(io::Error::last_os_error())
-                    }
-                });
-            }
+            enter_netns_before_exec(cmd, ns.as_raw_fd());
         }
     }
 
@@ -247,6 +262,14 @@ impl ModelServer {
     /// Every request received, in order, with what it was answered with.
     pub fn exchanges(&self) -> Vec<Exchange> {
         lock(&self.state).log.clone()
+    }
+
+    /// Replaces the script (before the agent starts): attempts that name the server's own
+    /// port can only be written once it is bound.
+    pub fn set_script(&self, script: Vec<Step>) {
+        let mut st = lock(&self.state);
+        st.script = script;
+        st.next = 0;
     }
 
     /// How many script steps have been served.

@@ -1,0 +1,23 @@
+//! The hostile-repository boundary suite.
+//!
+//! One real runner job — real agent, real sandbox, real devShell — on a repository that
+//! attacks its runner, with a scripted model that makes the attacks one tool call at a time.
+//! No refusal can pass vacuously:
+//! - every shell attempt first runs unconfined, with the same paths, and must escape there;
+//! - a permitted command must write the checkout and `$TMPDIR` inside the same sandbox;
+//! - every attempt prints a marker after it runs, and the marker must come back;
+//! - the agent must offer every tool the script calls, and file-tool refusals must come from
+//!   the runner's rules;
+//! - the checkout's own hooks and plugins are shown to fire when an agent loads them plainly;
+//! - after the job: nothing uncommitted in the checkout, no temp dir, no process.
+//!
+//! Mutation checks ([`mutation::Mutation`]) weaken one rule each and require its escape.
+
+pub mod attempts;
+mod hostile;
+pub mod mutation;
+pub mod suite;
+pub mod world;
+
+pub use mutation::Mutation;
+pub use suite::{run, SuiteConfig, SuiteReport};

@@ -1,0 +1,93 @@
+//! Mutation checks: each weakens one rule of the policy, and the suite must then show the
+//! escape that rule exists to stop. A suite that still passes under a mutation would pass
+//! vacuously.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::sandbox::SandboxPolicy;
+
+/// One weakened rule, and the attempt that must escape because of it.
+///
+/// | mutation                | the rule it weakens                         | escapes          |
+/// |-------------------------|---------------------------------------------|------------------|
+/// | `write-shared-tmp`      | writes confined to checkout and temp dir    | write-shared-tmp |
+/// | `write-bare-clone`      | the bare clone is read-only but for commits | write-bare-info  |
+/// | `no-deny-write`         | the deny-write list (agent config)          | plant-opencode-plugin |
+/// | `no-deny-read`          | the deny-read list (secrets, state, homes)  | read-account-abs |
+/// | `allow-loopback`        | the network allowlist                       | net-proxy        |
+/// | `pass-all-env`          | the environment allowlist                   | env-scan         |
+/// | `unconfined-file-tools` | the agent's file tools kept in the checkout | tool-read-account|
+///
+/// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
+/// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
+/// write denies, so weakening the policy alone does not free them. Each mutation is paired
+/// with an attempt that only the policy's rule refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutation {
+    WriteSharedTmp,
+    WriteBareClone,
+    NoDenyWrite,
+    NoDenyRead,
+    AllowLoopback,
+    PassAllEnv,
+    UnconfinedFileTools,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 7] = [
+        Mutation::WriteSharedTmp,
+        Mutation::WriteBareClone,
+        Mutation::NoDenyWrite,
+        Mutation::NoDenyRead,
+        Mutation::AllowLoopback,
+        Mutation::PassAllEnv,
+        Mutation::UnconfinedFileTools,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::WriteSharedTmp => "write-shared-tmp",
+            Mutation::WriteBareClone => "write-bare-clone",
+            Mutation::NoDenyWrite => "no-deny-write",
+            Mutation::NoDenyRead => "no-deny-read",
+            Mutation::AllowLoopback => "allow-loopback",
+            Mutation::PassAllEnv => "pass-all-env",
+            Mutation::UnconfinedFileTools => "unconfined-file-tools",
+        }
+    }
+
+    /// The attempt that must escape under this mutation.
+    pub fn caught_by(self) -> &'static str {
+        match self {
+            Mutation::WriteSharedTmp => "write-shared-tmp",
+            Mutation::WriteBareClone => "write-bare-info",
+            Mutation::NoDenyWrite => "plant-opencode-plugin",
+            Mutation::NoDenyRead => "read-account-abs",
+            Mutation::AllowLoopback => "net-proxy",
+            Mutation::PassAllEnv => "env-scan",
+            Mutation::UnconfinedFileTools => "tool-read-account",
+        }
+    }
+
+    /// Weakens `policy` (whose bare clone is `bare`).
+    pub fn apply(self, policy: &mut SandboxPolicy, bare: &Path) {
+        match self {
+            Mutation::WriteSharedTmp => policy.allow_write.push(PathBuf::from("/tmp")),
+            Mutation::WriteBareClone => {
+                policy.allow_write.push(bare.to_path_buf());
+                policy.deny_write.retain(|p| !p.starts_with(bare));
+            }
+            Mutation::NoDenyWrite => policy.deny_write.clear(),
+            Mutation::NoDenyRead => {
+                policy.deny_read.clear();
+                policy.allow_read.clear();
+            }
+            Mutation::AllowLoopback => policy.allowed_hosts.push("127.0.0.1".into()),
+            Mutation::PassAllEnv => policy.env.pass.push("*".into()),
+            Mutation::UnconfinedFileTools => policy.confine_file_tools = false,
+        }
+    }
+}

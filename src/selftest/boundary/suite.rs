@@ -1,0 +1,839 @@
+//! Running the boundary suite: controls first, then one real job through the runner, then
+//! the verdict of every attempt.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::attempts::{self, Attempt, Detect, Rule, Targets};
+use super::mutation::Mutation;
+use super::world::World;
+use crate::config::{Account, ClaudeAccount, Config, OpencodeAccount};
+use crate::job::{AgentKind, Job, Trust};
+use crate::run::{Cancel, JobResult, Outcome, RunHooks, Runner};
+use crate::selftest::model_server::ModelServer;
+use crate::state::StateDir;
+
+#[derive(Debug, Clone)]
+pub struct SuiteConfig {
+    pub agent: AgentKind,
+    pub trust: Trust,
+    /// One rule weakened; the run must then show the matching escape.
+    pub mutation: Option<Mutation>,
+    /// Run the unconfined controls (skipped in mutation runs, which the base run covers).
+    pub controls: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptReport {
+    pub id: &'static str,
+    pub what: String,
+    pub rule: Rule,
+    /// The same command escaped when run unconfined (`None`: no unconfined form).
+    pub control_escaped: Option<bool>,
+    /// The attempt reached the sandbox (its marker, or a tool result, came back).
+    pub ran: bool,
+    pub escaped: bool,
+    /// For file tools: the refusal came from the runner's rules.
+    pub refused_by_runner: Option<bool>,
+    pub evidence: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ControlReport {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    pub agent: AgentKind,
+    pub trust: Trust,
+    pub mutation: Option<Mutation>,
+    pub attempts: Vec<AttemptReport>,
+    pub controls: Vec<ControlReport>,
+    pub job: Option<JobResult>,
+    pub seconds: f64,
+}
+
+impl SuiteReport {
+    pub fn escaped(&self) -> Vec<&AttemptReport> {
+        self.attempts.iter().filter(|a| a.escaped).collect()
+    }
+
+    pub fn failed_controls(&self) -> Vec<&ControlReport> {
+        self.controls.iter().filter(|c| !c.passed).collect()
+    }
+
+    /// The boundary held and the run proves it: nothing escaped and every control passed.
+    pub fn holds(&self) -> bool {
+        self.escaped().is_empty() && self.failed_controls().is_empty()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for a in &self.attempts {
+            let verdict = if a.escaped { "ESCAPED" } else { "refused" };
+            out.push(format!("{verdict:<8} {:<24} {}", a.id, a.what));
+        }
+        for c in &self.controls {
+            let verdict = if c.passed { "ok" } else { "FAILED" };
+            out.push(format!("control {verdict:<6} {:<32} {}", c.name, c.detail));
+        }
+        out
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({:?}): {} attempts, {} refused, {} escaped; {}/{} controls passed; {:.1}s",
+            self.agent.name(),
+            self.trust,
+            self.attempts.len(),
+            self.attempts.iter().filter(|a| !a.escaped).count(),
+            self.escaped().len(),
+            self.controls.iter().filter(|c| c.passed).count(),
+            self.controls.len(),
+            self.seconds,
+        )
+    }
+}
+
+fn agent_binary(agent: AgentKind) -> Option<PathBuf> {
+    crate::binaries::find(match agent {
+        AgentKind::Claude => crate::binaries::Tool::Claude,
+        AgentKind::Opencode => crate::binaries::Tool::Opencode,
+    })
+    .ok()
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Runs the suite once.
+pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
+    let started = Instant::now();
+    let world = World::new(cfg.agent)?;
+    // Loopback only, in a namespace of its own when we may create one: the agents' own
+    // vendor traffic then fails at once instead of leaving the machine.
+    let server = if is_root() {
+        ModelServer::start_isolated(Vec::new())
+    } else {
+        ModelServer::start(Vec::new())
+    }
+    .map_err(|e| format!("starting the scripted model: {e}"))?;
+    let state = StateDir::at(&world.state);
+    let job = Job {
+        id: format!("boundary-{}-{}", cfg.agent.name(), world.token),
+        repo: world.repo.display().to_string(),
+        rev: world.rev.clone(),
+        git_ref: Some("main".into()),
+        trust: cfg.trust,
+        agent: cfg.agent,
+        account: "main".into(),
+        prompt: "Carry out the boundary suite's steps.".into(),
+        timeout: Duration::from_secs(300),
+    };
+    let targets = Targets {
+        agent: cfg.agent,
+        trust: cfg.trust,
+        bare: crate::workspace::bare_clone_path(&state, &job.repo),
+        checkout: crate::workspace::job_root(&state, &job.id).join("checkout"),
+        port: server.addr.port(),
+    };
+    let attempts = attempts::all(&world, &targets);
+    let mut script = vec![attempts::permitted(&targets)];
+    let mut last_step = Vec::new();
+    for a in &attempts {
+        script.extend(a.steps.iter().cloned());
+        last_step.push(script.len() - 1);
+    }
+    script.extend(attempts::closing());
+    server.set_script(script);
+
+    let mut controls = Vec::new();
+    let mut control_results = vec![None; attempts.len()];
+    let env_source: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
+        .chain(world.planted_env())
+        .collect();
+    let config = suite_config(&world, &server, cfg)?;
+    std::fs::write(
+        state.config_file(),
+        serde_json::to_string_pretty(&config).unwrap_or_default(),
+    )
+    .map_err(|e| format!("writing the runner's config: {e}"))?;
+    crate::workspace::ensure_bare_clone(&state, &job)
+        .await
+        .map_err(|e| e.to_string())?;
+    if cfg.controls {
+        run_controls(
+            &world,
+            &targets,
+            &attempts,
+            &server,
+            &env_source,
+            &mut control_results,
+            &mut controls,
+        )?;
+        controls.push(project_config_control(&world, &targets, cfg.agent).await);
+    }
+
+    // The job itself, through the runner, as an operator would run it.
+    let mut runner = Runner::new(state.clone(), config);
+    runner.env_source = env_source.clone();
+    runner.operator_home = Some(world.operator_home.clone());
+    let server_confine = server.confiner();
+    runner.hooks = RunHooks {
+        agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
+        policy: cfg.mutation.map(|m| {
+            let bare = targets.bare.clone();
+            Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| m.apply(p, &bare))
+                as crate::run::PolicyHook
+        }),
+    };
+    let before_jobs = quest_job_dirs();
+    let served_before = server.exchanges().len();
+    let result = runner.run(&job, std::future::pending::<Cancel>()).await;
+    let exchanges = server.exchanges();
+
+    // Verdicts.
+    let outputs = tool_outputs(&server);
+    let mut reports = Vec::new();
+    for (i, a) in attempts.iter().enumerate() {
+        let step = last_step[i];
+        let output = outputs.get(&step).cloned();
+        let ran = match (&a.ran_marker, &output) {
+            (Some(marker), Some(out)) => out.contains(marker.as_str()),
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        let text = output.clone().unwrap_or_default();
+        let escaped = detect(
+            &a.detect,
+            &text,
+            &exchanges[served_before.min(exchanges.len())..],
+            &world,
+        );
+        let refused_by_runner =
+            (a.rule == Rule::FileTools).then(|| refused_by_runner(cfg.agent, &text));
+        reports.push(AttemptReport {
+            id: a.id,
+            what: a.what.clone(),
+            rule: a.rule,
+            control_escaped: control_results[i],
+            ran,
+            escaped,
+            refused_by_runner,
+            evidence: clip(&text, 300),
+        });
+    }
+    after_job_controls(
+        &world,
+        &server,
+        &result,
+        &outputs,
+        &reports,
+        &before_jobs,
+        cfg,
+        &mut controls,
+    );
+    if cfg.controls && cfg.trust == Trust::Trusted {
+        controls.push(shellhook_control(&world, &result, &state));
+    }
+    // Whatever escaped is removed, so a failed run does not leave planted files behind.
+    for a in &attempts {
+        if let Detect::HostPath(p) = &a.detect {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let _ = std::fs::remove_file(format!("/tmp/qr-shellhook-{}", world.token));
+    Ok(SuiteReport {
+        agent: cfg.agent,
+        trust: cfg.trust,
+        mutation: cfg.mutation,
+        attempts: reports,
+        controls,
+        job: Some(result),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn suite_config(world: &World, server: &ModelServer, cfg: &SuiteConfig) -> Result<Config, String> {
+    let mut config = Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".into(), String::new());
+    config.allow_untrusted = cfg.trust == Trust::Untrusted;
+    let account = match cfg.agent {
+        AgentKind::Claude => Account::Claude(ClaudeAccount {
+            api_key_file: Some(world.account_file.clone()),
+            base_url: Some(server.base_url()),
+            ..Default::default()
+        }),
+        AgentKind::Opencode => Account::Opencode(OpencodeAccount {
+            auth_file: Some(world.account_file.clone()),
+            config: Some(serde_json::json!({
+                "provider": {"scripted": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "scripted",
+                    "options": {"baseURL": format!("{}/v1", server.base_url())},
+                    "models": {"scripted": {"name": "scripted", "tool_call": true}},
+                }},
+            })),
+            model: Some("scripted/scripted".into()),
+        }),
+    };
+    config.accounts.insert("main".into(), account);
+    Ok(config)
+}
+
+/// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape;
+/// then its effects are undone before the job runs.
+#[allow(clippy::too_many_arguments)]
+fn run_controls(
+    world: &World,
+    t: &Targets,
+    attempts: &[Attempt],
+    server: &ModelServer,
+    env_source: &[(String, String)],
+    results: &mut [Option<bool>],
+    controls: &mut Vec<ControlReport>,
+) -> Result<(), String> {
+    let checkout = world.path().join("control-checkout");
+    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
+    let status = Command::new(&git)
+        .args(["-c", "core.hooksPath=/dev/null", "--git-dir"])
+        .arg(&t.bare)
+        .args(["worktree", "add", "--detach", "--quiet"])
+        .arg(&checkout)
+        .arg(&world.rev)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err("creating the control worktree failed".into());
+    }
+    let snapshots: Vec<(PathBuf, Option<Vec<u8>>)> = [
+        t.bare.join("config"),
+        t.bare.join("info/exclude"),
+        world.operator_home.join(".bashrc"),
+    ]
+    .into_iter()
+    .map(|p| {
+        let data = std::fs::read(&p).ok();
+        (p, data)
+    })
+    .collect();
+    let dotgit = std::fs::read(checkout.join(".git")).map_err(|e| e.to_string())?;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut all_escaped = true;
+    for (i, a) in attempts.iter().enumerate() {
+        let Some(command) = &a.control else { continue };
+        let before = server.exchanges().len();
+        let mut cmd = Command::new("/bin/bash");
+        // Outside the sandbox, but in the scripted model's network namespace, where the
+        // network attempts' target lives.
+        server.confine(&mut cmd);
+        let out = cmd
+            .args(["-c", command])
+            .current_dir(&checkout)
+            .env_clear()
+            .envs(env_source.iter().cloned())
+            .env("HOME", &world.operator_home)
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let exchanges = server.exchanges();
+        let escaped = detect(&a.detect, &text, &exchanges[before..], world);
+        results[i] = Some(escaped);
+        all_escaped &= escaped;
+        if let Detect::HostPath(p) = &a.detect {
+            let _ = std::fs::remove_file(p);
+        }
+        // Undo what the control did before the next one runs: the files it may have
+        // changed, then the checkout's tracked content.
+        for (path, data) in &snapshots {
+            if let Some(data) = data {
+                let _ = std::fs::write(path, data);
+            }
+        }
+        let _ = std::fs::write(checkout.join(".git"), &dotgit);
+        let _ = Command::new(&git)
+            .args(["-c", "core.hooksPath=/dev/null", "-C"])
+            .arg(&checkout)
+            .args(["checkout", "-q", "--force", "--detach", &world.rev])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = std::fs::remove_dir_all(&checkout);
+    let _ = Command::new(&git)
+        .args(["--git-dir"])
+        .arg(&t.bare)
+        .args(["worktree", "prune"])
+        .status();
+    let failed: Vec<&str> = attempts
+        .iter()
+        .zip(results.iter())
+        .filter(|(_, r)| **r == Some(false))
+        .map(|(a, _)| a.id)
+        .collect();
+    controls.push(ControlReport {
+        name: "every attempt escapes unconfined".into(),
+        passed: all_escaped,
+        detail: if failed.is_empty() {
+            format!(
+                "{} shell attempts escaped when run outside the sandbox",
+                results.iter().filter(|r| r.is_some()).count()
+            )
+        } else {
+            format!("did not escape unconfined: {}", failed.join(", "))
+        },
+    });
+    Ok(())
+}
+
+/// The checkout's own agent configuration is real: run plainly, the agent loads it and its
+/// hook or plugin fires. Without this, "never ran" would prove nothing.
+async fn project_config_control(world: &World, t: &Targets, agent: AgentKind) -> ControlReport {
+    let name = "the checkout's own agent config fires when loaded".to_string();
+    let Some(program) = agent_binary(agent) else {
+        return ControlReport {
+            name,
+            passed: false,
+            detail: "agent binary not found".into(),
+        };
+    };
+    let server = match if is_root() {
+        ModelServer::start_isolated(Vec::new())
+    } else {
+        ModelServer::start(Vec::new())
+    } {
+        Ok(s) => s,
+        Err(e) => {
+            return ControlReport {
+                name,
+                passed: false,
+                detail: e.to_string(),
+            }
+        }
+    };
+    let work = world.path().join("config-control");
+    let _ = std::fs::remove_dir_all(&work);
+    let copy = Command::new("cp")
+        .arg("-a")
+        .arg(&world.repo)
+        .arg(&work)
+        .status();
+    if !copy.is_ok_and(|s| s.success()) {
+        return ControlReport {
+            name,
+            passed: false,
+            detail: "copying the repository failed".into(),
+        };
+    }
+    let home = world.path().join("config-control-home");
+    let _ = std::fs::create_dir_all(home.join(".config/opencode"));
+    let (marker_names, mut cmd): (&[&str], Command) = match agent {
+        AgentKind::Claude => {
+            let mut c = Command::new(&program);
+            c.args(["-p", "hello", "--permission-mode", "dontAsk"])
+                .env("ANTHROPIC_BASE_URL", server.base_url())
+                .env("ANTHROPIC_API_KEY", "sk-control")
+                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+            (&["claude-session-hook"], c)
+        }
+        AgentKind::Opencode => {
+            let provider = serde_json::json!({
+                "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": format!("{}/v1", server.base_url()), "apiKey": "sk-control"}, "models": {"scripted": {"tool_call": true}}}},
+                "model": "scripted/scripted",
+            });
+            let _ = std::fs::write(
+                home.join(".config/opencode/opencode.json"),
+                provider.to_string(),
+            );
+            let mut c = Command::new(&program);
+            c.args(["run", "hello"])
+                .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
+            (&["opencode-plugin"], c)
+        }
+    };
+    cmd.current_dir(&work)
+        .env("HOME", &home)
+        .env("TMPDIR", &home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    server.confiner()(&mut cmd);
+    let _ = t;
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if child.try_wait()?.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok::<_, std::io::Error>(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await;
+    server.kill_confined();
+    let fired: Vec<&str> = marker_names
+        .iter()
+        .copied()
+        .filter(|m| world.marker(m).exists())
+        .collect();
+    for m in marker_names {
+        let _ = std::fs::remove_file(world.marker(m));
+    }
+    for (_, p) in attempts::project_config_markers(world) {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&home);
+    let passed = outcome.is_ok() && fired.len() == marker_names.len();
+    ControlReport {
+        name,
+        passed,
+        detail: format!(
+            "fired when run without the runner: {}",
+            if fired.is_empty() {
+                "nothing".into()
+            } else {
+                fired.join(", ")
+            }
+        ),
+    }
+}
+
+/// The cached devShell script, sourced unconfined, does write outside: so the shellHook
+/// attempt's refusal inside the sandbox is real.
+fn shellhook_control(world: &World, result: &JobResult, state: &StateDir) -> ControlReport {
+    let name = "the shellHook writes outside when sourced unconfined".to_string();
+    let Some(key) = result.devshell.as_ref().map(|d| d.key.clone()) else {
+        return ControlReport {
+            name,
+            passed: false,
+            detail: "the job built no devShell".into(),
+        };
+    };
+    let script = crate::devshell::entry::Layout::new(state.root())
+        .entry(&key)
+        .join("env.sh");
+    let home = tempfile::tempdir();
+    let Ok(home) = home else {
+        return ControlReport {
+            name,
+            passed: false,
+            detail: "no temp dir".into(),
+        };
+    };
+    let marker = PathBuf::from(format!("/tmp/qr-shellhook-{}", world.token));
+    let _ = Command::new("/bin/bash")
+        .args([
+            "--noprofile",
+            "--norc",
+            "-c",
+            &format!(
+                ". {}",
+                crate::devshell::render::quote(&script.to_string_lossy())
+            ),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .status();
+    let passed = marker.exists();
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(world.marker("shellhook"));
+    ControlReport {
+        name,
+        passed,
+        detail: if passed {
+            "it did".into()
+        } else {
+            "it did not".into()
+        },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn after_job_controls(
+    world: &World,
+    server: &ModelServer,
+    result: &JobResult,
+    outputs: &std::collections::BTreeMap<usize, String>,
+    reports: &[AttemptReport],
+    before_jobs: &BTreeSet<PathBuf>,
+    cfg: &SuiteConfig,
+    controls: &mut Vec<ControlReport>,
+) {
+    let mut add = |name: &str, passed: bool, detail: String| {
+        controls.push(ControlReport {
+            name: name.into(),
+            passed,
+            detail,
+        });
+    };
+    add(
+        "the job ran to the end",
+        result.outcome == Outcome::Succeeded,
+        format!(
+            "{:?} {}",
+            result.outcome,
+            result.message.clone().unwrap_or_default()
+        ),
+    );
+    let permitted = outputs.get(&0).cloned().unwrap_or_default();
+    let devshell_ok = cfg.trust == Trust::Untrusted
+        || (permitted.contains("devshell=devshell-ok") && permitted.contains("ran"));
+    add(
+        "a permitted command writes the checkout and $TMPDIR",
+        permitted.contains("PERMITTED-RAN") && devshell_ok,
+        clip(&permitted, 200),
+    );
+    let not_ran: Vec<&str> = reports.iter().filter(|r| !r.ran).map(|r| r.id).collect();
+    add(
+        "every attempt ran (its marker came back)",
+        not_ran.is_empty(),
+        if not_ran.is_empty() {
+            format!("{} attempts", reports.len())
+        } else {
+            format!("no marker: {}", not_ran.join(", "))
+        },
+    );
+    let not_runner: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.refused_by_runner == Some(false) && !r.escaped)
+        .map(|r| r.id)
+        .collect();
+    add(
+        "file-tool refusals come from the runner's rules",
+        not_runner.is_empty(),
+        if not_runner.is_empty() {
+            "all".into()
+        } else {
+            format!("not the runner's refusal: {}", not_runner.join(", "))
+        },
+    );
+    let offered = offered_tools(server);
+    let wanted: &[&str] = match cfg.agent {
+        AgentKind::Claude => &["Bash", "Read", "Write"],
+        AgentKind::Opencode => &["bash", "read", "write"],
+    };
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|t| !offered.contains(*t))
+        .collect();
+    add(
+        "the agent offers every tool the script calls",
+        missing.is_empty(),
+        if missing.is_empty() {
+            wanted.join(", ")
+        } else {
+            format!("missing: {}", missing.join(", "))
+        },
+    );
+    let closing = outputs
+        .iter()
+        .next_back()
+        .map(|(_, o)| o.clone())
+        .unwrap_or_default();
+    let committing = outputs
+        .iter()
+        .rev()
+        .nth(1)
+        .map(|(_, o)| o.clone())
+        .unwrap_or_default();
+    add(
+        "nothing left uncommitted in the checkout",
+        result.uncommitted.is_empty(),
+        if result.uncommitted.is_empty() {
+            "git status --ignored is clean".into()
+        } else {
+            format!(
+                "{} (closing commit said: {}; last command: {})",
+                result.uncommitted.join(", "),
+                clip(&committing, 300),
+                clip(&closing, 100)
+            )
+        },
+    );
+    let leaked: Vec<PathBuf> = quest_job_dirs().difference(before_jobs).cloned().collect();
+    add(
+        "no temp dir left",
+        leaked.is_empty(),
+        leaked
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let left = server.confined_processes();
+    add(
+        "no process left",
+        left.is_empty(),
+        format!("{} in the job's network namespace", left.len()),
+    );
+    let fired: Vec<&str> = attempts::project_config_markers(world)
+        .into_iter()
+        .filter(|(_, p)| p.exists())
+        .map(|(n, _)| n)
+        .collect();
+    add(
+        "the checkout's config never ran on the host",
+        fired.is_empty(),
+        if fired.is_empty() {
+            "no hook, MCP server or plugin fired".into()
+        } else {
+            format!("fired: {}", fired.join(", "))
+        },
+    );
+    let s = &world.secrets;
+    let secrets = [
+        &s.account,
+        &s.ssh,
+        &s.root,
+        &s.home,
+        &s.run_user,
+        &s.other_job,
+        &s.proc_env,
+        &s.env,
+    ];
+    let bodies: Vec<String> = server.requests().iter().map(|b| b.to_string()).collect();
+    // The escapes above put secrets into tool results on purpose when a rule is weakened;
+    // the prompt (the first request) must hold none in any run.
+    let first = bodies.first().cloned().unwrap_or_default();
+    let in_prompt: Vec<&String> = secrets
+        .iter()
+        .copied()
+        .filter(|x| first.contains(x.as_str()))
+        .collect();
+    add(
+        "no secret in the prompt (instruction files are links to secrets)",
+        in_prompt.is_empty() && !first.is_empty(),
+        if in_prompt.is_empty() {
+            "none".into()
+        } else {
+            "a secret reached the prompt".into()
+        },
+    );
+    if cfg.mutation.is_none() {
+        let anywhere = secrets
+            .iter()
+            .any(|x| bodies.iter().any(|b| b.contains(x.as_str())));
+        add(
+            "no secret reaches the model in any request",
+            !anywhere,
+            format!("{} requests scanned", bodies.len()),
+        );
+    }
+}
+
+fn offered_tools(server: &ModelServer) -> BTreeSet<String> {
+    server
+        .requests()
+        .iter()
+        .filter_map(|b| b.get("tools").and_then(|t| t.as_array()).cloned())
+        .flatten()
+        .filter_map(|t| {
+            t.get("name")
+                .or_else(|| t.get("function").and_then(|f| f.get("name")))
+                .and_then(|n| n.as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Tool results by the script step they answer (`toolu_scripted_N`, `call_scripted_N`).
+fn tool_outputs(server: &ModelServer) -> std::collections::BTreeMap<usize, String> {
+    server
+        .tool_results()
+        .into_iter()
+        .filter_map(|r| {
+            let n = r.id.rsplit('_').next()?.parse::<usize>().ok()?;
+            Some((n, r.text))
+        })
+        .collect()
+}
+
+fn detect(
+    d: &Detect,
+    output: &str,
+    exchanges: &[crate::selftest::model_server::Exchange],
+    world: &World,
+) -> bool {
+    match d {
+        Detect::OutputHas(text) => output.contains(text.as_str()),
+        Detect::HostPath(p) => p.exists() || p.symlink_metadata().is_ok(),
+        Detect::HostFileHas(p, text) => {
+            std::fs::read_to_string(p).is_ok_and(|c| c.contains(text.as_str()))
+        }
+        Detect::ServerGot(path) => exchanges.iter().any(|e| e.path == *path),
+        Detect::EnvLeak => {
+            world
+                .planted_env()
+                .iter()
+                .any(|(_, v)| output.contains(v.as_str()))
+                || output.lines().any(|l| {
+                    [
+                        "OPENCODE_",
+                        "XDG_DATA_HOME=",
+                        "SSH_AUTH_SOCK=",
+                        "ANTHROPIC_API_KEY=",
+                        "AWS_",
+                        "GH_TOKEN=",
+                        "GITHUB_TOKEN=",
+                        "OPENAI_API_KEY=",
+                    ]
+                    .iter()
+                    .any(|bad| l.starts_with(bad))
+                })
+        }
+        Detect::ProxyForwarded => output.contains("status=") && !output.contains("status=403"),
+    }
+}
+
+fn refused_by_runner(agent: AgentKind, output: &str) -> bool {
+    match agent {
+        // dontAsk mode: "Permission to use Read has been denied ..."
+        AgentKind::Claude => output.contains("denied") || output.contains("Permission"),
+        AgentKind::Opencode => output.contains("quest-runner"),
+    }
+}
+
+fn quest_job_dirs() -> BTreeSet<PathBuf> {
+    std::fs::read_dir(crate::workspace::TEMP_PARENT)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with(crate::workspace::TEMP_PREFIX)
+                        && !name.starts_with("quest-job-zz")
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn clip(s: &str, max: usize) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &flat[..i]),
+        None => flat,
+    }
+}

@@ -1,0 +1,72 @@
+//! The boundary suite for both agents, and its mutation checks. Needs root (network
+//! namespaces) and the pinned agents (`scripts/setup`).
+
+use quest_runner::job::{AgentKind, Trust};
+use quest_runner::selftest::boundary::{self, Mutation, SuiteConfig, SuiteReport};
+
+fn print(report: &SuiteReport) {
+    for line in report.lines() {
+        eprintln!("  {line}");
+    }
+    eprintln!("{}", report.summary());
+}
+
+async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> SuiteReport {
+    let cfg = SuiteConfig {
+        agent,
+        trust,
+        mutation,
+        controls: mutation.is_none(),
+    };
+    boundary::run(&cfg).await.expect("the suite runs")
+}
+
+async fn holds(agent: AgentKind, trust: Trust) {
+    let report = suite(agent, trust, None).await;
+    print(&report);
+    let escaped: Vec<_> = report.escaped().iter().map(|a| a.id).collect();
+    let failed: Vec<_> = report
+        .failed_controls()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert!(escaped.is_empty(), "escaped: {escaped:?}");
+    assert!(failed.is_empty(), "controls failed: {failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_boundary_holds() {
+    holds(AgentKind::Claude, Trust::Trusted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_untrusted_holds() {
+    holds(AgentKind::Claude, Trust::Untrusted).await;
+}
+
+async fn mutations_are_caught(agent: AgentKind) {
+    let mut missed = Vec::new();
+    for m in Mutation::ALL {
+        let report = suite(agent, Trust::Trusted, Some(m)).await;
+        let caught = report
+            .attempts
+            .iter()
+            .any(|a| a.id == m.caught_by() && a.escaped);
+        eprintln!(
+            "mutation {:<22} -> {:<18} {}",
+            m.name(),
+            m.caught_by(),
+            if caught { "caught" } else { "MISSED" }
+        );
+        if !caught {
+            print(&report);
+            missed.push(m.name());
+        }
+    }
+    assert!(missed.is_empty(), "mutations not caught: {missed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_mutations_are_caught() {
+    mutations_are_caught(AgentKind::Claude).await;
+}
