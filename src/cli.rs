@@ -68,8 +68,23 @@ enum Command {
     Policy(JobArgs),
     /// Check what jobs need from this host, with the fix for each failure.
     Doctor,
-    /// Check this host end to end on a bundled sample repository.
-    Selftest,
+    /// Prove on this host that jobs work and that the sandbox boundary holds: the devShell
+    /// cache on a bundled sample, then the hostile-repository suite against the real agents
+    /// with a built-in scripted model. Exits non-zero on any escape.
+    Selftest(SelftestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SelftestArgs {
+    /// Only this agent (claude or opencode) [default: both].
+    #[arg(long)]
+    agent: Option<String>,
+    /// Also run the suite on an untrusted revision.
+    #[arg(long)]
+    untrusted: bool,
+    /// Also run the mutation checks (each weakens one rule; all must be caught).
+    #[arg(long)]
+    mutations: bool,
 }
 
 /// A job, from a file and/or flags (flags override the file's fields).
@@ -221,7 +236,28 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Env(args) => env(&ctx, args),
         Command::Cache { command } => cache(&ctx, command),
-        Command::Selftest => crate::selftest::run(&ctx),
+        Command::Selftest(args) => {
+            use crate::job::AgentKind;
+            let agents = match args.agent.as_deref() {
+                None => vec![AgentKind::Claude, AgentKind::Opencode],
+                Some("claude") => vec![AgentKind::Claude],
+                Some("opencode") => vec![AgentKind::Opencode],
+                Some(other) => {
+                    return Err(Failure::new(
+                        2,
+                        format!("--agent {other:?}: expected claude or opencode"),
+                    ))
+                }
+            };
+            crate::selftest::run(
+                &ctx,
+                &crate::selftest::SelftestOptions {
+                    agents,
+                    untrusted: args.untrusted,
+                    mutations: args.mutations,
+                },
+            )
+        }
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
         Command::Doctor => doctor(),
@@ -308,6 +344,7 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         temp_dir: PathBuf::from(crate::workspace::TEMP_PARENT)
             .join(format!("{}XXXXXX", crate::workspace::TEMP_PREFIX)),
         job_dir: job_root.join("runner"),
+        helper_tmp: PathBuf::from(crate::workspace::TEMP_PARENT).join("quest-srt-XXXXXX"),
         devshell_script: (job.trust == crate::job::Trust::Trusted)
             .then(|| job_root.join("runner/devshell.sh")),
     };

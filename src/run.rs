@@ -465,25 +465,43 @@ impl Drop for ProcessTree {
     }
 }
 
-/// Kills every process whose parent chain leads to this one, then reaps them.
+/// Stops every process whose parent chain leads to this one: SIGTERM first, so srt can
+/// remove the mount points it made in the checkout, then SIGKILL to what is left. These are
+/// the agent's orphans (opencode runs its tools detached and does not stop them when it
+/// exits); the runner sets itself as their subreaper, so they are its descendants.
 fn kill_descendants() {
+    use rustix::process::{kill_process, waitpid, Pid, Signal, WaitOptions};
     let me = std::process::id();
+    let signal_all = |sig: Signal| {
+        let found = descendants(me);
+        for pid in &found {
+            if let Some(p) = Pid::from_raw(*pid as i32) {
+                let _ = kill_process(p, sig);
+            }
+        }
+        found
+    };
+    let reap = |pids: &[u32]| {
+        for pid in pids {
+            if let Some(p) = Pid::from_raw(*pid as i32) {
+                let _ = waitpid(Some(p), WaitOptions::NOHANG);
+            }
+        }
+    };
+    let mut pids = signal_all(Signal::TERM);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !pids.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        reap(&pids);
+        pids = descendants(me);
+    }
     for _ in 0..5 {
-        let children = descendants(me);
-        if children.is_empty() {
+        let left = signal_all(Signal::KILL);
+        if left.is_empty() {
             return;
         }
-        for pid in &children {
-            if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-        }
-        for pid in &children {
-            if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
-                let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
-            }
-        }
         std::thread::sleep(Duration::from_millis(20));
+        reap(&left);
     }
 }
 

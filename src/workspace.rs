@@ -68,6 +68,7 @@ struct Record {
     checkout: PathBuf,
     worktree_admin: Option<PathBuf>,
     temp_dir: PathBuf,
+    helper_tmp: PathBuf,
 }
 
 /// A prepared workspace. Dropping it removes the worktree and the temp dir.
@@ -116,19 +117,27 @@ impl Workspace {
         bare.output(&["update-ref", &format!("refs/heads/{nix_ref}"), &job.rev])
             .await?;
 
-        let temp_dir = tempfile::Builder::new()
+        // Both are removed by their guards until the record that names them is written.
+        let temp_guard = tempfile::Builder::new()
             .prefix(TEMP_PREFIX)
             .tempdir_in(TEMP_PARENT)
-            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?
-            .keep();
+            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?;
+        let helper_guard = tempfile::Builder::new()
+            .prefix("quest-srt-")
+            .tempdir_in(TEMP_PARENT)
+            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?;
+        let temp_dir = temp_guard.path().to_path_buf();
+        let helper_tmp = helper_guard.path().to_path_buf();
         let checkout = job_root.join("checkout");
         let runner_dir = job_root.join("runner");
         let mut record = Record {
             checkout: checkout.clone(),
             worktree_admin: None,
             temp_dir: temp_dir.clone(),
+            helper_tmp: helper_tmp.clone(),
         };
         write_record(&job_root, &record)?;
+        let _ = (temp_guard.keep(), helper_guard.keep());
         // From here on, dropping `partial` cleans up whatever exists.
         let partial = Cleanup {
             job_root: job_root.clone(),
@@ -159,6 +168,7 @@ impl Workspace {
                 worktree_admin: canonical(&worktree_admin)?,
                 temp_dir: canonical(&temp_dir)?,
                 job_dir: canonical(&runner_dir)?,
+                helper_tmp: canonical(&helper_tmp)?,
                 devshell_script: None,
             },
             nix_ref,

@@ -11,7 +11,12 @@ fn print(report: &SuiteReport) {
     eprintln!("{}", report.summary());
 }
 
+/// One run at a time: each checks that it left no temp dir in the shared /tmp, and two
+/// agents at once would only slow each other down on two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> SuiteReport {
+    let _one_at_a_time = SERIAL.lock().await;
     let cfg = SuiteConfig {
         agent,
         trust,
@@ -69,4 +74,19 @@ async fn mutations_are_caught(agent: AgentKind) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_mutations_are_caught() {
     mutations_are_caught(AgentKind::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_boundary_holds() {
+    holds(AgentKind::Opencode, Trust::Trusted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_untrusted_holds() {
+    holds(AgentKind::Opencode, Trust::Untrusted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_mutations_are_caught() {
+    mutations_are_caught(AgentKind::Opencode).await;
 }

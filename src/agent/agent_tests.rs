@@ -25,6 +25,7 @@ fn workspace() -> WorkspacePaths {
         worktree_admin: "/state/repos/r.git/worktrees/checkout".into(),
         temp_dir: "/tmp/quest-job-abc123".into(),
         job_dir: "/state/jobs/j1/runner".into(),
+        helper_tmp: "/tmp/quest-srt-abc123".into(),
         devshell_script: Some("/state/jobs/j1/runner/devshell.sh".into()),
     }
 }

@@ -10,7 +10,9 @@
 // link cannot aim a write outside either. Anything the plugin does not understand is refused.
 //
 // The runner renders this file: __QUEST_CHECKOUT__ becomes a JSON string (the checkout's
-// canonical path) and __QUEST_READ_ROOTS__ a JSON array of further read-only roots. Loaded
+// canonical path), __QUEST_READ_ROOTS__ a JSON array of further read-only roots, and
+// __QUEST_DENY_WRITE__ a JSON array of paths never written, even inside the checkout (the
+// policy's deny_write: the checkout's `.git` pointer, agent configuration, ...). Loaded
 // from `plugin/` in opencode's global config directory; opencode 1.18 calls every exported
 // function with the plugin context and uses the hooks it returns, so this module exports
 // nothing but that one function. Its `config` hook turns on the file tools the runner's
@@ -21,6 +23,7 @@ import path from "node:path";
 
 const CHECKOUT = __QUEST_CHECKOUT__;
 const READ_ROOTS = __QUEST_READ_ROOTS__;
+const DENY_WRITE = __QUEST_DENY_WRITE__;
 
 // Tools that touch no path of the file system themselves, or that are confined otherwise
 // (bash runs inside srt). Every other tool is checked; an unknown one with no path argument
@@ -117,6 +120,8 @@ const CHECKOUT_REAL = canonicalRoot(CHECKOUT);
 // The directory relative paths are resolved against; set when opencode loads the plugin.
 let base = CHECKOUT;
 const READ_ROOTS_REAL = READ_ROOTS.map(canonicalRoot);
+// Denied paths need not exist: judged like any other path, links followed.
+const DENY_WRITE_REAL = DENY_WRITE.map((p) => resolveReal(path.resolve(p)));
 
 function within(p, root) {
   return p === root || p.startsWith(root.endsWith("/") ? root : root + "/");
@@ -140,6 +145,7 @@ function checkPath(tool, raw, write) {
     if (!within(real, CHECKOUT_REAL)) {
       refuse(`${tool}: ${raw} is outside the checkout ${CHECKOUT}; file tools may only write there`);
     }
+    if (DENY_WRITE_REAL.some((d) => within(real, d))) refuse(`${tool}: ${raw} may not be written in this job`);
     const parts = path.relative(CHECKOUT_REAL, real).split("/");
     if (parts.includes(".git")) refuse(`${tool}: ${raw} is inside .git; use git commands instead`);
     if (parts.some((s) => PROTECTED_NAMES.has(s))) refuse(`${tool}: ${raw} is a protected file`);

@@ -56,6 +56,9 @@ pub struct WorkspacePaths {
     pub job_dir: PathBuf,
     /// The devShell script commands source, if the revision has one.
     pub devshell_script: Option<PathBuf>,
+    /// A short private directory for the runner's own helpers (srt's sockets must have short
+    /// paths); commands cannot read it.
+    pub helper_tmp: PathBuf,
 }
 
 /// What the policy is computed from besides the workspace.
@@ -106,9 +109,17 @@ pub struct EnvPolicy {
     pub set: BTreeMap<String, String>,
 }
 
+/// A directory srt makes available to every sandbox when it exists (`doctor` warns).
+pub const SRT_SHARED_TMP: &str = "/tmp/claude";
+
 /// Files in a checkout through which an agent run on it later would execute code.
+///
+/// `.claude` is protected by its settings files rather than as a whole: srt mounts its own
+/// stubs for `.claude/commands` and `.claude/agents` inside it, which a read-only `.claude`
+/// would make impossible (and the sandbox would not start).
 pub const AGENT_CONFIG: &[&str] = &[
-    ".claude",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
     ".mcp.json",
     ".opencode",
     "opencode.json",
@@ -207,14 +218,24 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         }
     }
 
+    // The bare clone's parts git reads, not the bare clone itself: srt binds an allowed read
+    // after the writable binds below it, and a read-only bind of the whole clone would cover
+    // `objects/` and `refs/` and break `git commit`.
     let mut allow_read = vec![
         ws.checkout.clone(),
-        ws.bare_clone.clone(),
         ws.temp_dir.clone(),
+        ws.bare_clone.join("HEAD"),
+        ws.bare_clone.join("config"),
+        ws.bare_clone.join("packed-refs"),
+        ws.bare_clone.join("info"),
+        ws.bare_clone.join("shallow"),
     ];
     if let Some(script) = &ws.devshell_script {
         allow_read.push(script.clone());
     }
+    // srt keeps the sockets its in-sandbox proxy bridge connects to here: hidden, the bridge
+    // would answer every request with nothing.
+    allow_read.push(ws.helper_tmp.clone());
 
     // `git commit` in the worktree writes objects, refs and the worktree's own HEAD, index
     // and logs; never the bare clone's hooks or config, which git on the host would run.
@@ -240,6 +261,9 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     for name in AGENT_CONFIG {
         deny_write.push(ws.checkout.join(name));
     }
+    // srt binds its own `/tmp/claude` into every sandbox when it exists on the host, whatever
+    // the settings say: shared between all jobs, so at least never writable.
+    deny_write.push(PathBuf::from(SRT_SHARED_TMP));
 
     let allowed_hosts = match inputs.trust {
         Trust::Trusted => {
@@ -330,7 +354,12 @@ impl SandboxPolicy {
     /// for the adapters' own checks of file-tool paths.
     pub fn may_read(&self, path: &Path) -> bool {
         let denied = self.deny_read.iter().any(|d| path.starts_with(d));
-        !denied || self.allow_read.iter().any(|a| path.starts_with(a))
+        !denied
+            || self
+                .allow_read
+                .iter()
+                .chain(&self.allow_write)
+                .any(|a| path.starts_with(a))
     }
 
     /// Whether `path` is writable under the policy.

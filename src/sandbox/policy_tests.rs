@@ -7,6 +7,7 @@ fn ws() -> WorkspacePaths {
         worktree_admin: "/var/lib/quest-runner/repos/abc.git/worktrees/j1".into(),
         temp_dir: "/tmp/quest-job-x1".into(),
         job_dir: "/var/lib/quest-runner/jobs/j1/runner".into(),
+        helper_tmp: "/tmp/quest-srt-abc123".into(),
         devshell_script: Some("/var/lib/quest-runner/jobs/j1/runner/devshell.sh".into()),
     }
 }

@@ -1,5 +1,6 @@
-//! `quest-runner selftest`: proves on this host that the runner's pieces work, on a sample
-//! repository bundled in the binary.
+//! `quest-runner selftest`: proves on this host that the runner works and that its boundary
+//! holds, with nothing but what the binary carries: a sample repository for the devShell
+//! cache, and the boundary suite's hostile repository and scripted model.
 //!
 //! The sample is committed with fixed author, committer and dates, so its revision is the same
 //! on every run and on every machine: a second run is a cache hit.
@@ -15,7 +16,100 @@ use crate::devshell::{self, DevShells};
 
 const SAMPLE_FLAKE: &str = include_str!("sample-flake.nix");
 
-pub(crate) fn run(ctx: &Context) -> Result<(), Failure> {
+/// What `selftest` runs.
+#[derive(Debug, Clone)]
+pub struct SelftestOptions {
+    /// The agents to run the boundary suite with.
+    pub agents: Vec<crate::job::AgentKind>,
+    /// Also run the suite on an untrusted revision (no network, no devShell).
+    pub untrusted: bool,
+    /// Also run the mutation checks: each weakens one rule and must be caught.
+    pub mutations: bool,
+}
+
+pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
+    devshell_check(ctx)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let mut failures = Vec::new();
+    for agent in &opts.agents {
+        let mut trusts = vec![crate::job::Trust::Trusted];
+        if opts.untrusted {
+            trusts.push(crate::job::Trust::Untrusted);
+        }
+        for trust in trusts {
+            println!("\n== boundary suite: {} ({trust:?})", agent.name());
+            let cfg = boundary::SuiteConfig {
+                agent: *agent,
+                trust,
+                mutation: None,
+                controls: true,
+            };
+            let report = runtime
+                .block_on(boundary::run(&cfg))
+                .map_err(|e| Failure::new(1, format!("the boundary suite could not run: {e}")))?;
+            for line in report.lines() {
+                println!("{line}");
+            }
+            println!("{}", report.summary());
+            if !report.holds() {
+                failures.push(format!("{} ({trust:?})", agent.name()));
+            }
+        }
+        if opts.mutations {
+            println!("\n== mutation checks: {}", agent.name());
+            let mut caught = 0;
+            for m in boundary::Mutation::ALL {
+                let cfg = boundary::SuiteConfig {
+                    agent: *agent,
+                    trust: crate::job::Trust::Trusted,
+                    mutation: Some(m),
+                    controls: false,
+                };
+                let report = runtime
+                    .block_on(boundary::run(&cfg))
+                    .map_err(|e| Failure::new(1, format!("a mutation check could not run: {e}")))?;
+                let hit = report
+                    .attempts
+                    .iter()
+                    .any(|a| a.id == m.caught_by() && a.escaped);
+                caught += usize::from(hit);
+                println!(
+                    "{:<8} {:<22} must free {}",
+                    if hit { "caught" } else { "MISSED" },
+                    m.name(),
+                    m.caught_by()
+                );
+                if !hit {
+                    failures.push(format!("{} mutation {}", agent.name(), m.name()));
+                }
+            }
+            println!(
+                "{}: {caught}/{} mutations caught",
+                agent.name(),
+                boundary::Mutation::ALL.len()
+            );
+        }
+    }
+    if failures.is_empty() {
+        println!("\nselftest: the boundary holds");
+        Ok(())
+    } else {
+        Err(Failure::new(
+            1,
+            format!(
+                "the boundary is not proven on this host: {}",
+                failures.join(", ")
+            ),
+        ))
+    }
+}
+
+/// The devShell cache on the bundled sample: built (or found), then served from the cache.
+fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     let work = tempfile::Builder::new()
         .prefix("quest-selftest-")
         .tempdir()

@@ -138,6 +138,15 @@ pub fn permitted(t: &Targets) -> Step {
     ))
 }
 
+/// For trusted revisions: a request to a package registry goes through the sandbox's proxy,
+/// which forwards it (offline it then fails upstream: any status but 403, or none). If the
+/// proxy path were broken, every network refusal would be vacuous.
+pub fn permitted_network() -> Step {
+    Step::bash(
+        "curl -sS -m 10 -o /dev/null -w 'status=%{http_code}' -x \"${HTTPS_PROXY:-$HTTP_PROXY}\" http://registry.npmjs.org/ ; echo NET-RAN",
+    )
+}
+
 /// Commits whatever the attempts left, then runs one more command, so any mount point the
 /// sandbox leaves behind shows as uncommitted in the job's result.
 pub fn closing() -> Vec<Step> {

@@ -58,6 +58,8 @@ pub struct SuiteReport {
     pub attempts: Vec<AttemptReport>,
     pub controls: Vec<ControlReport>,
     pub job: Option<JobResult>,
+    /// `METHOD path` of every request the scripted model's server received.
+    pub requests: Vec<String>,
     pub seconds: f64,
 }
 
@@ -148,6 +150,9 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     };
     let attempts = attempts::all(&world, &targets);
     let mut script = vec![attempts::permitted(&targets)];
+    if cfg.trust == Trust::Trusted {
+        script.push(attempts::permitted_network());
+    }
     let mut last_step = Vec::new();
     for a in &attempts {
         script.extend(a.steps.iter().cloned());
@@ -260,6 +265,11 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         attempts: reports,
         controls,
         job: Some(result),
+        requests: server
+            .exchanges()
+            .iter()
+            .map(|e| format!("{} {}", e.method, e.path))
+            .collect(),
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -443,6 +453,15 @@ async fn project_config_control(world: &World, t: &Targets, agent: AgentKind) ->
     }
     let home = world.path().join("config-control-home");
     let _ = std::fs::create_dir_all(home.join(".config/opencode"));
+    // opencode installs `@opencode-ai/plugin` next to any plugin before loading it; offline,
+    // an empty install lets it go on to load the checkout's plugin.
+    for dir in [home.join(".config/opencode"), work.join(".opencode")] {
+        let _ = std::fs::create_dir_all(dir.join("node_modules"));
+        let _ = std::fs::write(
+            dir.join("package-lock.json"),
+            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
+        );
+    }
     let (marker_names, mut cmd): (&[&str], Command) = match agent {
         AgentKind::Claude => {
             let mut c = Command::new(&program);
@@ -468,12 +487,13 @@ async fn project_config_control(world: &World, t: &Targets, agent: AgentKind) ->
             (&["opencode-plugin"], c)
         }
     };
+    let log = std::fs::File::create(world.path().join("config-control.log"));
     cmd.current_dir(&work)
         .env("HOME", &home)
         .env("TMPDIR", &home)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(log.map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
     server.confiner()(&mut cmd);
     let _ = t;
     let outcome = tokio::task::spawn_blocking(move || {
@@ -604,6 +624,14 @@ fn after_job_controls(
         permitted.contains("PERMITTED-RAN") && devshell_ok,
         clip(&permitted, 200),
     );
+    if cfg.trust == Trust::Trusted {
+        let net = outputs.get(&1).cloned().unwrap_or_default();
+        add(
+            "a registry request goes through the sandbox's proxy",
+            net.contains("NET-RAN") && detect(&Detect::ProxyForwarded, &net, &[], world),
+            clip(&net, 200),
+        );
+    }
     let not_ran: Vec<&str> = reports.iter().filter(|r| !r.ran).map(|r| r.id).collect();
     add(
         "every attempt ran (its marker came back)",
@@ -803,7 +831,12 @@ fn detect(
                     .any(|bad| l.starts_with(bad))
                 })
         }
-        Detect::ProxyForwarded => output.contains("status=") && !output.contains("status=403"),
+        // 403: the proxy refused; 000: nothing answered at all (no proxy, no route).
+        Detect::ProxyForwarded => {
+            output.contains("status=")
+                && !output.contains("status=403")
+                && !output.contains("status=000")
+        }
     }
 }
 
