@@ -232,3 +232,195 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
     let err = inputs(&Account::Opencode(OpencodeAccount::default())).unwrap_err();
     assert!(err.to_string().contains("opencode account"), "{err}");
 }
+
+fn opencode_launch(account: &OpencodeAccount, confine: bool) -> Launch {
+    let ws = workspace();
+    let mut policy = policy(&ws);
+    policy.confine_file_tools = confine;
+    let job = job(AgentKind::Opencode);
+    let acct = Account::Opencode(account.clone());
+    plan(&AgentInputs {
+        job: &job,
+        account: &acct,
+        policy: &policy,
+        workspace: &ws,
+        system_prompt: "SYSTEM",
+        program: Path::new("/bin/opencode"),
+        srt: Some(Path::new("/bin/srt")),
+        host_env: host_env(),
+    })
+    .unwrap()
+}
+
+fn oc_account() -> OpencodeAccount {
+    OpencodeAccount {
+        auth_file: Some("/secrets/auth.json".into()),
+        config: Some(serde_json::json!({
+            "provider": {"p": {"options": {"baseURL": "http://127.0.0.1:9/v1"}}},
+            "plugin": ["file:///evil.js"],
+            "shell": "/bin/evil",
+            "mcp": {"x": {"command": "evil"}},
+        })),
+        model: Some("p/m".into()),
+    }
+}
+
+fn text<'a>(launch: &'a Launch, name: &str) -> &'a str {
+    match file(launch, name) {
+        Contents::File(text, _) => text,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+#[test]
+fn opencode_runs_in_a_private_directory_with_a_private_environment() {
+    let launch = opencode_launch(&oc_account(), true);
+    assert_eq!(
+        launch.cwd,
+        PathBuf::from("/state/jobs/j1/runner/opencode/cwd")
+    );
+    assert_ne!(
+        launch.cwd,
+        PathBuf::from("/state/jobs/j1/checkout"),
+        "never the checkout"
+    );
+    let env = &launch.env;
+    assert_eq!(env["OPENCODE_DISABLE_PROJECT_CONFIG"], "1");
+    assert_eq!(env["OPENCODE_DISABLE_MODELS_FETCH"], "1");
+    assert_eq!(env["XDG_DATA_HOME"], "/state/jobs/j1/runner/opencode/data");
+    assert_eq!(env["HOME"], "/state/jobs/j1/runner/opencode/home");
+    for leaked in [
+        "ANTHROPIC_API_KEY",
+        "SSH_AUTH_SOCK",
+        "AWS_SECRET_ACCESS_KEY",
+        "OPENCODE_SERVER_PASSWORD",
+    ] {
+        assert!(!env.contains_key(leaked), "{leaked}");
+    }
+    assert_eq!(
+        launch.args[..4],
+        ["run", "--format", "json", "--print-logs"]
+    );
+    assert_eq!(launch.stdin, "do the thing");
+}
+
+#[test]
+fn opencode_config_takes_only_provider_and_model_from_the_account() {
+    let launch = opencode_launch(&oc_account(), true);
+    let c: serde_json::Value =
+        serde_json::from_str(text(&launch, "opencode/opencode.json")).unwrap();
+    assert_eq!(c["shell"], "/state/jobs/j1/runner/quest-shell");
+    assert_eq!(c["model"], "p/m");
+    assert!(c["provider"]["p"].is_object());
+    assert!(c.get("plugin").is_none(), "account plugins are not taken");
+    assert_eq!(c["mcp"], serde_json::json!({}));
+    assert_eq!(c["snapshot"], false);
+    assert_eq!(c["permission"]["webfetch"], "deny");
+    assert_eq!(
+        c["permission"]["read"], "deny",
+        "off until the plugin turns it on"
+    );
+    assert_eq!(c["permission"]["external_directory"], "allow");
+}
+
+#[test]
+fn opencode_plugin_is_rendered_with_the_policy() {
+    let launch = opencode_launch(&oc_account(), true);
+    let plugin = text(&launch, "plugin/quest-runner.js");
+    assert!(!plugin.contains("__QUEST_"), "every placeholder replaced");
+    assert!(plugin.contains(r#"const CHECKOUT = "/state/jobs/j1/checkout";"#));
+    assert!(plugin.contains("/tmp/quest-job-abc123"));
+    assert!(plugin.contains("/state/repos/r.git/hooks"));
+    // Unconfined (a mutation check only): no plugin, and the file tools stay on.
+    let loose = opencode_launch(&oc_account(), false);
+    assert!(!loose
+        .files
+        .iter()
+        .any(|f| f.path.ends_with("plugin/quest-runner.js")));
+    let c: serde_json::Value =
+        serde_json::from_str(text(&loose, "opencode/opencode.json")).unwrap();
+    assert!(c["permission"].get("read").is_none());
+}
+
+#[test]
+fn opencode_wrapper_runs_commands_in_srt_with_a_scrubbed_environment() {
+    let launch = opencode_launch(&oc_account(), true);
+    let w = text(&launch, "quest-shell");
+    assert!(w.starts_with("#!/bin/bash\n"));
+    assert!(
+        w.contains("exec /usr/bin/env -i"),
+        "nothing inherited from opencode"
+    );
+    assert!(w.contains("'/bin/srt' --settings '/state/jobs/j1/runner/srt.json' -c \"$script\""));
+    assert!(w.contains(". '/state/jobs/j1/runner/devshell.sh'"));
+    assert!(w.contains("'CLAUDE_CODE_TMPDIR=/tmp/quest-job-abc123'"));
+    assert!(w.contains("'HOME=/tmp/quest-job-abc123'"));
+    assert!(
+        w.contains("'TMPDIR=/tmp/quest-srt-abc123'"),
+        "srt's own sockets: short path"
+    );
+    assert!(!w.contains("sk-leak") && !w.contains("XDG_DATA_HOME"));
+    let s: serde_json::Value = serde_json::from_str(text(&launch, "srt.json")).unwrap();
+    let deny_write = s["filesystem"]["denyWrite"].to_string();
+    assert!(
+        deny_write.contains("/tmp/claude"),
+        "srt's shared dir is never writable"
+    );
+    assert!(deny_write.contains("/state/jobs/j1/checkout/.opencode"));
+    let allow_read = s["filesystem"]["allowRead"].to_string();
+    assert!(
+        !allow_read.contains("\"/state/repos/r.git\""),
+        "not the whole bare clone"
+    );
+    assert!(
+        allow_read.contains("/tmp/quest-srt-abc123"),
+        "the proxy bridge's sockets"
+    );
+}
+
+#[test]
+fn opencode_auth_is_linked_and_srt_is_required() {
+    let launch = opencode_launch(&oc_account(), true);
+    match file(&launch, "opencode/auth.json") {
+        Contents::Symlink(t) => assert_eq!(t, Path::new("/secrets/auth.json")),
+        other => panic!("{other:?}"),
+    }
+    let ws = workspace();
+    let policy = policy(&ws);
+    let job = job(AgentKind::Opencode);
+    let acct = Account::Opencode(oc_account());
+    let err = plan(&AgentInputs {
+        job: &job,
+        account: &acct,
+        policy: &policy,
+        workspace: &ws,
+        system_prompt: "",
+        program: Path::new("/bin/opencode"),
+        srt: None,
+        host_env: vec![],
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("srt"));
+}
+
+#[test]
+fn rendered_plugin_is_valid_javascript() {
+    let Ok(node) = which::which("node") else {
+        eprintln!("node not on PATH: syntax check skipped");
+        return;
+    };
+    let launch = opencode_launch(&oc_account(), true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quest-runner.mjs");
+    std::fs::write(&path, text(&launch, "plugin/quest-runner.js")).unwrap();
+    let out = std::process::Command::new(node)
+        .arg("--check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

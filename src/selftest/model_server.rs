@@ -86,6 +86,8 @@ pub struct Exchange {
     /// The body as JSON; `Null` when empty, a JSON string when not JSON.
     pub body: Value,
     pub served: Served,
+    /// When the request's body had arrived.
+    pub at: std::time::Instant,
 }
 
 /// A tool result an agent sent back to the model.
@@ -645,6 +647,7 @@ fn respond(state: &Mutex<State>, req: &Request) -> Response {
         path: req.path.clone(),
         body: body.clone(),
         served: served.clone(),
+        at: std::time::Instant::now(),
     });
     drop(st);
 

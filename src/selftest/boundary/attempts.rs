@@ -369,13 +369,17 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
         ));
     }
     if t.trust == Trust::Untrusted {
-        list.push(shell(
+        // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
+        // Its control is the trusted run's, where the same request is forwarded.
+        let mut a = shell(
             "net-registry-untrusted",
             "reach a package registry from an untrusted revision".into(),
             Rule::Network,
             "curl -sS -m 5 -o /dev/null -w 'status=%{http_code}' -x \"${HTTPS_PROXY:-$HTTP_PROXY}\" http://registry.npmjs.org/".into(),
             Detect::ProxyForwarded,
-        ));
+        );
+        a.control = None;
+        list.push(a);
     } else {
         // The flake's shellHook runs before every command; it must stay inside too.
         list.push(Attempt {

@@ -1,0 +1,227 @@
+//! Benchmark of `quest-runner run`, per agent, against baselines measured in the same run:
+//!
+//! - the runner's own overhead: time from starting `quest-runner run` to the agent's first
+//!   model request (cached devShell, warm bare clone), minus the same for the agent started
+//!   directly (target: under 150 ms, median);
+//! - the per-command cost of srt (opencode's sandbox) against a bare `bwrap` of the same
+//!   command.
+//!
+//! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
+//! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
+//! `_SRT` or npm/node_modules/.bin).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quest_runner::selftest::model_server::{ModelServer, Served};
+
+const ROUNDS: usize = 5;
+
+fn pinned(var: &str, name: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("npm/node_modules/.bin")
+            .join(name)
+    })
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=b", "-c", "user.email=b@b.invalid"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Time from `started` to the first main-loop request the server received after it.
+fn first_request_after(server: &ModelServer, started: Instant) -> Option<Duration> {
+    server
+        .exchanges()
+        .iter()
+        .find(|e| e.at > started && matches!(e.served, Served::Step(_) | Served::Done))
+        .map(|e| e.at - started)
+}
+
+fn run_confined(server: &ModelServer, mut cmd: Command) -> Duration {
+    server.confine(&mut cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let started = Instant::now();
+    let status = cmd.status().expect("spawn");
+    let first = first_request_after(server, started);
+    assert!(status.success(), "{cmd:?} failed");
+    first.expect("the agent asked the model")
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).expect("repo");
+    git(&src, &["init", "-q", "-b", "main"]);
+    let system = format!("{}-linux", std::env::consts::ARCH);
+    std::fs::write(
+        src.join("flake.nix"),
+        format!(
+            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
+  name = "bench"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
+  args = [ "-c" "echo > $out" ]; BENCH = "1"; }}; }}; }}"#
+        ),
+    )
+    .expect("flake");
+    git(&src, &["add", "-A"]);
+    git(&src, &["commit", "-q", "-m", "bench"]);
+    let rev = git(&src, &["rev-parse", "HEAD"]);
+
+    let server = ModelServer::start_isolated(Vec::new()).expect("model server (needs root)");
+    let state = work.path().join("state");
+    std::fs::create_dir_all(&state).expect("state");
+    let key = work.path().join("key");
+    std::fs::write(&key, "sk-bench").expect("key");
+    let auth = work.path().join("auth.json");
+    std::fs::write(&auth, r#"{"scripted":{"type":"api","key":"sk-bench"}}"#).expect("auth");
+    let provider = serde_json::json!({"provider": {"scripted": {
+        "npm": "@ai-sdk/openai-compatible",
+        "options": {"baseURL": format!("{}/v1", server.base_url())},
+        "models": {"scripted": {"tool_call": true}}}}});
+    let config = serde_json::json!({
+        "nix": {"options": {"substituters": ""}},
+        "accounts": {
+            "claude": {"agent": "claude", "api_key_file": key, "base_url": server.base_url()},
+            "opencode": {"agent": "opencode", "auth_file": auth, "model": "scripted/scripted", "config": provider},
+        },
+    });
+    std::fs::write(state.join("config.json"), config.to_string()).expect("config");
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_quest-runner"));
+    let claude = pinned("QUEST_RUNNER_CLAUDE", "claude");
+    let opencode = pinned("QUEST_RUNNER_OPENCODE", "opencode");
+    let srt = pinned("QUEST_RUNNER_SRT", "srt");
+
+    let mut job_n = 0;
+    let mut runner_job = |agent: &str| {
+        job_n += 1;
+        let job = serde_json::json!({
+            "id": format!("bench-{agent}-{job_n}"), "repo": src, "rev": rev, "ref": "main",
+            "trust": "trusted", "agent": agent, "account": agent, "prompt": "say done",
+        });
+        let file = work.path().join(format!("job-{job_n}.json"));
+        std::fs::write(&file, job.to_string()).expect("job");
+        let mut cmd = Command::new(&runner);
+        cmd.arg("--state-dir")
+            .arg(&state)
+            .args(["run", "--job"])
+            .arg(&file)
+            .env("RUST_LOG", "warn")
+            .env("QUEST_RUNNER_CLAUDE", &claude)
+            .env("QUEST_RUNNER_OPENCODE", &opencode)
+            .env("QUEST_RUNNER_SRT", &srt);
+        cmd
+    };
+
+    println!("quest-runner run: overhead to the agent's first model request (median of {ROUNDS}, cached devShell, warm bare clone)");
+    for agent in ["claude", "opencode"] {
+        run_confined(&server, runner_job(agent)); // warm: bare clone, devShell
+        let (mut via_runner, mut alone) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            via_runner.push(run_confined(&server, runner_job(agent)));
+            let home = tempfile::tempdir().expect("home");
+            let mut direct = match agent {
+                "claude" => {
+                    let mut c = Command::new(&claude);
+                    c.args(["-p", "say done", "--permission-mode", "dontAsk"])
+                        .env("ANTHROPIC_BASE_URL", server.base_url())
+                        .env("ANTHROPIC_API_KEY", "sk-bench")
+                        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+                    c
+                }
+                _ => {
+                    let cfg = home.path().join(".config/opencode");
+                    std::fs::create_dir_all(&cfg).expect("cfg");
+                    let mut oc = provider.clone();
+                    oc["model"] = serde_json::json!("scripted/scripted");
+                    oc["provider"]["scripted"]["options"]["apiKey"] = serde_json::json!("sk-bench");
+                    std::fs::write(cfg.join("opencode.json"), oc.to_string()).expect("oc cfg");
+                    let mut c = Command::new(&opencode);
+                    c.args(["run", "say done"])
+                        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                        .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
+                    c
+                }
+            };
+            direct
+                .current_dir(home.path())
+                .env("HOME", home.path())
+                .env("TMPDIR", home.path());
+            alone.push(run_confined(&server, direct));
+        }
+        let (r, a) = (median(via_runner), median(alone));
+        let overhead = r.saturating_sub(a);
+        println!(
+            "  {agent:<9} via runner {:>8.1} ms   agent alone {:>8.1} ms   runner overhead {:>7.1} ms   target < 150 ms {}",
+            ms(r),
+            ms(a),
+            ms(overhead),
+            if overhead < Duration::from_millis(150) { "met" } else { "MISSED" }
+        );
+    }
+
+    // Per command: srt (opencode's sandbox) against bare bwrap, same command.
+    let settings = work.path().join("srt.json");
+    let sandbox_dir = work.path().join("sandbox");
+    std::fs::create_dir_all(&sandbox_dir).expect("dir");
+    std::fs::write(
+        &settings,
+        serde_json::json!({
+            "network": {"allowedDomains": ["registry.npmjs.org"], "deniedDomains": []},
+            "filesystem": {"denyRead": ["/home", "/root"], "allowWrite": [sandbox_dir], "denyWrite": []},
+        })
+        .to_string(),
+    )
+    .expect("settings");
+    let time_cmd = |cmd: &mut Command| {
+        cmd.current_dir(&sandbox_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let started = Instant::now();
+        assert!(cmd.status().expect("spawn").success(), "{cmd:?}");
+        started.elapsed()
+    };
+    let (mut with_srt, mut with_bwrap) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        with_srt.push(time_cmd(
+            Command::new(&srt)
+                .arg("--settings")
+                .arg(&settings)
+                .args(["-c", "true"]),
+        ));
+        with_bwrap.push(time_cmd(Command::new("bwrap").args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-all",
+            "--die-with-parent",
+            "true",
+        ])));
+    }
+    let (s, b) = (median(with_srt), median(with_bwrap));
+    println!("per command (median of 10): srt {:.1} ms, bare bwrap {:.1} ms, srt / bwrap {:.1}x, srt adds {:.1} ms",
+        ms(s), ms(b), s.as_secs_f64() / b.as_secs_f64(), ms(s.saturating_sub(b)));
+}

@@ -1,0 +1,129 @@
+//! `quest-runner run` end to end with the real opencode, every command under the real srt,
+//! the real Nix devShell, and a scripted model on loopback: the model's one tool call uses the
+//! devShell and commits in the checkout, and the result's HEAD carries that commit.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use quest_runner::selftest::model_server::{ModelServer, Step};
+use serde_json::Value;
+use support::*;
+
+fn pinned(var: &str, name: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("npm/node_modules/.bin")
+            .join(name),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_job_uses_the_devshell_and_commits() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#))]);
+    let server = ModelServer::start_isolated(vec![Step::bash(
+        "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
+    )])
+    .expect("model server");
+    let secrets = tempfile::tempdir().unwrap();
+    let auth = secrets.path().join("auth.json");
+    std::fs::write(
+        &auth,
+        r#"{"scripted":{"type":"api","key":"sk-test-SECRET-AUTH-7"}}"#,
+    )
+    .unwrap();
+    let runner = Runner::new();
+    let config = serde_json::json!({
+        "nix": {"options": {"substituters": ""}},
+        "accounts": {"oc": {
+            "agent": "opencode",
+            "auth_file": auth,
+            "model": "scripted/scripted",
+            "config": {"provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "options": {"baseURL": format!("{}/v1", server.base_url())},
+                "models": {"scripted": {"tool_call": true}},
+            }}},
+        }},
+    });
+    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    let job = serde_json::json!({
+        "id": "opencode-e2e",
+        "repo": repo.src().to_string_lossy(),
+        "rev": rev,
+        "ref": "main",
+        "trust": "trusted",
+        "agent": "opencode",
+        "account": "oc",
+        "prompt": "Record the devShell variable and commit it.",
+        "timeout": "3m",
+    });
+    let job_file = secrets.path().join("job.json");
+    std::fs::write(&job_file, job.to_string()).unwrap();
+
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_OPENCODE",
+        pinned("QUEST_RUNNER_OPENCODE", "opencode"),
+    )
+    .env("QUEST_RUNNER_SRT", pinned("QUEST_RUNNER_SRT", "srt"))
+    .args(["run", "--job"])
+    .arg(&job_file);
+    server.confine(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let job_dir = runner.state().join("jobs/opencode-e2e");
+    let diagnostics = || {
+        format!(
+            "status {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n--- agent.log (tail) ---\n{}\n--- requests ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(job_dir.join("runner/agent.log"))
+                .unwrap_or_default()
+                .chars()
+                .rev()
+                .take(3000)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>(),
+            server.summary()
+        )
+    };
+    assert!(out.status.success(), "{}", diagnostics());
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["outcome"], "succeeded", "{}", diagnostics());
+    let head = result["head"].as_str().unwrap().to_string();
+    assert_eq!(
+        result["commits"].as_array().unwrap().len(),
+        1,
+        "{}",
+        diagnostics()
+    );
+    let bare = std::fs::read_dir(runner.state().join("repos"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "git"))
+        .unwrap()
+        .path();
+    assert_eq!(
+        git(&bare, &["show", &format!("{head}:devshell.txt")]),
+        "from-the-flake"
+    );
+    assert!(server
+        .tool_results()
+        .iter()
+        .any(|r| r.text.contains("COMMITTED")));
+    for body in server.requests() {
+        assert!(
+            !body.to_string().contains("SECRET-AUTH"),
+            "the key reached the model"
+        );
+    }
+    assert!(!job_dir.join("checkout").exists(), "worktree removed");
+    assert!(server.confined_processes().is_empty(), "no process left");
+}
