@@ -56,6 +56,9 @@ pub struct JobResult {
     /// The agent's event stream (Claude Code's stream-json, opencode's JSON events).
     pub transcript: Option<PathBuf>,
     pub devshell: Option<DevShellSummary>,
+    /// Milliseconds from the job's start until the agent was started: the runner's own work
+    /// (workspace, devShell, policy, files).
+    pub agent_started_ms: Option<u64>,
     /// Why the job did not succeed, in one line.
     pub message: Option<String>,
 }
@@ -151,6 +154,7 @@ impl Runner {
             uncommitted: Vec::new(),
             transcript: None,
             devshell: None,
+            agent_started_ms: None,
             message: None,
         };
         tokio::pin!(cancel);
@@ -163,14 +167,14 @@ impl Runner {
                     Cancel::Terminate => "cancelled by SIGTERM".into(),
                 });
             }
-            () = self.run_inner(job, &mut result) => {}
+            () = self.run_inner(job, &mut result, started) => {}
         }
         result.duration_ms = started.elapsed().as_millis() as u64;
         self.save_result(&result);
         result
     }
 
-    async fn run_inner(&self, job: &Job, result: &mut JobResult) {
+    async fn run_inner(&self, job: &Job, result: &mut JobResult, started: Instant) {
         let refuse = |result: &mut JobResult, outcome: Outcome, msg: String| {
             result.outcome = outcome;
             result.message = Some(msg);
@@ -220,7 +224,7 @@ impl Runner {
             Ok(ws) => ws,
             Err(e) => return refuse(result, Outcome::Error, e.to_string()),
         };
-        match self.run_in_workspace(job, account, &ws, result).await {
+        match self.run_in_workspace(job, account, &ws, result, started).await {
             Ok(()) => {}
             Err(message) => {
                 result.outcome = Outcome::Error;
@@ -247,6 +251,7 @@ impl Runner {
         account: &crate::config::Account,
         ws: &Workspace,
         result: &mut JobResult,
+        started: Instant,
     ) -> Result<(), String> {
         let mut paths = ws.paths.clone();
         let mut devshell_attr = None;
@@ -297,7 +302,14 @@ impl Runner {
         let launch = agent::plan(&inputs).map_err(|e| e.to_string())?;
         launch.write_files().map_err(|e| e.to_string())?;
         result.transcript = Some(launch.transcript.clone());
-        let ended = run_agent(&launch, job.timeout, self.hooks.agent_command.as_deref()).await?;
+        let spawned = |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
+        let ended = run_agent(
+            &launch,
+            job.timeout,
+            self.hooks.agent_command.as_deref(),
+            spawned,
+        )
+        .await?;
         match ended {
             AgentEnd::Exited(code) => {
                 result.exit_status = Some(code);
@@ -393,6 +405,7 @@ async fn run_agent(
     launch: &Launch,
     timeout: Duration,
     adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    spawned: impl FnOnce(Instant),
 ) -> Result<AgentEnd, String> {
     use std::os::unix::process::ExitStatusExt;
     let transcript = std::fs::File::create(&launch.transcript)
@@ -420,6 +433,7 @@ async fn run_agent(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+    spawned(Instant::now());
     let tree = ProcessTree::new(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         // A prompt the agent does not read must not block the runner.
