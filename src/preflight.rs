@@ -222,6 +222,20 @@ pub fn doctor() -> Vec<Check> {
         fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
     });
     all.push(nix_sandbox_check());
+    let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
+    let exists = shared.exists();
+    all.push(Check {
+        name: crate::sandbox::policy::SRT_SHARED_TMP.into(),
+        ok: !exists,
+        detail: if exists {
+            "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
+             anything in it is readable by every job"
+                .into()
+        } else {
+            "absent (srt would show it to every sandbox)".into()
+        },
+        fix: exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
+    });
     all
 }
 

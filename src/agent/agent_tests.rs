@@ -424,3 +424,46 @@ fn rendered_plugin_is_valid_javascript() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn claude_settings_render_macos_paths() {
+    let ws = WorkspacePaths {
+        checkout: "/Users/op/Library/quest/jobs/j1/checkout".into(),
+        bare_clone: "/Users/op/Library/quest/repos/r.git".into(),
+        worktree_admin: "/Users/op/Library/quest/repos/r.git/worktrees/checkout".into(),
+        temp_dir: "/private/tmp/quest-job-abc123".into(),
+        job_dir: "/Users/op/Library/quest/jobs/j1/runner".into(),
+        helper_tmp: "/private/tmp/quest-srt-abc123".into(),
+        devshell_script: None,
+    };
+    let policy = plan_policy(
+        &ws,
+        &PolicyInputs {
+            platform: Platform::Macos,
+            trust: Trust::Untrusted,
+            extra_hosts: vec![],
+            state_dir: "/Users/op/Library/quest".into(),
+            operator_home: Some("/Users/op".into()),
+        },
+    );
+    let s = claude::settings(&policy, &key_account());
+    let fs = &s["sandbox"]["filesystem"];
+    let deny_read = fs["denyRead"].to_string();
+    // The operator's ~/Library/Keychains is covered by /Users itself.
+    for path in ["/Users", "/private/tmp", "/Library/Keychains"] {
+        assert!(
+            deny_read.contains(&format!("\"{path}\"")),
+            "{path} in {deny_read}"
+        );
+    }
+    let allow_read = fs["allowRead"].to_string();
+    assert!(allow_read.contains("/Users/op/Library/quest/jobs/j1/checkout"));
+    assert!(allow_read.contains("/private/tmp/quest-job-abc123"));
+    assert_eq!(
+        s["sandbox"]["network"]["allowedDomains"],
+        serde_json::json!([])
+    );
+    assert!(s["permissions"]["allow"]
+        .to_string()
+        .contains("Edit(//Users/op/Library/quest/jobs/j1/checkout/**)"));
+}
