@@ -141,7 +141,9 @@ async fn main() {
             via_runner.push(first);
             let result: serde_json::Value = serde_json::from_slice(&stdout).expect("result");
             own.push(Duration::from_millis(
-                result["agent_started_ms"].as_u64().expect("agent_started_ms"),
+                result["agent_started_ms"]
+                    .as_u64()
+                    .expect("agent_started_ms"),
             ));
             let home = tempfile::tempdir().expect("home");
             let mut direct = match agent {

@@ -224,7 +224,10 @@ impl Runner {
             Ok(ws) => ws,
             Err(e) => return refuse(result, Outcome::Error, e.to_string()),
         };
-        match self.run_in_workspace(job, account, &ws, result, started).await {
+        match self
+            .run_in_workspace(job, account, &ws, result, started)
+            .await
+        {
             Ok(()) => {}
             Err(message) => {
                 result.outcome = Outcome::Error;
@@ -302,7 +305,8 @@ impl Runner {
         let launch = agent::plan(&inputs).map_err(|e| e.to_string())?;
         launch.write_files().map_err(|e| e.to_string())?;
         result.transcript = Some(launch.transcript.clone());
-        let spawned = |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
+        let spawned =
+            |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
         let ended = run_agent(
             &launch,
             job.timeout,
@@ -434,7 +438,7 @@ async fn run_agent(
         .spawn()
         .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
     spawned(Instant::now());
-    let tree = ProcessTree::new(child.id());
+    let tree = ProcessTree::new(child.id(), job_markers(launch));
     if let Some(mut stdin) = child.stdin.take() {
         // A prompt the agent does not read must not block the runner.
         let prompt = launch.stdin.clone();
@@ -460,12 +464,15 @@ async fn run_agent(
 /// is dropped.
 struct ProcessTree {
     leader: Option<rustix::process::Pid>,
+    /// What marks this job's processes apart from other jobs' (see [`job_markers`]).
+    markers: Vec<String>,
 }
 
 impl ProcessTree {
-    fn new(pid: Option<u32>) -> ProcessTree {
+    fn new(pid: Option<u32>, markers: Vec<String>) -> ProcessTree {
         ProcessTree {
             leader: pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)),
+            markers,
         }
     }
 }
@@ -475,19 +482,54 @@ impl Drop for ProcessTree {
         if let Some(pid) = self.leader {
             crate::process::terminate_group(pid, crate::process::TERMINATE_GRACE);
         }
-        kill_descendants();
+        kill_descendants(&self.markers);
     }
+}
+
+/// The agent's HOME and TMPDIR: private to its job, and inherited by everything it starts.
+/// `serve` runs several jobs in one process, so orphans re-parented to the runner are told
+/// apart by these; another job's agent or a devShell build must survive this job's end.
+fn job_markers(launch: &Launch) -> Vec<String> {
+    ["HOME", "TMPDIR"]
+        .iter()
+        .filter_map(|k| launch.env.get(*k))
+        .filter(|v| v.len() > 1)
+        .cloned()
+        .collect()
+}
+
+/// Whether process `pid`'s environment has a value starting with one of `markers`.
+pub(crate) fn environ_mentions(pid: u32, markers: &[String]) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    environ.split(|b| *b == 0).any(|entry| {
+        let value = match entry.iter().position(|b| *b == b'=') {
+            Some(i) => &entry[i + 1..],
+            None => return false,
+        };
+        markers.iter().any(|m| value.starts_with(m.as_bytes()))
+    })
 }
 
 /// Stops every process whose parent chain leads to this one: SIGTERM first, so srt can
 /// remove the mount points it made in the checkout, then SIGKILL to what is left. These are
 /// the agent's orphans (opencode runs its tools detached and does not stop them when it
 /// exits); the runner sets itself as their subreaper, so they are its descendants.
-fn kill_descendants() {
+fn kill_descendants(markers: &[String]) {
     use rustix::process::{kill_process, waitpid, Pid, Signal, WaitOptions};
     let me = std::process::id();
+    let ours = |pids: Vec<u32>| -> Vec<u32> {
+        match markers.is_empty() {
+            true => pids,
+            false => pids
+                .into_iter()
+                .filter(|p| environ_mentions(*p, markers))
+                .collect(),
+        }
+    };
     let signal_all = |sig: Signal| {
-        let found = descendants(me);
+        let found = ours(descendants(me));
         for pid in &found {
             if let Some(p) = Pid::from_raw(*pid as i32) {
                 let _ = kill_process(p, sig);
@@ -507,7 +549,7 @@ fn kill_descendants() {
     while !pids.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
         reap(&pids);
-        pids = descendants(me);
+        pids = ours(descendants(me));
     }
     for _ in 0..5 {
         let left = signal_all(Signal::KILL);
