@@ -102,6 +102,8 @@ pub struct Runner {
     pub env_source: Vec<(String, String)>,
     /// The operator's home directory, which commands must not read.
     pub operator_home: Option<PathBuf>,
+    /// The config file, when it lives outside the state directory; denied to commands.
+    pub config_file: Option<PathBuf>,
 }
 
 /// Adjusts the agent's command before it starts.
@@ -131,6 +133,7 @@ impl Runner {
             hooks: RunHooks::default(),
             env_source: std::env::vars().collect(),
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
+            config_file: None,
         }
     }
 
@@ -349,8 +352,28 @@ impl Runner {
                 extra_hosts: self.config.network.extra_hosts.clone(),
                 state_dir: self.state.root().to_path_buf(),
                 operator_home: self.operator_home.clone(),
+                private_files: self.private_files(),
             },
         )
+    }
+
+    /// Every account's secret files and the config file: a job must read none of them,
+    /// wherever the operator keeps them.
+    fn private_files(&self) -> Vec<PathBuf> {
+        use crate::config::Account;
+        let mut files: Vec<PathBuf> = self.config_file.iter().cloned().collect();
+        for account in self.config.accounts.values() {
+            match account {
+                Account::Claude(a) => files.extend(
+                    [&a.api_key_file, &a.credentials_file]
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                ),
+                Account::Opencode(a) => files.extend(a.auth_file.iter().cloned()),
+            }
+        }
+        files
     }
 
     fn save_result(&self, result: &JobResult) {

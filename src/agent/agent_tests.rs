@@ -39,6 +39,7 @@ fn policy(ws: &WorkspacePaths) -> SandboxPolicy {
             extra_hosts: vec![],
             state_dir: "/state".into(),
             operator_home: Some("/home/op".into()),
+            private_files: vec![],
         },
     )
 }
@@ -444,6 +445,7 @@ fn claude_settings_render_macos_paths() {
             extra_hosts: vec![],
             state_dir: "/Users/op/Library/quest".into(),
             operator_home: Some("/Users/op".into()),
+            private_files: vec![],
         },
     );
     let s = claude::settings(&policy, &key_account());

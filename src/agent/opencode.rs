@@ -64,8 +64,25 @@ impl Dirs {
     }
 }
 
-/// srt's settings for the policy.
-pub fn srt_settings(policy: &SandboxPolicy) -> Value {
+/// The directory of srt's package (`package.json`, `vendor/`), found from its binary.
+///
+/// srt runs helpers of its own inside the sandbox (its seccomp loader, a JVM proxy agent),
+/// so its package must be readable there even when it is installed under a denied tree
+/// (a checkout of this project in `/tmp`, say).
+pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(srt).ok()?;
+    real.ancestors()
+        .skip(1)
+        .find(|dir| dir.join("package.json").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// srt's settings for the policy, with srt's own package readable.
+pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>) -> Value {
+    let mut allow_read = policy.allow_read.clone();
+    if let Some(dir) = srt_package {
+        allow_read.push(dir.to_path_buf());
+    }
     json!({
         "network": {
             "allowedDomains": policy.allowed_hosts,
@@ -76,7 +93,7 @@ pub fn srt_settings(policy: &SandboxPolicy) -> Value {
         },
         "filesystem": {
             "denyRead": policy.deny_read,
-            "allowRead": policy.allow_read,
+            "allowRead": allow_read,
             "allowWrite": policy.allow_write,
             "denyWrite": policy.deny_write,
         },
@@ -211,7 +228,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         file(&shell, wrapper(policy, inputs, srt, &dirs), 0o700),
         file(
             &job_dir.join("srt.json"),
-            pretty(&srt_settings(policy)),
+            pretty(&srt_settings(policy, srt_package_dir(srt).as_deref())),
             0o600,
         ),
         file(

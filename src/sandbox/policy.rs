@@ -72,6 +72,9 @@ pub struct PolicyInputs {
     pub state_dir: PathBuf,
     /// The home directory of the user the runner runs as.
     pub operator_home: Option<PathBuf>,
+    /// Files of the runner's that may live anywhere (account secrets, the config file): each
+    /// is denied by name, and through its real path when it is a link.
+    pub private_files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -185,6 +188,11 @@ fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
             "/etc/sudoers",
             "/etc/sudoers.d",
             "/etc/nix/netrc",
+            // Where secret managers and systemd put secrets for services.
+            "/run/secrets",
+            "/run/credentials",
+            "/run/keys",
+            "/run/agenix",
         ],
         Platform::Macos => &[
             "/Users",
@@ -203,7 +211,7 @@ fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
     paths.iter().map(PathBuf::from).collect()
 }
 
-/// Builds the policy. Pure: it reads nothing from the disk.
+/// Builds the policy. Pure but for resolving the private files' links.
 pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     let mut deny_read = system_denied_reads(inputs.platform);
     for extra in [Some(&inputs.state_dir), inputs.operator_home.as_ref()]
@@ -215,6 +223,12 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     if inputs.platform == Platform::Macos {
         if let Some(home) = &inputs.operator_home {
             push_unique(&mut deny_read, home.join("Library/Keychains"));
+        }
+    }
+    for file in &inputs.private_files {
+        push_unique(&mut deny_read, file.clone());
+        if let Ok(real) = std::fs::canonicalize(file) {
+            push_unique(&mut deny_read, real);
         }
     }
 

@@ -19,6 +19,10 @@ fn inputs(trust: Trust) -> PolicyInputs {
         extra_hosts: vec!["git.example.org".into()],
         state_dir: "/var/lib/quest-runner".into(),
         operator_home: Some("/home/runner".into()),
+        private_files: vec![
+            "/opt/keys/anthropic".into(),
+            "/etc/quest-runner/config.json".into(),
+        ],
     }
 }
 
@@ -47,6 +51,10 @@ fn reads_are_confined_to_the_workspace_and_the_system() {
         "/var/lib/quest-runner/jobs/j2/checkout/x",
         "/etc/shadow",
         "/etc/ssh/ssh_host_ed25519_key",
+        "/run/secrets/anthropic",
+        "/run/credentials/quest-runner.service/key",
+        "/opt/keys/anthropic",
+        "/etc/quest-runner/config.json",
     ] {
         assert!(!p.may_read(Path::new(secret)), "{secret}");
     }
