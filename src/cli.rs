@@ -68,10 +68,31 @@ enum Command {
     Policy(JobArgs),
     /// Check what jobs need from this host, with the fix for each failure.
     Doctor,
+    /// Print the systemd system unit that runs `quest-runner serve`, with the same settings
+    /// as the NixOS module (for hosts without NixOS).
+    SystemdUnit(crate::deploy::SystemdUnitArgs),
+    /// Print the AppArmor profile that lets this installation's bwrap create user namespaces
+    /// where AppArmor restricts them (Ubuntu 24.04+).
+    ApparmorProfile,
     /// Prove on this host that jobs work and that the sandbox boundary holds: the devShell
     /// cache on a bundled sample, then the hostile-repository suite against the real agents
     /// with a built-in scripted model. Exits non-zero on any escape.
     Selftest(SelftestArgs),
+    /// Run queued jobs, `concurrency` at a time, until SIGTERM or SIGINT (SIGHUP reloads
+    /// the config).
+    Serve(crate::serve::commands::ServeArgs),
+    /// Queue a job for `serve`; prints its id.
+    Submit(crate::serve::commands::SubmitArgs),
+    /// List queued, running and finished jobs.
+    Jobs(crate::serve::commands::JobsArgs),
+    /// Print a job's state, attempts and result.
+    Show(crate::serve::commands::IdArgs),
+    /// Print a job's agent log (or transcript), optionally following it.
+    Logs(crate::serve::commands::LogsArgs),
+    /// Cancel a queued or running job.
+    Cancel(crate::serve::commands::IdArgs),
+    /// Remove finished jobs' files older than a given age.
+    Gc(crate::serve::commands::GcArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -215,6 +236,8 @@ fn init_logging(format: LogFormat) {
 pub struct Context {
     pub state: StateDir,
     pub config: Config,
+    /// The file the config came from (or would have): jobs must not read it.
+    pub config_path: PathBuf,
 }
 
 fn context(cli: &Cli) -> Result<Context, Failure> {
@@ -223,16 +246,26 @@ fn context(cli: &Cli) -> Result<Context, Failure> {
         None => StateDir::default_path().map_err(|e| Failure::new(3, e))?,
     };
     let state = StateDir::at(root);
-    let config = match &cli.config {
-        Some(path) => Config::load(path, true),
-        None => Config::load(&state.config_file(), false),
-    }
-    .map_err(|e| Failure::new(3, e))?;
-    Ok(Context { state, config })
+    let (config_path, required) = match &cli.config {
+        Some(path) => (path.clone(), true),
+        None => (state.config_file(), false),
+    };
+    let config = Config::load(&config_path, required).map_err(|e| Failure::new(3, e))?;
+    let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
+    Ok(Context {
+        state,
+        config,
+        config_path,
+    })
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    let ctx = context(&cli)?;
+    let ctx = match &cli.command {
+        // Deployment files need neither the state directory nor the configuration.
+        Command::SystemdUnit(args) => return crate::deploy::systemd_unit_command(args),
+        Command::ApparmorProfile => return crate::deploy::apparmor_profile_command(),
+        _ => context(&cli)?,
+    };
     match cli.command {
         Command::Env(args) => env(&ctx, args),
         Command::Cache { command } => cache(&ctx, command),
@@ -258,9 +291,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 },
             )
         }
+        Command::SystemdUnit(_) | Command::ApparmorProfile => Ok(()), // answered above
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
         Command::Doctor => doctor(),
+        Command::Serve(args) => crate::serve::commands::serve(ctx, cli.config.clone(), args),
+        Command::Submit(args) => crate::serve::commands::submit(ctx, args),
+        Command::Jobs(args) => crate::serve::commands::jobs(ctx, args),
+        Command::Show(args) => crate::serve::commands::show(ctx, args),
+        Command::Logs(args) => crate::serve::commands::logs(ctx, args),
+        Command::Cancel(args) => crate::serve::commands::cancel(ctx, args),
+        Command::Gc(args) => crate::serve::commands::gc(ctx, args),
     }
 }
 
@@ -297,7 +338,8 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
 fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     use crate::run::{Cancel, Outcome, Runner};
     let job = job_from(args, &ctx)?;
-    let runner = Runner::new(ctx.state, ctx.config);
+    let mut runner = Runner::new(ctx.state, ctx.config);
+    runner.config_file = Some(ctx.config_path);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -333,7 +375,8 @@ fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
 
 fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     let job = job_from(args, &ctx)?;
-    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    runner.config_file = Some(ctx.config_path.clone());
     // The paths a run would use; the temp dir's random suffix is shown as XXXXXX.
     let job_root = crate::workspace::job_root(&ctx.state, &job.id);
     let bare = crate::workspace::bare_clone_path(&ctx.state, &job.repo);
@@ -354,7 +397,13 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, account)})
         }
         Some(crate::config::Account::Opencode(_)) => {
-            serde_json::json!({"srt_settings": crate::agent::opencode::srt_settings(&policy)})
+            let srt = crate::preflight::resolve(crate::binaries::Tool::Srt);
+            let package = srt
+                .as_deref()
+                .and_then(crate::agent::opencode::srt_package_dir);
+            serde_json::json!({
+                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref())
+            })
         }
         None => serde_json::json!(null),
     };

@@ -19,6 +19,15 @@ pub struct Config {
     pub allow_untrusted: bool,
     /// The timeout of a job that names none, e.g. `1h`.
     pub default_timeout: String,
+    /// How many jobs `serve` runs at once [default: the number of cores]. Jobs mostly wait
+    /// on the model, but each agent is a Node process of a few hundred MB.
+    pub concurrency: usize,
+}
+
+/// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
+/// uses the machine.
+pub fn default_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for Config {
@@ -29,6 +38,7 @@ impl Default for Config {
             network: NetworkConfig::default(),
             allow_untrusted: false,
             default_timeout: "1h".to_string(),
+            concurrency: default_concurrency(),
         }
     }
 }
@@ -148,6 +158,13 @@ impl Config {
             field: "default_timeout".to_string(),
             message: e.to_string(),
         })?;
+        if config.concurrency == 0 {
+            return Err(ConfigError::Field {
+                path: path.to_path_buf(),
+                field: "concurrency".to_string(),
+                message: "must be at least 1".to_string(),
+            });
+        }
         for (name, account) in &config.accounts {
             let secrets = match account {
                 Account::Claude(a) => vec![&a.api_key_file, &a.credentials_file],

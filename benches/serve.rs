@@ -1,0 +1,200 @@
+//! Benchmark of `quest-runner serve`: throughput of N short jobs (a scripted model that ends
+//! each turn at once, a cached devShell, a warm bare clone) at concurrency 1, 2 and 4; the
+//! runner's own work per job (`agent_started_ms`, median); and the serve process's own
+//! resident memory idle and busy (agents not counted; target idle: under 20 MB).
+//!
+//! `cargo bench --bench serve`. Needs root (the scripted model runs in a network namespace
+//! of its own) and the pinned Claude Code (`QUEST_RUNNER_CLAUDE` or npm/node_modules/.bin).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quest_runner::selftest::model_server::ModelServer;
+
+const JOBS: usize = 6;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=b", "-c", "user.email=b@b.invalid"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Bench {
+    state: PathBuf,
+    key: PathBuf,
+    repo: PathBuf,
+    rev: String,
+    claude: PathBuf,
+}
+
+impl Bench {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_quest-runner"));
+        cmd.arg("--state-dir")
+            .arg(&self.state)
+            .env("QUEST_RUNNER_CLAUDE", &self.claude)
+            .env("RUST_LOG", "warn");
+        cmd
+    }
+
+    fn configure(&self, server: &ModelServer, concurrency: usize) {
+        let config = serde_json::json!({
+            "nix": {"options": {"substituters": ""}},
+            "concurrency": concurrency,
+            "accounts": {"main": {"agent": "claude", "api_key_file": self.key,
+                                   "base_url": server.base_url()}},
+        });
+        std::fs::write(self.state.join("config.json"), config.to_string()).expect("config");
+    }
+
+    fn submit(&self, id: &str) {
+        let job = serde_json::json!({
+            "id": id, "repo": self.repo, "rev": self.rev, "ref": "main",
+            "trust": "trusted", "agent": "claude", "account": "main",
+            "prompt": "Say done.", "timeout": "5m",
+        });
+        let path = self.state.join(format!("{id}.job.json"));
+        std::fs::write(&path, job.to_string()).expect("job file");
+        let out = self
+            .command()
+            .arg("submit")
+            .arg(&path)
+            .output()
+            .expect("submit");
+        assert!(out.status.success(), "submit {id}");
+    }
+
+    fn serve(&self, server: &ModelServer) -> Child {
+        let mut cmd = self.command();
+        cmd.args(["serve", "--poll", "50ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        server.confine(&mut cmd);
+        cmd.spawn().expect("serve")
+    }
+
+    fn done(&self, ids: &[String]) -> usize {
+        ids.iter()
+            .filter(|id| self.state.join("done").join(format!("{id}.json")).exists())
+            .count()
+    }
+
+    fn own_ms(&self, id: &str) -> u64 {
+        let text = std::fs::read_to_string(self.state.join("done").join(format!("{id}.json")))
+            .expect("done entry");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("entry");
+        v["result"]["agent_started_ms"]
+            .as_u64()
+            .expect("agent_started_ms")
+    }
+}
+
+fn stop(mut child: Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).expect("repo");
+    git(&src, &["init", "-q", "-b", "main"]);
+    let system = format!("{}-linux", std::env::consts::ARCH);
+    std::fs::write(
+        src.join("flake.nix"),
+        format!(
+            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
+  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
+  args = [ "-c" "echo > $out" ]; BENCH = "serve"; }}; }}; }}"#
+        ),
+    )
+    .expect("flake");
+    git(&src, &["add", "-A"]);
+    git(&src, &["commit", "-qm", "init"]);
+    let state = work.path().join("state");
+    std::fs::create_dir_all(&state).expect("state");
+    let key = work.path().join("key");
+    std::fs::write(&key, "sk-bench").expect("key");
+    let bench = Bench {
+        rev: git(&src, &["rev-parse", "HEAD"]),
+        repo: src,
+        state,
+        key,
+        claude: std::env::var_os("QUEST_RUNNER_CLAUDE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("npm/node_modules/.bin/claude")
+            }),
+    };
+    let server = ModelServer::start_isolated(vec![]).expect("model server");
+
+    // Warm-up: the bare clone and the devShell cache.
+    bench.configure(&server, 1);
+    let serve = bench.serve(&server);
+    bench.submit("warm");
+    let warm = ["warm".to_string()];
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while bench.done(&warm) < 1 {
+        assert!(Instant::now() < deadline, "the warm-up job did not finish");
+        let failed = bench.state.join("failed/warm.json");
+        assert!(
+            !failed.exists(),
+            "the warm-up job failed: {}",
+            std::fs::read_to_string(&failed).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(serve);
+
+    println!("serve: {JOBS} short jobs (scripted model, cached devShell) per concurrency");
+    for concurrency in [1, 2, 4] {
+        bench.configure(&server, concurrency);
+        let serve = bench.serve(&server);
+        let pid = serve.id();
+        std::thread::sleep(Duration::from_millis(1000));
+        let idle = rss_kb(pid);
+        let ids: Vec<String> = (0..JOBS).map(|i| format!("c{concurrency}-{i}")).collect();
+        let started = Instant::now();
+        for id in &ids {
+            bench.submit(id);
+        }
+        let mut busy = idle;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while bench.done(&ids) < JOBS {
+            assert!(Instant::now() < deadline, "jobs did not finish");
+            busy = busy.max(rss_kb(pid));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let elapsed = started.elapsed();
+        stop(serve);
+        let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
+        own.sort();
+        println!(
+            "  concurrency {concurrency}: {:.2} jobs/s ({:.1} s for {JOBS}); runner's own work \
+             per job {} ms median (max {}); serve RSS idle {:.1} MB, busy {:.1} MB",
+            JOBS as f64 / elapsed.as_secs_f64(),
+            elapsed.as_secs_f64(),
+            own[own.len() / 2],
+            own[own.len() - 1],
+            idle as f64 / 1024.0,
+            busy as f64 / 1024.0,
+        );
+    }
+    server.kill_confined();
+}

@@ -1,0 +1,245 @@
+//! The queue's subcommands: `serve`, `submit`, `jobs`, `show`, `logs`, `cancel`, `gc`.
+//! Their arguments live here so `cli.rs` only dispatches.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::limits::Limits;
+use super::queue::{CancelOutcome, FsQueue, JobState, QueueError};
+use super::ServeOptions;
+use crate::cli::{Context, Failure};
+use crate::job::JobSpec;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Runs of one job, the first included, before an interrupted job is failed.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_attempts: u32,
+    /// How often the queue is polled for jobs and cancel requests.
+    #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub poll: Duration,
+    /// RLIMIT_NPROC of each agent (processes of the runner's user; not enforced for root).
+    #[arg(long, value_name = "N")]
+    pub limit_nproc: Option<u64>,
+    /// RLIMIT_AS of each agent process, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub limit_address_space: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// The job file (JSON, as for `run --job`); `-` reads stdin.
+    pub job: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobsArgs {
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IdArgs {
+    pub id: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    pub id: String,
+    /// Keep printing what the agent writes until the job ends.
+    #[arg(long, short)]
+    pub follow: bool,
+    /// The agent's event stream (transcript.jsonl) instead of its log.
+    #[arg(long)]
+    pub transcript: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// Remove finished jobs last changed longer ago than this (e.g. 7d, 12h).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub older_than: Duration,
+}
+
+fn failure(e: QueueError) -> Failure {
+    Failure::new(if e.is_bad_input() { 2 } else { 3 }, e)
+}
+
+fn open(ctx: &Context) -> Result<FsQueue, Failure> {
+    let timeout = humantime::parse_duration(&ctx.config.default_timeout)
+        .map_err(|e| Failure::new(3, format!("config default_timeout: {e}")))?;
+    FsQueue::open(&ctx.state, timeout).map_err(failure)
+}
+
+/// `quest-runner serve`. `config_flag` is `--config`, for SIGHUP to reload the same file.
+pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Result<(), Failure> {
+    let queue = Arc::new(open(&ctx)?);
+    let (config_path, config_required) = match config_flag {
+        Some(path) => (path, true),
+        None => (ctx.state.config_file(), false),
+    };
+    let options = ServeOptions {
+        max_attempts: args.max_attempts.max(1),
+        poll: args.poll.max(Duration::from_millis(10)),
+        grace: Duration::from_secs(9),
+        limits: Limits {
+            nproc: args.limit_nproc,
+            address_space: args.limit_address_space,
+        },
+        config_path,
+        config_required,
+    };
+    // Enough threads that one job's blocking teardown (stopping its process tree) never
+    // holds up another's, whatever the concurrency is reloaded to.
+    let threads = crate::config::default_concurrency()
+        .max(ctx.config.concurrency)
+        .max(2)
+        + 1;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    runner.config_file = Some(ctx.config_path.clone());
+    let reload_queue = queue.clone();
+    let served = runtime.block_on(super::serve(queue, runner, options, move |config| {
+        if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
+            reload_queue.set_default_timeout(t);
+        }
+    }));
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    served.map_err(|e| Failure::new(1, e))
+}
+
+/// `quest-runner submit FILE`: prints the job's id.
+pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
+    let bad = |e: crate::job::JobError| Failure::new(2, e);
+    let spec = if args.job == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Failure::new(2, format!("reading stdin: {e}")))?;
+        JobSpec::from_json(&text).map_err(bad)?
+    } else {
+        JobSpec::from_file(&args.job).map_err(bad)?
+    };
+    let queue = open(&ctx)?;
+    let job = queue.submit(spec, &ctx.config).map_err(failure)?;
+    println!("{}", job.id);
+    Ok(())
+}
+
+/// `quest-runner jobs [--json]`.
+pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
+    let listed = open(&ctx)?.list();
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&listed).unwrap_or_default()
+        )
+    } else {
+        let mut text = format!(
+            "{:<32} {:<10} {:<10} {:>3}  {:<20}  {}\n",
+            "ID", "STATE", "OUTCOME", "TRY", "SUBMITTED", "MESSAGE"
+        );
+        for j in &listed {
+            text.push_str(&format!(
+                "{:<32} {:<10} {:<10} {:>3}  {:<20}  {}\n",
+                j.id,
+                j.state.name(),
+                j.outcome.as_deref().unwrap_or("-"),
+                j.attempts,
+                j.submitted_at.as_deref().unwrap_or("-"),
+                j.message.as_deref().unwrap_or("")
+            ));
+        }
+        out.write_all(text.as_bytes())
+    };
+    written.map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+}
+
+/// `quest-runner show ID`: the job's queue entry (job, attempts, result) and its state.
+pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
+    let queue = open(&ctx)?;
+    let (state, entry) = queue.show(&args.id).map_err(failure)?;
+    let mut value = serde_json::to_value(&entry).unwrap_or_default();
+    value["id"] = args.id.clone().into();
+    value["state"] = state.name().into();
+    value["dir"] = queue.job_dir(&args.id).display().to_string().into();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// `quest-runner logs ID [--follow] [--transcript]`.
+pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
+    crate::job::check_id(&args.id).map_err(|e| Failure::new(2, e))?;
+    let queue = open(&ctx)?;
+    let Some(mut state) = queue.find_state(&args.id) else {
+        return Err(failure(QueueError::NotFound(args.id)));
+    };
+    let name = if args.transcript {
+        "transcript.jsonl"
+    } else {
+        "agent.log"
+    };
+    let path = queue.job_dir(&args.id).join("runner").join(name);
+    let mut offset = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        offset += copy_from(&path, offset, &mut out)
+            .map_err(|e| Failure::new(1, format!("reading {}: {e}", path.display())))?;
+        if !args.follow || state.is_finished() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        match queue.find_state(&args.id) {
+            Some(now) => state = now,
+            None => break,
+        }
+        if state == JobState::Queued {
+            offset = 0; // a requeued job starts a new log
+        }
+    }
+    Ok(())
+}
+
+/// Writes what `path` holds from `offset` on; returns how many bytes. A missing file is empty.
+fn copy_from(path: &Path, offset: u64, out: &mut impl Write) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    if file.metadata()?.len() < offset {
+        return Ok(0);
+    }
+    file.seek(SeekFrom::Start(offset))?;
+    let n = std::io::copy(&mut file, out)?;
+    out.flush()?;
+    Ok(n)
+}
+
+/// `quest-runner cancel ID`.
+pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
+    match open(&ctx)?.cancel(&args.id).map_err(failure)? {
+        CancelOutcome::Dequeued => println!("{}: cancelled", args.id),
+        CancelOutcome::Requested => println!("{}: cancel requested; its runner stops it", args.id),
+    }
+    Ok(())
+}
+
+/// `quest-runner gc --older-than D`: prints the removed jobs' ids as JSON.
+pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
+    let removed = open(&ctx)?.gc(args.older_than).map_err(failure)?;
+    println!("{}", serde_json::json!({ "removed": removed }));
+    Ok(())
+}

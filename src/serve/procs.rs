@@ -1,0 +1,76 @@
+//! Finding and stopping the processes a dead runner's job left behind.
+//!
+//! A runner killed outright cannot stop its agent; the agent gets SIGKILL from the kernel
+//! through its parent-death signal (see [`super::limits`]), but what the agent started may
+//! outlive it. Those processes are recognised by their environment: every process of a job
+//! inherits HOME or TMPDIR pointing into the job's private temp dir or its job directory,
+//! paths no other job shares.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::state::StateDir;
+
+/// The paths whose mention in a process's environment marks it as one of job `id`'s.
+pub fn markers(state: &StateDir, id: &str) -> Vec<String> {
+    let root = crate::workspace::job_root(state, id);
+    let mut found = vec![format!("{}/", root.display())];
+    if let Some(temp) = recorded_temp_dir(&root) {
+        found.push(temp.display().to_string());
+    }
+    found
+}
+
+/// The temp dir named by the job's `workspace.json`, if it is still there.
+fn recorded_temp_dir(job_root: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(job_root.join("workspace.json")).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value
+        .get("temp_dir")
+        .and_then(|v| v.as_str())
+        .filter(|p| p.starts_with(crate::workspace::TEMP_PARENT) && p.len() > 5)
+        .map(PathBuf::from)
+}
+
+/// SIGKILLs every process of job `id` (by [`markers`]), again until none is left or two
+/// seconds have passed. Returns how many signals were sent.
+pub fn stop_leftovers(state: &StateDir, id: &str) -> usize {
+    let markers = markers(state, id);
+    let me = std::process::id();
+    let mut sent = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let pids = matching(&markers, me);
+        if pids.is_empty() || std::time::Instant::now() > deadline {
+            return sent;
+        }
+        for pid in pids {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Pids (other than `me`) whose environment has a value starting with one of `markers`.
+pub fn matching(markers: &[String], me: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        if crate::run::environ_mentions(pid, markers) {
+            found.push(pid);
+        }
+    }
+    found
+}

@@ -1,0 +1,82 @@
+//! Where `serve` gets its jobs from, as one small trait.
+//!
+//! Execution (the serve loop, [`crate::run::Runner`]) only ever talks to a [`JobSource`]; the
+//! on-disk queue ([`super::queue::FsQueue`]) is the first implementation. Another intake — a
+//! forge's job API, say — implements the same five calls and needs no change to execution.
+//!
+//! The contract, which the serve loop relies on:
+//! - [`JobSource::claim`] hands a job to exactly one runner process, even when several poll
+//!   the same source; a claimed job stays claimed until it is finished or released, or until
+//!   its runner dies (then [`JobSource::recover`] of the next runner gives it back).
+//! - Every claim ends in exactly one of [`JobSource::finish`] (the job ended: its result is
+//!   final) or [`JobSource::release`] (the job was interrupted and should run again).
+//! - Calls are cheap enough to make from the serve loop several times a second; a source that
+//!   talks to a network should cache or rate-limit on its own.
+
+use std::future::Future;
+
+use crate::job::Job;
+
+/// A job handed to this runner, with the source's own handle on the claim.
+pub struct Claimed<T> {
+    pub job: Job,
+    /// 1 for the first run, 2 for the first retry, …
+    pub attempt: u32,
+    /// What the source needs to finish or release the claim (a lock, an API lease, …).
+    pub ticket: T,
+}
+
+/// Why a job is given back instead of finished.
+#[derive(Debug, Clone)]
+pub struct Interruption {
+    /// One line for the job's history, e.g. "interrupted: the runner got SIGTERM".
+    pub reason: String,
+}
+
+/// What a recovery on start found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// Ids of jobs given back to be run again.
+    pub requeued: Vec<String>,
+    /// Ids of jobs that ran out of attempts and were failed.
+    pub failed: Vec<String>,
+}
+
+/// An intake of jobs. See the module documentation for the contract.
+pub trait JobSource: Send + Sync + 'static {
+    /// The source's handle on one claim.
+    type Ticket: Send + 'static;
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Takes the next job for this runner, or `None` when there is none right now. Invalid
+    /// jobs are rejected by the source (with a message where its submitter can see it), not
+    /// returned.
+    fn claim(
+        &self,
+    ) -> impl Future<Output = Result<Option<Claimed<Self::Ticket>>, Self::Error>> + Send;
+
+    /// Records the job's final result (`result` is a [`crate::run::JobResult`] as JSON, or a
+    /// result the runner made up for a job it could not run) and ends the claim.
+    fn finish(
+        &self,
+        claimed: Claimed<Self::Ticket>,
+        result: serde_json::Value,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Gives the job back to run again later, recording why, and ends the claim.
+    fn release(
+        &self,
+        claimed: Claimed<Self::Ticket>,
+        why: Interruption,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether someone asked for this claimed job to be cancelled.
+    fn cancel_requested(&self, claimed_id: &str) -> impl Future<Output = bool> + Send;
+
+    /// On start: gives back (or fails, after `max_attempts`) jobs whose runner died while
+    /// running them, after stopping what is left of them.
+    fn recover(
+        &self,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Recovered, Self::Error>> + Send;
+}
