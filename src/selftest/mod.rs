@@ -167,9 +167,11 @@ fn make_sample_repo(dir: &Path, flake: &str) -> Result<std::path::PathBuf, Failu
     Ok(bare)
 }
 
-/// Git with a fixed identity and clock, so the sample's commit id never changes.
-fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
-    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| Failure::new(3, e))?;
+/// Git for the repositories the selftest makes (the sample, the hostile repository): no
+/// system or global config, no hooks, and a fixed identity and clock, so the sample's commit id
+/// never changes.
+pub(crate) fn fixture_git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
     let out = std::process::Command::new(git)
         .current_dir(dir)
         .args([
@@ -188,16 +190,17 @@ fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
         .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
         .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
         .output()
-        .map_err(|e| Failure::new(3, format!("running git: {e}")))?;
+        .map_err(|e| format!("running git: {e}"))?;
     if !out.status.success() {
-        return Err(Failure::new(
-            1,
-            format!(
-                "git {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+        return Err(format!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
+    fixture_git(dir, args).map_err(|e| Failure::new(1, e))
 }

@@ -4,38 +4,9 @@
 //! at the operator's and the account's secrets).
 
 use std::path::Path;
-use std::process::Command;
 
 use super::world::World;
-
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
-    let out = Command::new(git)
-        .current_dir(dir)
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "commit.gpgSign=false",
-        ])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "attacker")
-        .env("GIT_AUTHOR_EMAIL", "attacker@example.invalid")
-        .env("GIT_COMMITTER_NAME", "attacker")
-        .env("GIT_COMMITTER_EMAIL", "attacker@example.invalid")
-        .output()
-        .map_err(|e| format!("running git: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "git {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
+use crate::selftest::fixture_git as git;
 
 /// Creates the repository at `world.repo` and returns its revision.
 pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {

@@ -202,7 +202,6 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
                 as crate::run::PolicyHook
         }),
     };
-    let before_jobs = quest_job_dirs();
     let served_before = server.exchanges().len();
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
     let exchanges = server.exchanges();
@@ -244,7 +243,6 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         &result,
         &outputs,
         &reports,
-        &before_jobs,
         cfg,
         &mut controls,
     );
@@ -596,7 +594,6 @@ fn after_job_controls(
     result: &JobResult,
     outputs: &std::collections::BTreeMap<usize, String>,
     reports: &[AttemptReport],
-    before_jobs: &BTreeSet<PathBuf>,
     cfg: &SuiteConfig,
     controls: &mut Vec<ControlReport>,
 ) {
@@ -700,15 +697,26 @@ fn after_job_controls(
             )
         },
     );
-    let leaked: Vec<PathBuf> = quest_job_dirs().difference(before_jobs).cloned().collect();
+    // The job's own temp dirs, as its rendered settings name them: other jobs on this machine
+    // may come and go meanwhile.
+    let job_root = crate::workspace::job_root(&StateDir::at(&world.state), &result.job_id);
+    let own = job_temp_dirs(&job_root);
+    let leaked: Vec<&PathBuf> = own.iter().filter(|p| p.exists()).collect();
     add(
         "no temp dir left",
-        leaked.is_empty(),
-        leaked
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
+        !own.is_empty() && leaked.is_empty(),
+        if own.is_empty() {
+            "the job's temp dirs are unknown".into()
+        } else {
+            format!(
+                "{} checked{}",
+                own.len(),
+                leaked
+                    .iter()
+                    .map(|p| format!(", left: {}", p.display()))
+                    .collect::<String>()
+            )
+        },
     );
     let left = server.confined_processes();
     add(
@@ -848,19 +856,36 @@ fn refused_by_runner(agent: AgentKind, output: &str) -> bool {
     }
 }
 
-fn quest_job_dirs() -> BTreeSet<PathBuf> {
-    std::fs::read_dir(crate::workspace::TEMP_PARENT)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.starts_with(crate::workspace::TEMP_PREFIX)
-                        && !name.starts_with("quest-job-zz")
-                })
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The private temp dirs of the job at `job_root`, read back from the sandbox settings the
+/// runner rendered for it (Claude Code's settings or srt's).
+fn job_temp_dirs(job_root: &std::path::Path) -> Vec<PathBuf> {
+    let runner = job_root.join("runner");
+    let files = [runner.join("claude/settings.json"), runner.join("srt.json")];
+    let mut dirs = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let fs = v
+            .get("sandbox")
+            .and_then(|s| s.get("filesystem"))
+            .or_else(|| v.get("filesystem"));
+        let writes = fs
+            .and_then(|f| f.get("allowWrite"))
+            .and_then(|w| w.as_array());
+        for w in writes.into_iter().flatten().filter_map(|w| w.as_str()) {
+            let name = std::path::Path::new(w)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned());
+            if name.is_some_and(|n| n.starts_with(crate::workspace::TEMP_PREFIX)) {
+                dirs.push(PathBuf::from(w));
+            }
+        }
+    }
+    dirs
 }
 
 fn clip(s: &str, max: usize) -> String {
