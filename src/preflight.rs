@@ -222,6 +222,16 @@ pub fn doctor() -> Vec<Check> {
         fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
     });
     all.push(nix_sandbox_check());
+    let (cgroups, limits) = crate::serve::limits::host_support();
+    all.push(Check {
+        name: "per-job limits".into(),
+        ok: true,
+        detail: limits,
+        fix: (!cgroups).then(|| {
+            "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup"
+                .into()
+        }),
+    });
     let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
     let exists = shared.exists();
     all.push(Check {

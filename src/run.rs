@@ -46,6 +46,8 @@ pub struct JobResult {
     pub rev: String,
     /// The agent's exit code, when it exited.
     pub exit_status: Option<i32>,
+    /// The signal that killed the agent, when one did.
+    pub signal: Option<i32>,
     pub duration_ms: u64,
     /// The worktree's HEAD when the agent stopped, and the commits it made (oldest first).
     pub head: Option<String>,
@@ -151,6 +153,7 @@ impl Runner {
             agent: job.agent,
             rev: job.rev.clone(),
             exit_status: None,
+            signal: None,
             duration_ms: 0,
             head: None,
             commits: Vec::new(),
@@ -268,7 +271,9 @@ impl Runner {
                 git_ref: Some(ws.nix_ref.clone()),
                 attr: None,
             };
-            let shell = self.devshells.get(&req).await.map_err(|e| e.to_string())?;
+            let shell = with_progress(self.devshells.get(&req), &job.rev)
+                .await
+                .map_err(|e| e.to_string())?;
             result.devshell = Some(DevShellSummary {
                 cache: shell.cache,
                 key: shell.key.clone(),
@@ -329,7 +334,13 @@ impl Runner {
             }
             AgentEnd::Signalled(sig) => {
                 result.outcome = Outcome::Failed;
-                result.message = Some(format!("the agent was killed by signal {sig}"));
+                result.signal = Some(sig);
+                result.message = Some(format!(
+                    "the agent was killed by signal {sig}{}",
+                    crate::serve::limits::signal_name(sig)
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                ));
             }
             AgentEnd::TimedOut => {
                 result.outcome = Outcome::TimedOut;
@@ -385,6 +396,29 @@ impl Runner {
         let data = serde_json::to_vec_pretty(result).unwrap_or_default();
         if let Err(e) = crate::devshell::nix_version::write_atomically(&root, &path, &data) {
             tracing::warn!("writing {}: {e}", path.display());
+        }
+    }
+}
+
+/// Awaits a devShell build, printing a progress line every ten seconds while it lasts when
+/// stderr is a terminal.
+async fn with_progress<F: std::future::Future>(build: F, rev: &str) -> F::Output {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return build.await;
+    }
+    const EVERY: Duration = Duration::from_secs(10);
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + EVERY, EVERY);
+    tokio::pin!(build);
+    loop {
+        tokio::select! {
+            out = &mut build => return out,
+            _ = ticks.tick() => eprintln!(
+                "still building the devShell of {} ({}s)",
+                &rev[..rev.len().min(12)],
+                started.elapsed().as_secs()
+            ),
         }
     }
 }

@@ -77,10 +77,16 @@ struct Serve {
 
 impl Serve {
     fn start(runner: &Runner, server: &ModelServer, log_dir: &Path) -> Serve {
+        Self::start_with(runner, server, log_dir, &[])
+    }
+
+    /// Like [`Serve::start`], with more arguments to `serve`.
+    fn start_with(runner: &Runner, server: &ModelServer, log_dir: &Path, args: &[&str]) -> Serve {
         let log = log_dir.join(format!("serve-{}.log", unique_token()));
         let mut cmd = runner.command();
         cmd.env("QUEST_RUNNER_CLAUDE", agent_binary())
             .args(["serve", "--poll", "100ms"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         server.confine(&mut cmd);
@@ -548,4 +554,433 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     );
     drop(serve);
     server.kill_confined();
+}
+
+/// Children of `parent` (from `/proc/<pid>/stat`).
+fn children_of(parent: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn cmdline(pid: i32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
+/// Waits (at most 10 s) until no process's command line mentions `token`; returns the
+/// survivors after SIGKILLing them (so that a failing test leaves nothing behind).
+fn survivors(token: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(token).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<u32> = processes_with(token);
+    let described = left.iter().map(|p| cmdline(*p as i32)).collect();
+    for pid in left {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    described
+}
+
+fn assert_no_process_with(token: &str, what: &str) {
+    let left = survivors(token);
+    assert!(left.is_empty(), "{what} survived: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_goes_on() {
+    let token = unique_token();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![Step::bash(format!(
+        "(exec -a hang-{token} tail -f /dev/null)"
+    ))])
+    .expect("model server");
+    let (runner, keys) = runner_for(&server, 1);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "a"})),
+    );
+    let serve = Serve::start_with(&runner, &server, keys.path(), &["--limit-nproc", "50000"]);
+    wait_for_process(&format!("hang-{token}"), &serve);
+    let agents: Vec<i32> = children_of(serve.pid())
+        .into_iter()
+        .filter(|p| cmdline(*p).contains("claude"))
+        .collect();
+    assert_eq!(
+        agents.len(),
+        1,
+        "one agent process under serve: {:?}",
+        children_of(serve.pid())
+            .iter()
+            .map(|p| cmdline(*p))
+            .collect::<Vec<_>>()
+    );
+    let temp = temp_dir_of(&runner.state().join("jobs/a"));
+    assert!(temp.exists());
+    unsafe { libc::kill(agents[0], libc::SIGKILL) };
+    let (runner, serve) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "a", "failed", &serve, Duration::from_secs(60));
+        assert_eq!(v["result"]["outcome"], "failed", "{v}");
+        let message = v["result"]["message"].as_str().unwrap();
+        assert!(message.contains("killed by signal 9"), "{v}");
+        assert!(
+            message.contains("limits in force: RLIMIT_NPROC=50000"),
+            "{v}"
+        );
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    assert_no_process_with(&token, "the agent's command");
+    assert_clean(&runner, "a");
+    assert!(!temp.exists(), "temp dir {} left", temp.display());
+
+    server.set_script(vec![]);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "b"})),
+    );
+    let (runner, mut serve) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "b", "done", &serve, Duration::from_secs(120));
+        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    assert_clean(&runner, "b");
+    let (status, _) = serve.stop(libc::SIGTERM);
+    assert!(status.success(), "{}", serve.log());
+    assert!(server.confined_processes().is_empty(), "processes left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
+    let token = unique_token();
+    let repo = Repo::new();
+    let marker_dir = tempfile::tempdir().unwrap();
+    // Nix may build as an unprivileged build user: let it write the marker.
+    std::fs::set_permissions(
+        marker_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let marker = marker_dir.path().join("started");
+    let extra = format!(
+        r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
+          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
+        system = system(),
+        marker = marker.display()
+    );
+    let slow_rev = repo.commit(&[("flake.nix", &flake(&extra))]);
+    let server = ModelServer::start_isolated(vec![]).expect("model server");
+    let (runner, keys) = runner_for(&server, 1);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &slow_rev, serde_json::json!({"id": "n"})),
+    );
+    let serve = Serve::start(&runner, &server, keys.path());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the slow builder never started\n{}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The runner's own `nix` processes (the builder is not one: its command line is
+    // `sleep-TOKEN`).
+    let confined = server.confined_processes();
+    let nix: Vec<i32> = processes_with("print-dev-env")
+        .into_iter()
+        .map(|p| p as i32)
+        .filter(|p| confined.contains(p) && !cmdline(*p).contains(&token))
+        .collect();
+    assert!(!nix.is_empty(), "no nix process found\n{}", serve.log());
+    for pid in &nix {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let (runner, serve) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "n", "failed", &serve, Duration::from_secs(60));
+        let message = v["result"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("devShell") && message.contains("nix"),
+            "the message names the devShell build by nix: {v}"
+        );
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    // Checked at the end, so the rest is checked too.
+    let builders_left = survivors(&format!("sleep-{token}"));
+    assert_clean(&runner, "n");
+    for sub in ["entries", "roots", "tmp"] {
+        assert!(
+            runner.listing(sub).is_empty(),
+            "devShell cache {sub} not empty after a killed build: {:?}",
+            runner.listing(sub)
+        );
+    }
+
+    let quick_rev = repo.commit(&[("flake.nix", &flake(r#"QUICK = "1";"#))]);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &quick_rev, serde_json::json!({"id": "m"})),
+    );
+    let (runner, mut serve) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "m", "done", &serve, Duration::from_secs(180));
+        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    assert_clean(&runner, "m");
+    assert_eq!(
+        runner.listing("entries").len(),
+        1,
+        "the next build is cached"
+    );
+    let (status, _) = serve.stop(libc::SIGTERM);
+    assert!(status.success(), "{}", serve.log());
+    assert!(server.confined_processes().is_empty(), "processes left");
+    assert!(
+        builders_left.is_empty(),
+        "the killed nix's builder outlived it (killed by the test): {builders_left:?}"
+    );
+}
+
+/// A tmpfs mounted over a directory, unmounted when dropped (also when a test fails).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount");
+        assert!(status.success(), "mounting a tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` with `dir/filler` until it is full.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    loop {
+        if let Err(e) = f.write_all(&block) {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            break;
+        }
+    }
+    // The last partial block too.
+    while f.write_all(&[0u8; 512]).is_ok() {}
+    while f.write_all(&[0u8]).is_ok() {}
+    path
+}
+
+/// Keeps the file system of `dir` full (files `dir/keep-full-N`) until `stop`, then removes
+/// what it wrote.
+fn keep_full(dir: &Path, stop: &std::sync::atomic::AtomicBool) {
+    use std::io::Write;
+    let mut written = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let path = dir.join(format!("keep-full-{}", written.len()));
+        if let Ok(mut f) = std::fs::File::create(&path) {
+            written.push(path);
+            while f.write_all(&[0u8; 4096]).is_ok() {}
+            while f.write_all(&[0u8]).is_ok() {}
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for path in written {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_running() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![]).expect("model server");
+    let (runner, keys) = runner_for(&server, 1);
+    let config = std::fs::read(runner.state().join("config.json")).unwrap();
+    let tmpfs = Tmpfs::mount(runner.state(), "2m");
+    std::fs::write(runner.state().join("config.json"), &config).unwrap();
+    // Queued while there is room; run when there is none.
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "f1"})),
+    );
+    let filler = fill(runner.state());
+
+    // Submitting to a full disk: refused with the reason, nothing half-written is queued.
+    let out = submit(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "f2"})),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "submit to a full disk succeeded");
+    assert!(
+        stderr.contains("No space left on device"),
+        "submit names the full disk: {stderr}"
+    );
+    let queued: Vec<String> = std::fs::read_dir(runner.state().join("queue"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(queued, ["f1.json"], "only the earlier job is queued");
+
+    let serve = Serve::start(&runner, &server, keys.path());
+    serve.wait_log("serving");
+    // The queued job either fails with the reason or stays queued; it is not lost, and it
+    // is not left `running`.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = loop {
+        let v = show(&runner, "f1");
+        let state = v["state"].as_str().unwrap().to_string();
+        if state == "failed" || (state == "queued" && serve.log().contains("f1")) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "f1 is {state}\n{v}\n{}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("f1 on a full disk: {first}");
+    if first["state"] == "failed" {
+        let message = first["result"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("No space left on device"),
+            "the result names the full disk: {first}"
+        );
+    }
+    assert!(serve.child.as_ref().is_some(), "serve is still there");
+
+    // Room again: the queue keeps working.
+    std::fs::remove_file(&filler).unwrap();
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "f3"})),
+    );
+    let (runner, serve) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "f3", "done", &serve, Duration::from_secs(120));
+        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    assert_clean(&runner, "f3");
+    if first["state"] == "queued" {
+        let v = show(&runner, "f1");
+        assert_eq!(v["state"], "done", "f1 ran once there was room: {v}");
+    }
+
+    // The disk fills while a job runs: its end is recorded once there is room again.
+    let token = unique_token();
+    server.set_script(vec![Step::bash(format!("(exec -a pause-{token} sleep 3)"))]);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(
+            &repo,
+            &rev,
+            serde_json::json!({"id": "f4", "timeout": "90s"}),
+        ),
+    );
+    let (runner, mut serve) = tokio::task::spawn_blocking(move || {
+        wait_for_process(&format!("pause-{token}"), &serve);
+        // Kept full: what the job's end frees (its worktree) is taken again at once.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let filler = {
+            let (dir, stop) = (runner.state().to_path_buf(), stop.clone());
+            std::thread::spawn(move || keep_full(&dir, &stop))
+        };
+        // Usually the job's end finds no room and is retried (the job stays `running`);
+        // sometimes its write wins the race with the filler and the job ends at once.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut retried = false;
+        loop {
+            if serve.log().contains("retrying until there is room") {
+                retried = true;
+                let v = show(&runner, "f4");
+                assert_eq!(
+                    v["state"], "running",
+                    "not lost while the disk is full: {v}"
+                );
+                break;
+            }
+            if show(&runner, "f4")["state"] != "running" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "f4 stuck\n{}", serve.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        filler.join().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let v = loop {
+            let v = show(&runner, "f4");
+            if v["state"] == "done" || v["state"] == "failed" {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "f4 never ended: {v}\n{}",
+                serve.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        eprintln!("f4, disk kept full from mid-run (its end retried: {retried}): {v}");
+        assert!(v["result"]["outcome"].is_string(), "f4 has its result: {v}");
+        assert_clean(&runner, "f4");
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    let (status, _) = serve.stop(libc::SIGTERM);
+    assert!(status.success(), "{}", serve.log());
+    assert!(server.confined_processes().is_empty(), "processes left");
+    // Unmounted before the state dir is removed.
+    drop(tmpfs);
+    drop(runner);
 }

@@ -69,7 +69,9 @@ fn unit_runs_serve_with_the_required_settings() {
     );
     assert_eq!(one("ExecReload"), "/bin/kill -HUP $MAINPID");
     assert_eq!(one("User"), "quest-runner");
-    assert_eq!(one("Type"), "exec");
+    assert_eq!(one("Type"), "notify");
+    assert_eq!(one("NotifyAccess"), "main");
+    assert_eq!(one("WatchdogSec"), "60s");
     assert_eq!(one("KillMode"), "mixed");
     assert_eq!(one("TimeoutStopSec"), "15");
     assert_eq!(one("Delegate"), "true");

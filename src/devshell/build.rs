@@ -118,6 +118,11 @@ async fn build_shell(
         .await
         .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
     if !out.status.success() {
+        if std::os::unix::process::ExitStatusExt::signal(&out.status).is_some() {
+            // Nix was killed: its builders, which it runs in sessions of their own, are left
+            // without it. Nothing else will stop them.
+            stop_orphaned_builders();
+        }
         return Err(DevShellError::Nix {
             what,
             message: out.error_message(),
@@ -155,6 +160,44 @@ async fn build_shell(
         store_path,
         script_sha256: entry::sha256_hex(script.as_bytes()),
     })
+}
+
+/// Stops Nix builders whose `nix` is gone: processes with `NIX_BUILD_TOP` in their environment
+/// whose parent is init or this runner (its subreaper). A builder whose nix (or nix daemon)
+/// still runs has that as its parent and is left alone, so concurrent builds are safe.
+fn stop_orphaned_builders() {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if !matches!(ppid, Some(p) if p == 1 || p == me) {
+            continue;
+        }
+        let is_builder = std::fs::read(entry.path().join("environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0)
+                .any(|v| v.starts_with(b"NIX_BUILD_TOP="))
+        });
+        if let (true, Some(pid)) = (is_builder, rustix::process::Pid::from_raw(pid as i32)) {
+            tracing::warn!(
+                pid = pid.as_raw_nonzero().get(),
+                "stopping a builder of a killed nix"
+            );
+            // The builder leads a session of its own: its helpers go with it.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// A branch (else a tag) that contains `rev`, preferring the one HEAD names. Nix releases

@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// RLIMIT_AS of each agent process, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub limit_address_space: Option<u64>,
+    /// RLIMIT_CPU of each agent process, in seconds of CPU time (SIGXCPU, then SIGKILL
+    /// five seconds later).
+    #[arg(long, value_name = "SECONDS")]
+    pub limit_cpu: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +92,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         limits: Limits {
             nproc: args.limit_nproc,
             address_space: args.limit_address_space,
+            cpu_seconds: args.limit_cpu,
         },
         config_path,
         config_required,

@@ -265,6 +265,12 @@ async fn run_one<S: JobSource>(
             ) {
                 value["limits"] = serde_json::Value::String(limits);
             }
+            if let (Some(signal), Some(message)) = (result.signal, &result.message) {
+                if let Some(why) = options.limits.explain(signal) {
+                    value["message"] = format!("{message}; {why}").into();
+                    rewrite_result(&runner, &id, &value);
+                }
+            }
             source.finish(claimed, value).await
         }
         Some(Stopper::User) => {

@@ -141,7 +141,26 @@ pub enum QueueError {
     BadEntry { path: PathBuf, message: String },
 }
 
+/// How long [`FsQueue`]'s `finish` retries recording a job's end on a full disk.
+pub const FULL_DISK_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl QueueError {
+    /// Whether this is the file system running out of space or quota.
+    pub fn is_full_disk(&self) -> bool {
+        let QueueError::Io { source, .. } = self else {
+            return false;
+        };
+        // tempfile wraps the OS error with the path, keeping only its kind; the kinds are
+        // named here, as `ErrorKind::StorageFull` is newer than the MSRV.
+        matches!(
+            source.raw_os_error(),
+            Some(libc::ENOSPC) | Some(libc::EDQUOT)
+        ) || matches!(
+            format!("{:?}", source.kind()).as_str(),
+            "StorageFull" | "QuotaExceeded"
+        )
+    }
+
     /// Whether the caller's input was at fault (exit code 2) rather than the host.
     pub fn is_bad_input(&self) -> bool {
         matches!(
@@ -377,7 +396,14 @@ impl FsQueue {
                         outcome: None,
                         reason: None,
                     });
-                    write_entry(&running, &entry)?;
+                    if let Err(e) = write_entry(&running, &entry) {
+                        // A full disk, say: the job goes back to the queue, not astray in
+                        // `running/`.
+                        if let Err(back) = std::fs::rename(&running, &queued) {
+                            tracing::error!(job = %job.id, "putting the job back in the queue: {back}");
+                        }
+                        return Err(e);
+                    }
                     tracing::info!(job = %job.id, attempt, "claimed");
                     return Ok(Some(Claimed {
                         job,
@@ -460,9 +486,20 @@ impl FsQueue {
     }
 
     /// Ends a claim with its result: the file moves to `done/`, `failed/` or `cancelled/`.
-    pub fn finish_now(&self, claimed: Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
+    pub fn finish_now(
+        &self,
+        mut claimed: Claimed<Ticket>,
+        result: Value,
+    ) -> Result<(), QueueError> {
+        self.try_finish(&mut claimed, result)
+        // The claim lock drops here, after the file has left `running/`.
+    }
+
+    /// [`Self::finish_now`] without ending the claim, so that a failure (a full disk) can
+    /// be retried.
+    fn try_finish(&self, claimed: &mut Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
         let id = claimed.job.id.clone();
-        let mut entry = claimed.ticket.entry;
+        let entry = &mut claimed.ticket.entry;
         let outcome = result
             .get("outcome")
             .and_then(Value::as_str)
@@ -479,13 +516,12 @@ impl FsQueue {
             _ => JobState::Failed,
         };
         let running = self.path(JobState::Running, &id);
-        write_entry(&running, &entry)?;
+        write_entry(&running, entry)?;
         let target = self.path(target_state, &id);
         std::fs::rename(&running, &target).map_err(io("finishing", &running))?;
         let _ = std::fs::remove_file(self.cancel_path(&id));
         tracing::info!(job = %id, state = target_state.name(), %outcome, "finished");
         Ok(())
-        // The claim lock drops here, after the file has left `running/`.
     }
 
     /// Gives a claimed job back to the queue; its job directory moves to
@@ -819,8 +855,24 @@ impl JobSource for FsQueue {
         self.claim_now()
     }
 
-    async fn finish(&self, claimed: Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
-        self.finish_now(claimed, result)
+    /// A full disk does not lose the result: the job stays claimed (and `running`) and the
+    /// write is retried until there is room, for at most [`FULL_DISK_RETRY_FOR`].
+    async fn finish(&self, mut claimed: Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
+        let deadline = std::time::Instant::now() + FULL_DISK_RETRY_FOR;
+        let mut warned = false;
+        loop {
+            match self.try_finish(&mut claimed, result.clone()) {
+                Err(e) if e.is_full_disk() && std::time::Instant::now() < deadline => {
+                    if !warned {
+                        tracing::error!(job = %claimed.job.id,
+                            "recording the job's end: {e}; retrying until there is room");
+                        warned = true;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn release(&self, claimed: Claimed<Ticket>, why: Interruption) -> Result<(), QueueError> {
