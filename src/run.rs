@@ -320,6 +320,7 @@ impl Runner {
             job.timeout,
             self.hooks.agent_command.as_deref(),
             spawned,
+            job_markers(&paths),
         )
         .await?;
         match ended {
@@ -467,6 +468,7 @@ async fn run_agent(
     timeout: Duration,
     adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
     spawned: impl FnOnce(Instant),
+    markers: Vec<String>,
 ) -> Result<AgentEnd, String> {
     use std::os::unix::process::ExitStatusExt;
     let transcript = std::fs::File::create(&launch.transcript)
@@ -495,7 +497,7 @@ async fn run_agent(
         .spawn()
         .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
     spawned(Instant::now());
-    let tree = ProcessTree::new(child.id(), job_markers(launch));
+    let tree = ProcessTree::new(child.id(), markers);
     if let Some(mut stdin) = child.stdin.take() {
         // A prompt the agent does not read must not block the runner.
         let prompt = launch.stdin.clone();
@@ -543,15 +545,16 @@ impl Drop for ProcessTree {
     }
 }
 
-/// The agent's HOME and TMPDIR: private to its job, and inherited by everything it starts.
+/// The job's private directories: its commands' HOME and TMPDIR, srt's scratch dir, and the
+/// runner's job dir (opencode's own HOME and XDG dirs live there). Every process of the job
+/// has one of them in its environment, the agent's and the sandboxed commands' alike.
 /// `serve` runs several jobs in one process, so orphans re-parented to the runner are told
 /// apart by these; another job's agent or a devShell build must survive this job's end.
-fn job_markers(launch: &Launch) -> Vec<String> {
-    ["HOME", "TMPDIR"]
+fn job_markers(paths: &WorkspacePaths) -> Vec<String> {
+    [&paths.temp_dir, &paths.helper_tmp, &paths.job_dir]
         .iter()
-        .filter_map(|k| launch.env.get(*k))
+        .map(|p| p.to_string_lossy().into_owned())
         .filter(|v| v.len() > 1)
-        .cloned()
         .collect()
 }
 

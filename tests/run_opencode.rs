@@ -127,3 +127,83 @@ async fn opencode_job_uses_the_devshell_and_commits() {
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     assert!(server.confined_processes().is_empty(), "no process left");
 }
+
+/// opencode runs its tools detached and does not stop them when it exits: a timed-out job's
+/// sandboxed command (srt, bwrap, the command) must still be stopped by the runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_timeout_stops_its_detached_commands() {
+    let token = unique_token();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![Step::bash(format!(
+        "(exec -a hang-{token} tail -f /dev/null)"
+    ))])
+    .expect("model server");
+    let secrets = tempfile::tempdir().unwrap();
+    let auth = secrets.path().join("auth.json");
+    std::fs::write(&auth, r#"{"scripted":{"type":"api","key":"sk-test"}}"#).unwrap();
+    let runner = Runner::new();
+    let config = serde_json::json!({
+        "nix": {"options": {"substituters": ""}},
+        "accounts": {"oc": {
+            "agent": "opencode", "auth_file": auth, "model": "scripted/scripted",
+            "config": {"provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "options": {"baseURL": format!("{}/v1", server.base_url())},
+                "models": {"scripted": {"tool_call": true}},
+            }}},
+        }},
+    });
+    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    let job = serde_json::json!({
+        "id": "oc-timeout", "repo": repo.src().to_string_lossy(), "rev": rev, "ref": "main",
+        "trust": "trusted", "agent": "opencode", "account": "oc", "prompt": "hang",
+        "timeout": "12s",
+    });
+    let job_file = secrets.path().join("job.json");
+    std::fs::write(&job_file, job.to_string()).unwrap();
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_OPENCODE",
+        pinned("QUEST_RUNNER_OPENCODE", "opencode"),
+    )
+    .env("QUEST_RUNNER_SRT", pinned("QUEST_RUNNER_SRT", "srt"))
+    .args(["run", "--job"])
+    .arg(&job_file);
+    server.confine(&mut cmd);
+    // Proof that the command really ran: watch for it while the job runs.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (done, name) = (done.clone(), format!("hang-{token}"));
+        std::thread::spawn(move || {
+            let mut seen = false;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                seen |= !processes_with(&name).is_empty();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            seen
+        })
+    };
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(watcher.join().unwrap(), "the hanging command never ran");
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(5), "{result}");
+    assert_eq!(result["outcome"], "timed_out");
+    assert!(
+        server.tool_results().is_empty(),
+        "the command was still running when the job timed out"
+    );
+    assert!(
+        processes_with(&format!("hang-{token}")).is_empty(),
+        "the command survived"
+    );
+    assert!(
+        server.confined_processes().is_empty(),
+        "a process of the job survived"
+    );
+    assert!(!runner.state().join("jobs/oc-timeout/checkout").exists());
+}
