@@ -250,21 +250,8 @@ fn sigint_mid_build_stops_nix_and_leaves_nothing() {
 
 fn cancel_mid_build(signal: i32) {
     let repo = Repo::new();
-    let token = unique_token();
-    let marker_dir = tempfile::tempdir().unwrap();
-    // Nix may build as an unprivileged build user: let it write the marker.
-    std::fs::set_permissions(
-        marker_dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let marker = marker_dir.path().join("started");
-    let extra = format!(
-        r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
-          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
-        system = system(),
-        marker = marker.display()
-    );
+    let slow = SlowBuild::new();
+    let (token, marker, extra) = (slow.token.clone(), slow.marker.clone(), slow.extra.clone());
     let rev = repo.commit(&[("flake.nix", &flake(&extra))]);
     let runner = Runner::new();
     let mut child = runner

@@ -57,20 +57,8 @@ async fn shared_builds_and_dropped_requests() {
     assert_eq!(shells.get(&req).await.unwrap().cache, CacheStatus::Hit);
 
     // A request dropped mid-build stops nix and its builder, and leaves nothing behind.
-    let token = unique_token();
-    let marker_dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        marker_dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let marker = marker_dir.path().join("started");
-    let sleeper = format!(
-        r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
-          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
-        system = system(),
-        marker = marker.display()
-    );
+    let slow = SlowBuild::new();
+    let (token, marker, sleeper) = (slow.token.clone(), slow.marker.clone(), slow.extra.clone());
     let rev2 = repo.commit(&[("flake.nix", &flake(&sleeper))]);
     let req2 = Request {
         rev: rev2,

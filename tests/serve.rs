@@ -674,22 +674,9 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
-    let token = unique_token();
     let repo = Repo::new();
-    let marker_dir = tempfile::tempdir().unwrap();
-    // Nix may build as an unprivileged build user: let it write the marker.
-    std::fs::set_permissions(
-        marker_dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let marker = marker_dir.path().join("started");
-    let extra = format!(
-        r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
-          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
-        system = system(),
-        marker = marker.display()
-    );
+    let slow = SlowBuild::new();
+    let (token, marker, extra) = (slow.token.clone(), slow.marker.clone(), slow.extra.clone());
     let slow_rev = repo.commit(&[("flake.nix", &flake(&extra))]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);

@@ -259,3 +259,35 @@ pub fn unique_token() -> String {
         .as_nanos();
     format!("qrtok{}x{nanos}", std::process::id())
 }
+
+/// A devShell dependency whose build hangs: it writes `marker`, then sleeps 300 s as
+/// `sleep-<token>`, so a test can wait for the build to be under way and then interrupt it.
+pub struct SlowBuild {
+    pub token: String,
+    pub marker: PathBuf,
+    /// The attribute to splice into [`flake`].
+    pub extra: String,
+    _dir: tempfile::TempDir,
+}
+
+impl SlowBuild {
+    pub fn new() -> SlowBuild {
+        let token = unique_token();
+        let dir = tempfile::tempdir().unwrap();
+        // Nix may build as an unprivileged build user: let it write the marker.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let marker = dir.path().join("started");
+        let extra = format!(
+            r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
+          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
+            system = system(),
+            marker = marker.display()
+        );
+        SlowBuild {
+            token,
+            marker,
+            extra,
+            _dir: dir,
+        }
+    }
+}
