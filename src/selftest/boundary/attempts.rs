@@ -359,6 +359,22 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             Detect::HostPath(dir.join("pwned")),
         ));
     }
+    for (id, path) in &world.system_secrets {
+        let what = match *id {
+            "read-var-lib" => "read /var/lib (services' data)",
+            _ => "read /run/secrets (secrets for services)",
+        };
+        planted_reads.push((id, what, path.clone(), s.root.clone()));
+    }
+    // Only where the suite itself may read it, or its unconfined control could not escape.
+    if std::fs::read("/etc/shadow").is_ok() {
+        planted_reads.push((
+            "read-shadow",
+            "read /etc/shadow",
+            PathBuf::from("/etc/shadow"),
+            "root:".to_string(),
+        ));
+    }
     for (id, what, path, secret) in planted_reads {
         list.push(shell(
             id,

@@ -38,6 +38,8 @@ pub struct World {
     pub home_secret: Option<PathBuf>,
     pub run_user_secret: Option<PathBuf>,
     pub other_job_dir: Option<PathBuf>,
+    /// Secrets in system places the policy denies wholesale (`/var/lib`, `/run/secrets`).
+    pub system_secrets: Vec<(&'static str, PathBuf)>,
     decoy: Option<Child>,
     pub repo: PathBuf,
     pub rev: String,
@@ -107,7 +109,14 @@ impl World {
         };
         let state = canonical.join("state");
         let operator_home = canonical.join("operator-home");
-        let secrets_dir = canonical.join("secrets");
+        // The account's secret outside every directory the sandbox hides wholesale, where only
+        // the policy's by-name rule protects it (as /run/secrets or /opt would). Without the
+        // rights to create it there, inside the suite's own directory.
+        let outside = PathBuf::from(format!("/opt/qr-boundary-{token}"));
+        let secrets_dir = match std::fs::create_dir_all(&outside) {
+            Ok(()) => outside,
+            Err(_) => canonical.join("secrets"),
+        };
         let io = |e: std::io::Error| e.to_string();
         std::fs::create_dir_all(&state).map_err(io)?;
         write(&operator_home.join(".ssh/id_ed25519"), &secrets.ssh).map_err(io)?;
@@ -125,6 +134,9 @@ impl World {
         write(&account_file, &account_text).map_err(io)?;
 
         let mut planted = Vec::new();
+        if !secrets_dir.starts_with(&canonical) {
+            planted.push(secrets_dir.clone());
+        }
         let root_path = PathBuf::from(format!("/root/.qr-boundary-{token}"));
         let root_secret = plant(&mut planted, &root_path, &root_path, &secrets.root);
         let home_dir = PathBuf::from(format!("/home/qr-boundary-{token}"));
@@ -144,6 +156,27 @@ impl World {
             &secrets.other_job,
         )
         .map(|_| other.clone());
+
+        let mut system_secrets = Vec::new();
+        for (id, dir) in [
+            ("read-var-lib", format!("/var/lib/qr-boundary-{token}")),
+            (
+                "read-run-secrets",
+                format!("/run/secrets/qr-boundary-{token}"),
+            ),
+        ] {
+            let dir = PathBuf::from(dir);
+            let made_parent = !dir.parent().is_some_and(Path::exists);
+            if let Some(file) = plant(&mut planted, &dir, &dir.join("secret"), &secrets.root) {
+                if made_parent {
+                    // /run/secrets did not exist: remove it again afterwards too.
+                    if let Some(parent) = dir.parent() {
+                        planted.insert(0, parent.to_path_buf());
+                    }
+                }
+                system_secrets.push((id, file));
+            }
+        }
 
         // A host process whose environment holds a secret: /proc/<pid>/environ.
         let decoy = Command::new("/bin/sh")
@@ -167,6 +200,7 @@ impl World {
             home_secret,
             run_user_secret,
             other_job_dir,
+            system_secrets,
             decoy,
             repo: canonical.join("repo"),
             rev: String::new(),
