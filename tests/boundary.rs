@@ -8,7 +8,14 @@ fn print(report: &SuiteReport) {
     for line in report.lines() {
         eprintln!("  {line}");
     }
-    eprintln!("{}", report.summary());
+    figure(&report.summary());
+}
+
+/// The suite's figures go to the real stderr, past the test harness's capture, so every CI
+/// log shows them (the per-attempt lines show only for a failing test).
+fn figure(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "boundary: {line}");
 }
 
 /// One run at a time: each checks that it left no temp dir in the shared /tmp, and two
@@ -57,17 +64,24 @@ async fn mutations_are_caught(agent: AgentKind) {
             .attempts
             .iter()
             .any(|a| a.id == m.caught_by() && a.escaped);
-        eprintln!(
-            "mutation {:<22} -> {:<18} {}",
+        figure(&format!(
+            "{} mutation {:<22} -> {:<18} {}",
+            agent.name(),
             m.name(),
             m.caught_by(),
             if caught { "caught" } else { "MISSED" }
-        );
+        ));
         if !caught {
             print(&report);
             missed.push(m.name());
         }
     }
+    figure(&format!(
+        "{}: {}/{} mutations caught",
+        agent.name(),
+        Mutation::ALL.len() - missed.len(),
+        Mutation::ALL.len()
+    ));
     assert!(missed.is_empty(), "mutations not caught: {missed:?}");
 }
 
