@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::sandbox::SandboxPolicy;
 
-/// One weakened rule, and the attempt that must escape because of it.
+/// One weakened rule, and the attempt that must escape because of it (a mutation run makes
+/// only that attempt, after the permitted command).
 ///
 /// | mutation                | the rule it weakens                         | escapes          |
 /// |-------------------------|---------------------------------------------|------------------|

@@ -148,7 +148,12 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         checkout: crate::workspace::job_root(&state, &job.id).join("checkout"),
         port: server.addr.port(),
     };
-    let attempts = attempts::all(&world, &targets);
+    let mut attempts = attempts::all(&world, &targets);
+    if let Some(m) = cfg.mutation {
+        // A mutation run needs only the attempt its weakened rule must free (the base run has
+        // shown the others refused); this keeps the seven mutation runs per agent short.
+        attempts.retain(|a| a.id == m.caught_by());
+    }
     let mut script = vec![attempts::permitted(&targets)];
     if cfg.trust == Trust::Trusted {
         script.push(attempts::permitted_network());
