@@ -28,6 +28,34 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "quest-runner", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `quest-runner env` alone. A cache hit of `env` costs little more than reading the cached
+/// file, and defining every subcommand is a good part of that cost (measured by
+/// `cargo bench --bench devshell`), so an `env` invocation is parsed with just its own
+/// definition; anything it does not accept is parsed again by [`Cli`], for the same errors
+/// and help.
+#[derive(Debug, Parser)]
+#[command(name = "quest-runner")]
+struct EnvOnlyCli {
+    #[command(flatten)]
+    globals: Globals,
+    #[command(subcommand)]
+    command: EnvOnly,
+}
+
+#[derive(Debug, Subcommand)]
+enum EnvOnly {
+    Env(EnvArgs),
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, clap::Args)]
+struct Globals {
     /// Where caches and roots are kept [default: $XDG_STATE_HOME/quest-runner or
     /// ~/.local/state/quest-runner].
     #[arg(
@@ -43,8 +71,6 @@ pub struct Cli {
     /// How log lines on stderr are written (filter them with RUST_LOG).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    #[command(subcommand)]
-    command: Command,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -207,9 +233,39 @@ impl From<DevShellError> for Failure {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.log_format);
-    match run(cli) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if subcommand_of(&args) == Some("env") {
+        if let Ok(EnvOnlyCli {
+            globals,
+            command: EnvOnly::Env(env_args),
+        }) = EnvOnlyCli::try_parse_from(&args)
+        {
+            init_logging(globals.log_format);
+            return exit(context(&globals).and_then(|ctx| env(&ctx, env_args)));
+        }
+    }
+    let cli = Cli::parse_from(args);
+    init_logging(cli.globals.log_format);
+    exit(run(cli))
+}
+
+/// The first word of `args` that is not a global option or its value.
+fn subcommand_of(args: &[std::ffi::OsString]) -> Option<&str> {
+    let mut words = args.iter().skip(1).filter_map(|a| a.to_str());
+    while let Some(word) = words.next() {
+        match word {
+            "--state-dir" | "--config" | "--log-format" => {
+                words.next();
+            }
+            w if w.starts_with('-') => {}
+            w => return Some(w),
+        }
+    }
+    None
+}
+
+fn exit(result: Result<(), Failure>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             if !f.message.is_empty() {
@@ -240,7 +296,7 @@ pub struct Context {
     pub config_path: PathBuf,
 }
 
-fn context(cli: &Cli) -> Result<Context, Failure> {
+fn context(cli: &Globals) -> Result<Context, Failure> {
     let root = match &cli.state_dir {
         Some(dir) => dir.clone(),
         None => StateDir::default_path().map_err(|e| Failure::new(3, e))?,
@@ -264,7 +320,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         // Deployment files need neither the state directory nor the configuration.
         Command::SystemdUnit(args) => return crate::deploy::systemd_unit_command(args),
         Command::ApparmorProfile => return crate::deploy::apparmor_profile_command(),
-        _ => context(&cli)?,
+        _ => context(&cli.globals)?,
     };
     match cli.command {
         Command::Env(args) => env(&ctx, args),
@@ -295,7 +351,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
         Command::Doctor => doctor(),
-        Command::Serve(args) => crate::serve::commands::serve(ctx, cli.config.clone(), args),
+        Command::Serve(args) => {
+            crate::serve::commands::serve(ctx, cli.globals.config.clone(), args)
+        }
         Command::Submit(args) => crate::serve::commands::submit(ctx, args),
         Command::Jobs(args) => crate::serve::commands::jobs(ctx, args),
         Command::Show(args) => crate::serve::commands::show(ctx, args),

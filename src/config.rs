@@ -20,8 +20,11 @@ pub struct Config {
     /// The timeout of a job that names none, e.g. `1h`.
     pub default_timeout: String,
     /// How many jobs `serve` runs at once [default: the number of cores]. Jobs mostly wait
-    /// on the model, but each agent is a Node process of a few hundred MB.
-    pub concurrency: usize,
+    /// on the model, but each agent is a Node process of a few hundred MB. Read through
+    /// [`Config::concurrency`]: the default is worked out only when `serve` needs it (finding
+    /// the usable cores reads cgroup files, which a cache hit of `env` must not pay for).
+    #[serde(rename = "concurrency", skip_serializing_if = "Option::is_none")]
+    pub concurrency_setting: Option<usize>,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -38,7 +41,7 @@ impl Default for Config {
             network: NetworkConfig::default(),
             allow_untrusted: false,
             default_timeout: "1h".to_string(),
-            concurrency: default_concurrency(),
+            concurrency_setting: None,
         }
     }
 }
@@ -134,6 +137,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Jobs at once for `serve`: the setting, else one per usable core.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency_setting.unwrap_or_else(default_concurrency)
+    }
+
     /// Loads `path`. A missing file is an error only when the operator named it (`required`);
     /// the default location may simply not exist yet.
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
@@ -158,7 +166,7 @@ impl Config {
             field: "default_timeout".to_string(),
             message: e.to_string(),
         })?;
-        if config.concurrency == 0 {
+        if config.concurrency_setting == Some(0) {
             return Err(ConfigError::Field {
                 path: path.to_path_buf(),
                 field: "concurrency".to_string(),

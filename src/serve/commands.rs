@@ -100,7 +100,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
     // Enough threads that one job's blocking teardown (stopping its process tree) never
     // holds up another's, whatever the concurrency is reloaded to.
     let threads = crate::config::default_concurrency()
-        .max(ctx.config.concurrency)
+        .max(ctx.config.concurrency())
         .max(2)
         + 1;
     let runtime = tokio::runtime::Builder::new_multi_thread()

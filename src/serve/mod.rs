@@ -99,19 +99,19 @@ pub async fn serve<S: JobSource>(
     let watchdog = notify::watchdog_interval();
     let mut last_watchdog = tokio::time::Instant::now();
     tracing::info!(
-        concurrency = runner.config.concurrency,
+        concurrency = runner.config.concurrency(),
         state = %runner.state.root().display(),
         limits = ?options.limits.describe(),
         "serving"
     );
     notify::notify(&format!(
         "READY=1\nSTATUS=serving, concurrency {}",
-        runner.config.concurrency
+        runner.config.concurrency()
     ));
 
     loop {
         if stopping.is_none() {
-            while tasks.len() < runner.config.concurrency {
+            while tasks.len() < runner.config.concurrency() {
                 match source.claim().await {
                     Ok(Some(claimed)) => {
                         tasks.spawn(run_one(
@@ -204,7 +204,7 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         Arc::new(crate::devshell::DevShells::new(&current.state, &config))
     };
     tracing::info!(
-        concurrency = config.concurrency,
+        concurrency = config.concurrency(),
         "SIGHUP: configuration reloaded"
     );
     Some(Runner {
