@@ -19,19 +19,13 @@ fn pinned(var: &str, name: &str) -> PathBuf {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_job_uses_the_devshell_and_commits() {
-    let repo = Repo::new();
-    let rev = repo.commit(&[("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#))]);
-    let server = ModelServer::start_isolated(vec![Step::bash(
-        "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
-    )])
-    .expect("model server");
-    let secrets = tempfile::tempdir().unwrap();
-    let auth = secrets.path().join("auth.json");
+/// A runner whose config has one opencode account, `oc`, pointed at `server`, its auth.json
+/// (holding `key`) in `secrets`.
+fn opencode_runner(server: &ModelServer, secrets: &Path, key: &str) -> Runner {
+    let auth = secrets.join("auth.json");
     std::fs::write(
         &auth,
-        r#"{"scripted":{"type":"api","key":"sk-test-SECRET-AUTH-7"}}"#,
+        serde_json::json!({"scripted": {"type": "api", "key": key}}).to_string(),
     )
     .unwrap();
     let runner = Runner::new();
@@ -49,6 +43,41 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         }},
     });
     std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    runner
+}
+
+/// `quest-runner run` of `job` (written into `dir`) with the pinned opencode and srt, inside
+/// the scripted model's network namespace.
+fn run_command(
+    runner: &Runner,
+    server: &ModelServer,
+    dir: &Path,
+    job: &Value,
+) -> std::process::Command {
+    let job_file = dir.join("job.json");
+    std::fs::write(&job_file, job.to_string()).unwrap();
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_OPENCODE",
+        pinned("QUEST_RUNNER_OPENCODE", "opencode"),
+    )
+    .env("QUEST_RUNNER_SRT", pinned("QUEST_RUNNER_SRT", "srt"))
+    .args(["run", "--job"])
+    .arg(&job_file);
+    server.confine(&mut cmd);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_job_uses_the_devshell_and_commits() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#))]);
+    let server = ModelServer::start_isolated(vec![Step::bash(
+        "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
+    )])
+    .expect("model server");
+    let secrets = tempfile::tempdir().unwrap();
+    let runner = opencode_runner(&server, secrets.path(), "sk-test-SECRET-AUTH-7");
     let job = serde_json::json!({
         "id": "opencode-e2e",
         "repo": repo.src().to_string_lossy(),
@@ -60,18 +89,7 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         "prompt": "Record the devShell variable and commit it.",
         "timeout": "3m",
     });
-    let job_file = secrets.path().join("job.json");
-    std::fs::write(&job_file, job.to_string()).unwrap();
-
-    let mut cmd = runner.command();
-    cmd.env(
-        "QUEST_RUNNER_OPENCODE",
-        pinned("QUEST_RUNNER_OPENCODE", "opencode"),
-    )
-    .env("QUEST_RUNNER_SRT", pinned("QUEST_RUNNER_SRT", "srt"))
-    .args(["run", "--job"])
-    .arg(&job_file);
-    server.confine(&mut cmd);
+    let mut cmd = run_command(&runner, &server, secrets.path(), &job);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
@@ -140,37 +158,13 @@ async fn opencode_timeout_stops_its_detached_commands() {
     ))])
     .expect("model server");
     let secrets = tempfile::tempdir().unwrap();
-    let auth = secrets.path().join("auth.json");
-    std::fs::write(&auth, r#"{"scripted":{"type":"api","key":"sk-test"}}"#).unwrap();
-    let runner = Runner::new();
-    let config = serde_json::json!({
-        "nix": {"options": {"substituters": ""}},
-        "accounts": {"oc": {
-            "agent": "opencode", "auth_file": auth, "model": "scripted/scripted",
-            "config": {"provider": {"scripted": {
-                "npm": "@ai-sdk/openai-compatible",
-                "options": {"baseURL": format!("{}/v1", server.base_url())},
-                "models": {"scripted": {"tool_call": true}},
-            }}},
-        }},
-    });
-    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    let runner = opencode_runner(&server, secrets.path(), "sk-test");
     let job = serde_json::json!({
         "id": "oc-timeout", "repo": repo.src().to_string_lossy(), "rev": rev, "ref": "main",
         "trust": "trusted", "agent": "opencode", "account": "oc", "prompt": "hang",
         "timeout": "12s",
     });
-    let job_file = secrets.path().join("job.json");
-    std::fs::write(&job_file, job.to_string()).unwrap();
-    let mut cmd = runner.command();
-    cmd.env(
-        "QUEST_RUNNER_OPENCODE",
-        pinned("QUEST_RUNNER_OPENCODE", "opencode"),
-    )
-    .env("QUEST_RUNNER_SRT", pinned("QUEST_RUNNER_SRT", "srt"))
-    .args(["run", "--job"])
-    .arg(&job_file);
-    server.confine(&mut cmd);
+    let mut cmd = run_command(&runner, &server, secrets.path(), &job);
     // Proof that the command really ran: watch for it while the job runs.
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
