@@ -36,9 +36,9 @@ pub struct Cli {
 
 /// `quest-runner env` alone. A cache hit of `env` costs little more than reading the cached
 /// file, and defining every subcommand is a good part of that cost (measured by
-/// `cargo bench --bench devshell`), so an `env` invocation is parsed with just its own
-/// definition; anything it does not accept is parsed again by [`Cli`], for the same errors
-/// and help.
+/// `scripts/release-cargo bench --bench devshell`), so an `env` invocation is parsed with just
+/// its own definition; anything it does not accept is parsed again by [`Cli`], for the same
+/// errors and help.
 #[derive(Debug, Parser)]
 #[command(name = "quest-runner")]
 struct EnvOnlyCli {
