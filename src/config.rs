@@ -25,6 +25,51 @@ pub struct Config {
     /// the usable cores reads cgroup files, which a cache hit of `env` must not pay for).
     #[serde(rename = "concurrency", skip_serializing_if = "Option::is_none")]
     pub concurrency_setting: Option<usize>,
+    /// Per-job limits of `serve` (its `--limit-*` flags win). Read at start: SIGHUP does
+    /// not change them.
+    #[serde(skip_serializing_if = "LimitsConfig::is_empty")]
+    pub limits: LimitsConfig,
+}
+
+/// Per-job limits: cgroup v2 where the runner's cgroup is delegated, rlimits or nothing
+/// elsewhere (`doctor` and `serve`'s log say which).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// memory.max of each job: bytes, or a size such as `"4G"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Size>,
+    /// pids.max of each job (processes and threads); RLIMIT_NPROC where there is no pids
+    /// controller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// cpu.max of each job, in CPUs (`1.5`): a job is throttled to that share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+}
+
+impl LimitsConfig {
+    pub fn is_empty(&self) -> bool {
+        self == &LimitsConfig::default()
+    }
+}
+
+/// A size in bytes, as a number or a string with a unit (`"512M"`, `"4G"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Size {
+    pub fn bytes(&self) -> Result<u64, String> {
+        match self {
+            Size::Bytes(0) => Err("0 bytes is no limit".into()),
+            Size::Bytes(b) => Ok(*b),
+            Size::Text(t) => crate::serve::limits::parse_size(t),
+        }
+    }
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -42,6 +87,7 @@ impl Default for Config {
             allow_untrusted: false,
             default_timeout: "1h".to_string(),
             concurrency_setting: None,
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -172,6 +218,21 @@ impl Config {
                 field: "concurrency".to_string(),
                 message: "must be at least 1".to_string(),
             });
+        }
+        let field = |field: &str, message: String| ConfigError::Field {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            message,
+        };
+        if let Some(memory) = &config.limits.memory {
+            memory.bytes().map_err(|m| field("limits.memory", m))?;
+        }
+        if config.limits.pids == Some(0) {
+            return Err(field("limits.pids", "must be at least 1".into()));
+        }
+        if let Some(cpus) = config.limits.cpus {
+            crate::serve::limits::parse_cpus(&cpus.to_string())
+                .map_err(|m| field("limits.cpus", m))?;
         }
         for (name, account) in &config.accounts {
             let secrets = match account {

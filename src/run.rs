@@ -106,10 +106,22 @@ pub struct Runner {
     pub operator_home: Option<PathBuf>,
     /// The config file, when it lives outside the state directory; denied to commands.
     pub config_file: Option<PathBuf>,
+    /// The per-job part of the agent's start and end (see [`JobAgentHook`]): `serve`'s
+    /// per-job cgroups. Not in [`RunHooks`], which are the boundary suite's seams.
+    pub job_agent: Option<JobAgentHook>,
 }
 
 /// Adjusts the agent's command before it starts.
 pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
+/// Called with a job's id just before its agent starts: adjusts the command, and returns
+/// what is kept until the agent's whole process tree has been stopped and then dropped
+/// (`serve` places the agent in the job's cgroup, and the dropped value kills and removes
+/// that group). An error fails the job before the agent starts.
+pub type JobAgentHook = Arc<
+    dyn Fn(&str, &mut std::process::Command) -> Result<Box<dyn std::any::Any + Send>, String>
+        + Send
+        + Sync,
+>;
 /// Changes a job's policy before it is rendered.
 pub type PolicyHook = Arc<dyn Fn(&mut SandboxPolicy) + Send + Sync>;
 
@@ -136,6 +148,7 @@ impl Runner {
             env_source: std::env::vars().collect(),
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
             config_file: None,
+            job_agent: None,
         }
     }
 
@@ -319,6 +332,7 @@ impl Runner {
             &launch,
             job.timeout,
             self.hooks.agent_command.as_deref(),
+            self.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
             spawned,
             job_markers(&paths),
         )
@@ -467,6 +481,7 @@ async fn run_agent(
     launch: &Launch,
     timeout: Duration,
     adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    per_job: Option<(&str, &JobAgentHook)>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
 ) -> Result<AgentEnd, String> {
@@ -489,6 +504,12 @@ async fn run_agent(
     if let Some(adjust) = adjust {
         adjust(cmd.as_std_mut());
     }
+    // Declared before `tree`, so dropped after it: the job's cgroup goes once the tree is
+    // stopped, on every path (a cancelled job drops this future).
+    let _per_job = match per_job {
+        Some((id, hook)) => Some(hook(id, cmd.as_std_mut())?),
+        None => None,
+    };
     // Orphans of the agent (a tool's process that left its group) are re-parented to the
     // runner, which kills them when the agent ends.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));

@@ -30,6 +30,18 @@ pub struct ServeArgs {
     /// five seconds later).
     #[arg(long, value_name = "SECONDS")]
     pub limit_cpu: Option<u64>,
+    /// memory.max of each job's cgroup (e.g. 4G) [default: the config's limits.memory].
+    /// Needs a delegated memory controller; `doctor` says whether there is one.
+    #[arg(long, value_name = "SIZE", value_parser = super::limits::parse_size)]
+    pub limit_memory: Option<u64>,
+    /// pids.max of each job's cgroup [default: the config's limits.pids]; RLIMIT_NPROC
+    /// where there is no pids controller.
+    #[arg(long, value_name = "N")]
+    pub limit_pids: Option<u64>,
+    /// cpu.max of each job's cgroup, in CPUs (e.g. 1.5) [default: the config's
+    /// limits.cpus]. Throttles; never kills.
+    #[arg(long, value_name = "CPUS", value_parser = super::limits::parse_cpus)]
+    pub limit_cpus: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -85,6 +97,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         Some(path) => (path, true),
         None => (ctx.state.config_file(), false),
     };
+    let configured = &ctx.config.limits;
     let options = ServeOptions {
         max_attempts: args.max_attempts.max(1),
         poll: args.poll.max(Duration::from_millis(10)),
@@ -93,6 +106,18 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
             nproc: args.limit_nproc,
             address_space: args.limit_address_space,
             cpu_seconds: args.limit_cpu,
+            memory: match (args.limit_memory, &configured.memory) {
+                (Some(b), _) => Some(b),
+                // Validated when the config was loaded.
+                (None, Some(size)) => size.bytes().ok(),
+                (None, None) => None,
+            },
+            pids: args.limit_pids.or(configured.pids).filter(|n| *n > 0),
+            cpus_milli: args.limit_cpus.or_else(|| {
+                configured
+                    .cpus
+                    .and_then(|c| super::limits::parse_cpus(&c.to_string()).ok())
+            }),
         },
         config_path,
         config_required,

@@ -4,13 +4,14 @@
 //!   leaving them working on a worktree the next runner is about to remove. The signal is
 //!   tied to the thread that spawned the agent; the serve runtime's worker threads live as
 //!   long as the runner.
-//! - Optional rlimits (process count, address space, CPU time), the fallback for hosts
-//!   without a delegated cgroup: the kernel enforces them on the agent and everything it
-//!   starts. A job the agent of which a signal killed names the limits in force, and the
-//!   limit that fired when the signal tells (SIGXCPU: the CPU-time limit).
+//! - rlimits (process count, address space, CPU time): those asked for by name, and the
+//!   fallback of a cgroup limit the host cannot enforce (see [`super::cgroup::plan`]). The
+//!   kernel enforces them on the agent and everything it starts. A job the agent of which a
+//!   signal killed names the limits in force, and the limit that fired when the signal
+//!   tells (SIGXCPU: the CPU-time limit).
 //!
-//! [`host_support`] says which kinds of limit this host offers (`doctor` prints it); the
-//! runner does not place jobs in cgroups yet.
+//! Per-job cgroups (memory, pids, cpu) are [`super::cgroup`]'s; [`host_support`] says
+//! which limits apply on this host and how (`doctor` prints it).
 
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
@@ -20,6 +21,15 @@ use crate::run::CommandHook;
 /// Per-job resource limits; `None` leaves the runner's own limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
+    /// memory.max of the job's cgroup, in bytes (with memory.swap.max 0). No rlimit
+    /// fallback: RLIMIT_AS is not a memory limit.
+    pub memory: Option<u64>,
+    /// pids.max of the job's cgroup: processes and threads of this job. Falls back to
+    /// RLIMIT_NPROC (per user) where the pids controller is not delegated.
+    pub pids: Option<u64>,
+    /// cpu.max of the job's cgroup, in thousandths of a CPU (1500: one and a half cores).
+    /// It throttles; nothing falls back to it.
+    pub cpus_milli: Option<u64>,
     /// RLIMIT_NPROC: processes of the runner's user, counted by the kernel across all jobs
     /// of that user, so it bounds a fork bomb rather than sizing one job.
     pub nproc: Option<u64>,
@@ -125,68 +135,63 @@ pub fn signal_name(signal: i32) -> Option<&'static str> {
     })
 }
 
-/// Which per-job limits this host can enforce: cgroup v2 with the runner's own cgroup
-/// delegated (writable, with the memory, cpu and pids controllers), or rlimits only.
-/// The first field says whether cgroup limits are possible; the second is one line.
+/// Which per-job limits this host enforces and how, for `doctor`: the plan `serve` would
+/// make for the memory, pids and cpu limits (the values are examples; `serve` uses its
+/// configured ones). The first field says whether jobs get cgroup limits.
 pub fn host_support() -> (bool, String) {
-    let root = std::path::Path::new("/sys/fs/cgroup");
-    let Ok(controllers) = std::fs::read_to_string(root.join("cgroup.controllers")) else {
-        let why = if root.join("unified").is_dir() {
-            "a hybrid cgroup v1/v2 host: the controllers are on cgroup v1"
-        } else {
-            "no cgroup v2 unified hierarchy at /sys/fs/cgroup"
-        };
-        return (false, format!("rlimits only: {why}"));
+    let example = Limits {
+        memory: Some(4 << 30),
+        pids: Some(1024),
+        cpus_milli: Some(1000),
+        ..Limits::default()
     };
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
-        });
-    let Some(own) = own else {
-        return (
-            false,
-            "rlimits only: this process is not in a cgroup v2 group".into(),
-        );
+    // doctor does not know which state dir serve will use: the group's name is shown
+    // as its pattern.
+    let plan = super::cgroup::probe_named(&example, "quest-runner.<state dir hash>");
+    let limits = plan.cgroup.as_ref().is_some_and(|c| !c.enable.is_empty());
+    let line = format!(
+        "{} (shown for limits.memory 4G, pids 1024, cpus 1)",
+        plan.summary()
+    );
+    (limits, line)
+}
+
+/// Parses a size: bytes, or a number with K, M, G or T (powers of 1024, `B`/`iB` allowed).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (e.g. 4G, 512M, 1073741824)"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?}: unknown unit (K, M, G, T)")),
     };
-    let dir = root.join(own.trim_start_matches('/'));
-    let available = std::fs::read_to_string(dir.join("cgroup.controllers"))
-        .unwrap_or_else(|_| controllers.clone());
-    let missing: Vec<&str> = ["memory", "cpu", "pids"]
-        .into_iter()
-        .filter(|c| !available.split_whitespace().any(|a| a == *c))
-        .collect();
-    let writable = rustix::fs::access(&dir, rustix::fs::Access::WRITE_OK).is_ok()
-        && rustix::fs::access(
-            dir.join("cgroup.subtree_control"),
-            rustix::fs::Access::WRITE_OK,
-        )
-        .is_ok();
-    let shown = dir.display();
-    match (writable, missing.is_empty()) {
-        (true, true) => (
-            true,
-            format!(
-                "cgroup v2 delegated: {shown} is writable with memory, cpu and pids \
-                 (the runner does not place jobs in cgroups yet: rlimits apply)"
-            ),
-        ),
-        (true, false) => (
-            false,
-            format!(
-                "rlimits only: {shown} is writable but lacks the {} controller(s)",
-                missing.join(", ")
-            ),
-        ),
-        (false, _) => (
-            false,
-            format!(
-                "rlimits only: cgroup v2 is mounted, but the runner's cgroup {shown} is not \
-                 writable (not delegated; the systemd unit's Delegate= does that)"
-            ),
-        ),
+    n.checked_mul(1u64 << shift)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("{text:?} is out of range"))
+}
+
+/// Parses a CPU share (`1.5`: one and a half cores) into thousandths of a CPU.
+pub fn parse_cpus(text: &str) -> Result<u64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of CPUs (e.g. 1.5)"))?;
+    if !(0.001..=4096.0).contains(&v) {
+        return Err(format!("{text:?}: CPUs must be between 0.001 and 4096"));
     }
+    Ok((v * 1000.0).round() as u64)
 }
 
 #[cfg(test)]
@@ -200,6 +205,7 @@ mod tests {
             nproc: Some(100),
             address_space: None,
             cpu_seconds: Some(60),
+            ..Limits::default()
         };
         assert_eq!(
             limits.explain(libc::SIGXCPU).unwrap(),
@@ -216,7 +222,7 @@ mod tests {
     fn the_host_support_line_names_cgroups_or_rlimits() {
         let (cgroups, line) = host_support();
         assert!(
-            line.starts_with(if cgroups { "cgroup v2" } else { "rlimits only" }),
+            line.starts_with("cgroup v2") || (!cgroups && line.starts_with("rlimits only")),
             "{line}"
         );
     }

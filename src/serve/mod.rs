@@ -9,7 +9,13 @@
 //!   after `max_attempts`).
 //! - SIGHUP: reload the config; running jobs keep the config they started with.
 //! - `quest-runner cancel`: a running job is stopped at the next poll.
+//! - Limits: each job's agent starts in a cgroup of its own where the host has cgroup v2
+//!   and the runner may write its group ([`cgroup`]), with the memory, pids and cpu limits
+//!   its delegated controllers allow, and rlimits for the rest ([`limits`]). The result
+//!   names the limit that fired. On start, the groups a dead runner left are killed and
+//!   removed.
 
+pub mod cgroup;
 pub mod commands;
 pub mod limits;
 pub mod notify;
@@ -17,6 +23,7 @@ pub mod procs;
 pub mod queue;
 pub mod source;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,7 +33,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
-use crate::run::{Cancel, JobResult, Runner};
+use crate::run::{Cancel, JobAgentHook, JobResult, Runner};
 use limits::Limits;
 pub use source::{Claimed, Interruption, JobSource, Recovered};
 
@@ -52,6 +59,7 @@ pub struct ServeOptions {
     /// How long a shutdown waits for cancelled jobs to clean up before exiting anyway; what
     /// is left is recovered by the next start.
     pub grace: Duration,
+    /// The limits asked for; [`cgroup::plan`] decides how this host enforces each.
     pub limits: Limits,
     /// The config file SIGHUP reloads, and whether it must exist.
     pub config_path: PathBuf,
@@ -83,7 +91,11 @@ pub async fn serve<S: JobSource>(
     let mut sigint = handler(SignalKind::interrupt(), "SIGINT")?;
     let mut sighup = handler(SignalKind::hangup(), "SIGHUP")?;
 
-    let mut runner = Arc::new(with_agent_hook(runner, options.limits));
+    let limits = Arc::new(Enforcement::start(&runner, &options.limits));
+    if let Some(group) = &limits.plan.cgroup {
+        sweep_leftovers(&*source, group).await;
+    }
+    let mut runner = Arc::new(with_agent_hook(runner, &limits));
     let recovered = source
         .recover(options.max_attempts)
         .await
@@ -101,7 +113,7 @@ pub async fn serve<S: JobSource>(
     tracing::info!(
         concurrency = runner.config.concurrency(),
         state = %runner.state.root().display(),
-        limits = ?options.limits.describe(),
+        limits = %limits.plan.summary(),
         "serving"
     );
     notify::notify(&format!(
@@ -120,6 +132,7 @@ pub async fn serve<S: JobSource>(
                             claimed,
                             stop_rx.clone(),
                             options.clone(),
+                            limits.clone(),
                         ));
                     }
                     Ok(None) => break,
@@ -162,8 +175,107 @@ pub async fn serve<S: JobSource>(
             }
         }
     }
+    if let Some(group) = &limits.plan.cgroup {
+        // Empty once every job's group is gone; a group left by a job that did not stop in
+        // time keeps it, for the next start to sweep.
+        let _ = std::fs::remove_dir(&group.base);
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How `serve` enforces limits on this host, and what each job's group counted.
+struct Enforcement {
+    plan: cgroup::Plan,
+    /// Each finished job's group's counters (or why they could not be had), by job id,
+    /// until its result is written.
+    reports: Mutex<HashMap<String, Result<cgroup::Report, String>>>,
+}
+
+impl Enforcement {
+    /// Plans for `limits` and sets up the cgroup part; if that fails, jobs run without
+    /// groups (rlimits only) and the log says why.
+    fn start(runner: &Runner, limits: &Limits) -> Enforcement {
+        let mut plan = cgroup::probe(limits, runner.state.root());
+        if let Some(group) = &plan.cgroup {
+            if let Err(e) = cgroup::setup(group) {
+                tracing::warn!("per-job cgroups unavailable: {e}");
+                let why = format!("setting up the runner's cgroup failed: {e}");
+                plan = cgroup::plan(Err(&why), None, limits, "");
+            }
+        }
+        tracing::info!(plan = %plan.summary(), "per-job limits");
+        Enforcement {
+            plan,
+            reports: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn take_report(&self, id: &str) -> Option<Result<cgroup::Report, String>> {
+        self.reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+    }
+}
+
+/// Kills and removes the job groups a dead runner left under `group.base`: those of jobs no
+/// live runner holds (the source's guard keeps any from starting meanwhile). Before
+/// recovery, so that no process of a job survives into its requeued run.
+async fn sweep_leftovers<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
+    for (id, dir) in cgroup::job_groups(&group.base) {
+        let Some(guard) = source.hold_idle(&id).await else {
+            continue; // a live runner's job
+        };
+        match cgroup::kill_and_remove(&dir) {
+            Ok(had) => {
+                tracing::warn!(job = %id, had_processes = had, "removed the cgroup a dead runner left")
+            }
+            Err(e) => tracing::error!(job = %id, "removing the cgroup a dead runner left: {e}"),
+        }
+        drop(guard);
+    }
+}
+
+/// Kept while a job's agent runs; dropped once its tree is stopped: kills whatever is left
+/// in the job's group, records what the group counted, removes it.
+struct JobGroupGuard {
+    id: String,
+    group: Option<cgroup::JobCgroup>,
+    limits: Arc<Enforcement>,
+}
+
+impl Drop for JobGroupGuard {
+    fn drop(&mut self) {
+        let Some(group) = self.group.take() else {
+            return;
+        };
+        let report = group.finish().map_err(|e| {
+            tracing::error!(job = %self.id, "{e} (the next start removes it)");
+            e.to_string()
+        });
+        self.limits
+            .reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.id.clone(), report);
+    }
+}
+
+/// The per-job hook: a group for the job, the agent placed in it before it execs.
+fn job_group_hook(limits: Arc<Enforcement>) -> JobAgentHook {
+    Arc::new(move |id: &str, cmd: &mut std::process::Command| {
+        let Some(plan) = &limits.plan.cgroup else {
+            return Ok(Box::new(()) as Box<dyn std::any::Any + Send>);
+        };
+        let group = cgroup::JobCgroup::create(plan, id).map_err(|e| e.to_string())?;
+        group.place(cmd);
+        Ok(Box::new(JobGroupGuard {
+            id: id.to_string(),
+            group: Some(group),
+            limits: limits.clone(),
+        }))
+    })
 }
 
 fn begin_stop(
@@ -182,9 +294,15 @@ fn begin_stop(
 }
 
 /// The serve-wide agent hook (parent-death signal, rlimits), kept around any hook the
-/// caller set.
-fn with_agent_hook(mut runner: Runner, limits: Limits) -> Runner {
-    runner.hooks.agent_command = Some(limits::agent_hook(limits, runner.hooks.agent_command));
+/// caller set, and the per-job cgroup hook where the host has them.
+fn with_agent_hook(mut runner: Runner, limits: &Arc<Enforcement>) -> Runner {
+    runner.hooks.agent_command = Some(limits::agent_hook(
+        limits.plan.rlimits,
+        runner.hooks.agent_command,
+    ));
+    if limits.plan.cgroup.is_some() {
+        runner.job_agent = Some(job_group_hook(limits.clone()));
+    }
     runner
 }
 
@@ -215,6 +333,7 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         env_source: current.env_source.clone(),
         operator_home: current.operator_home.clone(),
         config_file: current.config_file.clone(),
+        job_agent: current.job_agent.clone(),
     })
 }
 
@@ -225,6 +344,7 @@ async fn run_one<S: JobSource>(
     claimed: Claimed<S::Ticket>,
     mut stop: watch::Receiver<Option<Cancel>>,
     options: ServeOptions,
+    limits: Arc<Enforcement>,
 ) {
     let id = claimed.job.id.clone();
     let stopper: Arc<Mutex<Option<Stopper>>> = Arc::new(Mutex::new(None));
@@ -259,17 +379,8 @@ async fn run_one<S: JobSource>(
     let mut value = result_json(&result);
     let reported = match stopped_by {
         None => {
-            if let (Some(limits), false) = (
-                options.limits.describe(),
-                result.outcome == crate::run::Outcome::Succeeded,
-            ) {
-                value["limits"] = serde_json::Value::String(limits);
-            }
-            if let (Some(signal), Some(message)) = (result.signal, &result.message) {
-                if let Some(why) = options.limits.explain(signal) {
-                    value["message"] = format!("{message}; {why}").into();
-                    rewrite_result(&runner, &id, &value);
-                }
+            if name_limits(&mut value, &result, &limits) {
+                rewrite_result(&runner, &id, &value);
             }
             source.finish(claimed, value).await
         }
@@ -303,6 +414,63 @@ async fn run_one<S: JobSource>(
     if let Err(e) = reported {
         tracing::error!(job = %id, "recording the job's end: {e}");
     }
+}
+
+/// Adds to a job's result the limit that fired (`limit_fired`, and why in `message`), the
+/// limits in force when it did not succeed (`limits`), and how long cpu.max throttled it
+/// (`cpu_throttled_ms`). Returns whether it changed anything.
+fn name_limits(value: &mut serde_json::Value, result: &JobResult, limits: &Enforcement) -> bool {
+    let mut notes = Vec::new();
+    let report = limits.take_report(&result.job_id);
+    let group = limits.plan.cgroup.as_ref();
+    let fired = match (&report, group) {
+        (Some(Ok(report)), Some(group)) => report.fired(group),
+        _ => None,
+    };
+    let cpu_time = limits.plan.rlimits.cpu_seconds;
+    let fired = fired.or_else(|| match (result.signal, cpu_time) {
+        (Some(libc::SIGXCPU), Some(s)) => Some((
+            "cpu_time",
+            format!("the CPU-time limit fired (RLIMIT_CPU={s}s)"),
+        )),
+        _ => None,
+    });
+    let mut changed = false;
+    if let Some((name, why)) = &fired {
+        value["limit_fired"] = (*name).into();
+        notes.push(why.clone());
+    }
+    if let Some(Ok(report)) = &report {
+        if let Some(throttled) = report.throttled() {
+            value["cpu_throttled_ms"] = (report.cpu_throttled_usec / 1000).into();
+            changed = true;
+            if result.outcome != crate::run::Outcome::Succeeded {
+                notes.push(throttled);
+            }
+        }
+    }
+    if let Some(Err(e)) = &report {
+        notes.push(format!("the job's cgroup could not be read: {e}"));
+    }
+    if result.outcome != crate::run::Outcome::Succeeded {
+        if let Some(in_force) = limits.plan.in_force() {
+            value["limits"] = in_force.clone().into();
+            changed = true;
+            if result.signal.is_some() || fired.is_some() {
+                notes.push(format!("limits in force: {in_force}"));
+            }
+        }
+    }
+    if !notes.is_empty() {
+        let message = value["message"].as_str().map(str::to_string);
+        value["message"] = match message {
+            Some(m) => format!("{m}; {}", notes.join("; ")),
+            None => notes.join("; "),
+        }
+        .into();
+        changed = true;
+    }
+    changed
 }
 
 fn result_json(result: &JobResult) -> serde_json::Value {

@@ -886,6 +886,13 @@ impl JobSource for FsQueue {
     async fn recover(&self, max_attempts: u32) -> Result<Recovered, QueueError> {
         self.recover_now(max_attempts)
     }
+
+    /// The job's lock, which its runner holds from claim to finish or release.
+    async fn hold_idle(&self, id: &str) -> Option<Box<dyn std::any::Any + Send>> {
+        check_id(id).ok()?;
+        let lock = LockFile::try_acquire(&self.lock_path(id)).ok()??;
+        Some(Box::new(lock))
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Execution (the serve loop, [`crate::run::Runner`]) only ever talks to a [`JobSource`]; the
 //! on-disk queue ([`super::queue::FsQueue`]) is the first implementation. Another intake — a
-//! forge's job API, say — implements the same five calls and needs no change to execution.
+//! forge's job API, say — implements the same five calls and needs no change to execution
+//! ([`JobSource::hold_idle`] has a default).
 //!
 //! The contract, which the serve loop relies on:
 //! - [`JobSource::claim`] hands a job to exactly one runner process, even when several poll
@@ -79,4 +80,17 @@ pub trait JobSource: Send + Sync + 'static {
         &self,
         max_attempts: u32,
     ) -> impl Future<Output = Result<Recovered, Self::Error>> + Send;
+
+    /// If no runner runs job `id` now, a guard that keeps every runner from starting it
+    /// until the guard is dropped; `None` if one runs it. On start, `serve` removes what a
+    /// dead runner left of a job outside the source (its cgroup) only under this guard, so
+    /// it never touches a live runner's job. The default says "someone may": nothing is
+    /// swept for a source that cannot tell.
+    fn hold_idle(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Option<Box<dyn std::any::Any + Send>>> + Send {
+        let _ = id;
+        std::future::ready(None)
+    }
 }

@@ -1,0 +1,406 @@
+use super::*;
+
+const SELF_SYSTEMD: &str = "0::/system.slice/quest-runner.service\n";
+const MOUNTINFO_V2: &str = "\
+22 1 0:21 / /sys rw,nosuid - sysfs sysfs rw
+30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+";
+/// This CI host: v1 controllers, cgroup2 at /sys/fs/cgroup/unified with only hugetlb.
+const SELF_HYBRID: &str = "\
+12:memory:/
+11:pids:/
+1:name=systemd:/
+0::/
+";
+const MOUNTINFO_HYBRID: &str = "\
+25 22 0:23 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
+26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:25 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory
+";
+
+fn all_limits() -> Limits {
+    Limits {
+        memory: Some(1 << 30),
+        pids: Some(256),
+        cpus_milli: Some(1500),
+        ..Limits::default()
+    }
+}
+
+fn delegated(controllers: &str) -> OwnState {
+    OwnState {
+        controllers: controllers.split_whitespace().map(String::from).collect(),
+        subtree_control: Vec::new(),
+        writable: true,
+    }
+}
+
+#[test]
+fn locate_finds_the_own_group_under_the_cgroup2_mount() {
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    assert_eq!(
+        loc.own,
+        Path::new("/sys/fs/cgroup/system.slice/quest-runner.service")
+    );
+    assert!(!loc.is_root);
+    let loc = locate(SELF_HYBRID, MOUNTINFO_HYBRID).unwrap();
+    assert_eq!(loc.own, Path::new("/sys/fs/cgroup/unified"));
+    assert!(loc.is_root);
+    // A container's bind of its own subtree: mount root /a, group /a/b.
+    let bind = "40 1 0:30 /a /mnt/cg\\040x rw - cgroup2 cgroup2 rw\n";
+    let loc = locate("0::/a/b\n", bind).unwrap();
+    assert_eq!(loc.own, Path::new("/mnt/cg x/b"));
+    assert!(locate("0::/elsewhere\n", bind).is_err());
+    assert!(locate("12:memory:/\n", MOUNTINFO_V2)
+        .unwrap_err()
+        .contains("no 0:: line"));
+    assert!(
+        locate(SELF_SYSTEMD, "22 1 0:21 / /sys rw - sysfs sysfs rw\n")
+            .unwrap_err()
+            .contains("no cgroup v2")
+    );
+}
+
+#[test]
+fn a_delegated_group_gets_every_limit_in_the_jobs_groups() {
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    let state = delegated("cpuset cpu io memory pids");
+    let plan = plan(Ok(&loc), Some(&state), &all_limits(), "quest-runner.k");
+    let c = plan.cgroup.as_ref().unwrap();
+    let own = Path::new("/sys/fs/cgroup/system.slice/quest-runner.service");
+    assert_eq!(c.base, own.join("quest-runner.k"));
+    // Controllers in its own group: the runner has to leave it first.
+    assert_eq!(c.runner_leaf.as_deref(), Some(own.join("runner").as_path()));
+    assert_eq!(
+        c.enable,
+        [Controller::Memory, Controller::Pids, Controller::Cpu]
+    );
+    assert!(c.missing.is_empty());
+    assert_eq!(
+        c.job_files,
+        [
+            ("memory.max", "1073741824".to_string()),
+            ("memory.swap.max", "0".to_string()),
+            ("pids.max", "256".to_string()),
+            ("cpu.max", "150000 100000".to_string()),
+        ]
+    );
+    assert_eq!(plan.rlimits, Limits::default(), "no rlimit fallback needed");
+    assert_eq!(plan.why, None);
+    let summary = plan.summary();
+    assert!(summary.starts_with("cgroup v2: each job in its own group under /sys/fs/cgroup/system.slice/quest-runner.service/quest-runner.k"), "{summary}");
+    assert!(
+        summary.contains("controllers memory, pids, cpu"),
+        "{summary}"
+    );
+    assert!(summary.contains("pids: pids.max=256"), "{summary}");
+    assert_eq!(
+        plan.in_force().unwrap(),
+        "cpu.max=150000 100000, memory.max=1073741824, pids.max=256"
+    );
+}
+
+#[test]
+fn the_hybrid_host_places_jobs_but_falls_back_to_rlimits_for_limits() {
+    let loc = locate(SELF_HYBRID, MOUNTINFO_HYBRID).unwrap();
+    let state = delegated("hugetlb");
+    let plan = plan(Ok(&loc), Some(&state), &all_limits(), "quest-runner.k");
+    let c = plan.cgroup.as_ref().unwrap();
+    assert_eq!(c.base, Path::new("/sys/fs/cgroup/unified/quest-runner.k"));
+    assert_eq!(
+        c.runner_leaf, None,
+        "nothing to enable: the runner stays put"
+    );
+    assert!(c.enable.is_empty());
+    assert_eq!(
+        c.missing,
+        [Controller::Memory, Controller::Pids, Controller::Cpu]
+    );
+    assert!(c.job_files.is_empty());
+    assert!(plan.why.as_deref().unwrap().contains("hybrid host"));
+    // pids falls back to RLIMIT_NPROC; memory and cpu have no honest rlimit.
+    assert_eq!(plan.rlimits.nproc, Some(256));
+    let hows: Vec<(&str, &How)> = plan.applied.iter().map(|a| (a.limit, &a.how)).collect();
+    assert!(matches!(hows[0], ("memory", How::Not { .. })));
+    assert!(matches!(
+        hows[1],
+        (
+            "pids",
+            How::Rlimit {
+                name: "RLIMIT_NPROC",
+                ..
+            }
+        )
+    ));
+    assert!(matches!(hows[2], ("cpus", How::Not { .. })));
+    assert_eq!(plan.in_force().unwrap(), "RLIMIT_NPROC=256");
+}
+
+#[test]
+fn the_root_group_with_controllers_enables_them_without_moving_the_runner() {
+    let loc = locate("0::/\n", MOUNTINFO_V2).unwrap();
+    let plan = plan(
+        Ok(&loc),
+        Some(&delegated("memory pids")),
+        &all_limits(),
+        "b",
+    );
+    let c = plan.cgroup.unwrap();
+    assert_eq!(c.runner_leaf, None);
+    assert_eq!(c.enable, [Controller::Memory, Controller::Pids]);
+    assert_eq!(c.missing, [Controller::Cpu]);
+    assert!(plan.why.unwrap().contains("not delegated"));
+}
+
+#[test]
+fn an_undelegated_or_missing_group_means_rlimits_only_with_the_reason() {
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    let mut state = delegated("memory pids cpu");
+    state.writable = false;
+    let limits = Limits {
+        nproc: Some(100),
+        cpu_seconds: Some(60),
+        ..all_limits()
+    };
+    let p = plan(Ok(&loc), Some(&state), &limits, "b");
+    assert!(p.cgroup.is_none());
+    assert!(p.why.as_deref().unwrap().contains("not writable"));
+    assert!(p.summary().starts_with("rlimits only"), "{}", p.summary());
+    // Asked for by name: its own value wins over the pids fallback.
+    assert_eq!(p.rlimits.nproc, Some(100));
+    assert_eq!(p.rlimits.cpu_seconds, Some(60));
+    assert_eq!(p.in_force().unwrap(), "RLIMIT_CPU=60s, RLIMIT_NPROC=100");
+
+    let p = plan(
+        Err("no cgroup v2 hierarchy is mounted"),
+        None,
+        &Limits::default(),
+        "b",
+    );
+    assert!(p.cgroup.is_none());
+    assert_eq!(p.in_force(), None);
+    assert!(
+        p.summary().contains("no cgroup v2 hierarchy"),
+        "{}",
+        p.summary()
+    );
+}
+
+#[test]
+fn the_base_name_is_stable_and_differs_by_state_dir() {
+    let a = base_name(Path::new("/var/lib/quest-runner"));
+    assert_eq!(a, base_name(Path::new("/var/lib/quest-runner")));
+    assert_ne!(a, base_name(Path::new("/tmp/other")));
+    assert!(a.starts_with("quest-runner.") && a.len() == "quest-runner.".len() + 16);
+}
+
+#[test]
+fn a_report_names_the_limit_that_fired() {
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    let plan = plan(
+        Ok(&loc),
+        Some(&delegated("memory pids cpu")),
+        &all_limits(),
+        "b",
+    );
+    let c = plan.cgroup.unwrap();
+    assert_eq!(Report::default().fired(&c), None);
+    let oom = Report {
+        oom_kills: 1,
+        pids_refused: 3,
+        ..Report::default()
+    };
+    let (name, why) = oom.fired(&c).unwrap();
+    assert_eq!(name, "memory");
+    assert!(why.contains("memory.max=1073741824"), "{why}");
+    let (name, why) = Report {
+        pids_refused: 3,
+        ..Report::default()
+    }
+    .fired(&c)
+    .unwrap();
+    assert_eq!(name, "pids");
+    assert!(why.contains("pids.max=256 refused 3 fork(s)"), "{why}");
+    let throttled = Report {
+        cpu_throttled: 4,
+        cpu_throttled_usec: 12_000,
+        ..Report::default()
+    };
+    assert_eq!(throttled.fired(&c), None, "throttling is not a kill");
+    assert!(throttled.throttled().unwrap().contains("never kills"));
+}
+
+// ---- On the real kernel -------------------------------------------------------------
+
+/// The plan of this host for a fresh state dir, or `None` (printed why) where this process
+/// cannot make groups: then the real-kernel tests have nothing to test.
+fn real_plan(state: &Path) -> Option<CgroupPlan> {
+    let plan = probe(&Limits::default(), state);
+    if plan.cgroup.is_none() {
+        eprintln!(
+            "SKIPPED (real-kernel part): no writable cgroup v2 group here: {}",
+            plan.summary()
+        );
+    }
+    plan.cgroup
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+fn with_token(token: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| cmdline(*p).contains(token) && *p != std::process::id())
+        .collect()
+}
+
+fn group_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Through serve's own per-job hook: an agent-like tree that detaches every way it can
+/// (setsid, a double fork, a cleared environment) stays in the job's group, and dropping
+/// the hook's guard kills all of it and removes the group.
+#[test]
+fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
+    let state = tempfile::tempdir().unwrap();
+    let Some(group) = real_plan(state.path()) else {
+        return;
+    };
+    setup(&group).unwrap();
+    let limits = Arc::new(crate::serve::Enforcement {
+        plan: Plan {
+            cgroup: Some(group.clone()),
+            why: None,
+            rlimits: Limits::default(),
+            applied: Vec::new(),
+        },
+        reports: Default::default(),
+    });
+    let hook = crate::serve::job_group_hook(limits.clone());
+    let token = format!(
+        "qrcg{}x{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    );
+    // The tokens are put together by the shell, so the agent's own command line holds
+    // none of the detached ones' names.
+    let script = format!(
+        "T={token}\n\
+         setsid sh -c \"sleep 300; : ${{T}}-setsid\" &\n\
+         ( sh -c \"sleep 300; : ${{T}}-double\" & )\n\
+         env -i /bin/sh -c \"sleep 300; : ${{T}}-noenv\" &\n\
+         sleep 300\n"
+    );
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", &script]);
+    let guard = hook("t1", &mut cmd).unwrap();
+    let job_dir = group.base.join("job-t1");
+    assert!(job_dir.is_dir());
+    let mut agent = cmd.spawn().unwrap();
+    let agent_pid = agent.id();
+    let kinds = ["-setsid", "-double", "-noenv"];
+    wait_until("the tree to start", || {
+        kinds
+            .iter()
+            .all(|k| with_token(&format!("{token}{k}")).len() == 1)
+    });
+    let expected = format!(
+        "/{}",
+        job_dir.strip_prefix(locate_self().mount).unwrap().display()
+    );
+    let detached: Vec<u32> = kinds
+        .iter()
+        .map(|k| with_token(&format!("{token}{k}"))[0])
+        .collect();
+    for pid in detached.iter().chain([&agent_pid]) {
+        assert_eq!(group_of(*pid), expected, "{} is outside", cmdline(*pid));
+    }
+    // The setsid one left the agent's session; the double-forked one lost its parent.
+    let sid = |pid: u32| unsafe { libc::getsid(pid as i32) };
+    assert_ne!(sid(detached[0]), sid(agent_pid));
+    // Every member, the sleeps included: 4 shells, 4 sleeps.
+    let members = members(&job_dir);
+    assert!(members.len() >= 8, "members: {members:?}");
+    for pid in &members {
+        assert_eq!(group_of(*pid), expected);
+    }
+
+    // The agent dies; what it detached lives on, in the group.
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    assert_eq!(
+        with_token(&token).len(),
+        3,
+        "the detached ones outlive the agent"
+    );
+    drop(guard);
+    wait_until("the tree to be gone", || with_token(&token).is_empty());
+    assert!(!job_dir.exists(), "the job's group is removed");
+    let report = limits.take_report("t1").unwrap().unwrap();
+    assert_eq!(report, Report::default(), "no limit fired");
+    let _ = std::fs::remove_dir(&group.base);
+}
+
+/// A group left with processes (a dead runner's) is killed and removed by name, and a
+/// new group of the same job replaces it.
+#[test]
+fn a_leftover_group_is_killed_and_replaced() {
+    let state = tempfile::tempdir().unwrap();
+    let Some(group) = real_plan(state.path()) else {
+        return;
+    };
+    setup(&group).unwrap();
+    let token = format!("qrleft{}", std::process::id());
+    let old = JobCgroup::create(&group, "t2").unwrap();
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args([
+        "-c",
+        &format!("setsid sh -c 'sleep 300; : {token}' & exec sleep 300"),
+    ]);
+    old.place(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_until("the leftover", || with_token(&token).len() == 1);
+    assert_eq!(
+        job_groups(&group.base),
+        [("t2".to_string(), old.dir.clone())]
+    );
+    let fresh = JobCgroup::create(&group, "t2").unwrap();
+    assert!(
+        with_token(&token).is_empty(),
+        "the old group's processes are killed"
+    );
+    child.wait().unwrap();
+    assert!(fresh.members().is_empty());
+    assert_eq!(fresh.finish().unwrap(), Report::default());
+    assert!(job_groups(&group.base).is_empty());
+    let _ = std::fs::remove_dir(&group.base);
+}
+
+fn locate_self() -> Located {
+    locate(
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+        &std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
+    )
+    .unwrap()
+}
+
+use std::sync::Arc;
