@@ -32,6 +32,9 @@ let
     "Restart"
     "RestartSec"
     "KillMode"
+    # A user manager delegates memory, pids and cpu to its services when asked: per-job
+    # cgroup limits for the user's runner too.
+    "Delegate"
     "TimeoutStopSec"
     "UMask"
   ] unit.service;

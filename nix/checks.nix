@@ -184,6 +184,10 @@ in
               what = "KillMode from nix/service-hardening.json";
             }
             {
+              ok = hmService.Service.Delegate == true;
+              what = "Delegate from nix/service-hardening.json (per-job cgroups)";
+            }
+            {
               ok = hmService.Install.WantedBy == [ "default.target" ];
               what = "WantedBy";
             }
@@ -205,6 +209,10 @@ in
         {
           ok = lib.hasInfix "/bin/quest-runner serve" nixosUnit;
           what = "ExecStart runs serve";
+        }
+        {
+          ok = lib.hasInfix "Delegate=true" nixosUnit;
+          what = "Delegate= for per-job cgroups";
         }
         {
           ok = nixosConfig.accounts.work.api_key_file == "/var/lib/quest-runner/keys/anthropic";

@@ -68,7 +68,42 @@ pkgs.testers.runNixOSTest {
       systemd.services.quest-runner-selftest = asTheService "selftest" "selftest --agent claude" {
         TMPDIR = "${stateDir}/selftest";
       };
-      systemd.tmpfiles.rules = [ "d ${stateDir}/selftest 0700 quest-runner quest-runner -" ];
+      systemd.tmpfiles.rules = [
+        "d ${stateDir}/selftest 0700 quest-runner quest-runner -"
+        "d ${stateDir}/limits 0700 quest-runner quest-runner -"
+      ];
+
+      # Per-job cgroup limits, enforced: a second runner as the service (Delegate=yes, on a
+      # pure cgroup v2 host), on a state dir of its own, whose "agent" is a stand-in that
+      # does what the job's prompt says: grow without bound (tail of /dev/zero never meets
+      # a newline) or fork until refused. It is started exactly like Claude Code, so it runs
+      # in the job's group with the job's limits. dash, not bash: bash retries a refused
+      # fork for seconds.
+      systemd.services.quest-runner-limits =
+        let
+          agent = pkgs.writeScript "limits-agent" ''
+            #!${pkgs.dash}/bin/dash
+            prompt=$(${pkgs.coreutils}/bin/cat)
+            case "$prompt" in
+              *grow-memory*) exec ${pkgs.coreutils}/bin/tail /dev/zero ;;
+              *fork-bomb*)
+                i=0
+                while [ $i -lt 500 ]; do ${pkgs.coreutils}/bin/sleep 60 & i=$((i+1)); done
+                wait ;;
+            esac
+          '';
+          base =
+            asTheService "limits"
+              "--state-dir ${stateDir}/limits serve --poll 200ms --limit-memory 128M --limit-pids 40 --limit-cpus 0.5"
+              { QUEST_RUNNER_CLAUDE = "${agent}"; };
+        in
+        base
+        // {
+          serviceConfig = base.serviceConfig // {
+            Type = "notify";
+          };
+        };
+      environment.systemPackages = [ pkgs.git ];
     };
 
   testScript =
@@ -108,5 +143,38 @@ pkgs.testers.runNixOSTest {
           assert "selftest: the boundary holds" in out
           # Nothing a job wrote reached the service's state directory.
           machine.succeed("test -z \"$(find /var/lib/quest-runner -name 'pwned-*')\"")
+
+      with subtest("per-job cgroups: memory.max OOM and pids.max are enforced and named in the result"):
+          import json
+          qr = "runuser -u quest-runner -- ${nodes.machine.services.quest-runner.package}/bin/quest-runner --state-dir /var/lib/quest-runner/limits"
+          limits_dir = "/var/lib/quest-runner/limits"
+          config = {"accounts": {"work": {"agent": "claude", "api_key_file": f"{limits_dir}/key"}}}
+          machine.succeed(f"echo sk-test > {limits_dir}/key")
+          machine.succeed(f"echo '{json.dumps(config)}' > {limits_dir}/config.json")
+          machine.succeed(f"chown quest-runner: {limits_dir}/key {limits_dir}/config.json")
+          machine.succeed(
+              f"runuser -u quest-runner -- git init -q -b main {limits_dir}/repo && "
+              f"runuser -u quest-runner -- git -C {limits_dir}/repo -c user.name=t -c user.email=t@t commit -q --allow-empty -m x"
+          )
+          rev = machine.succeed("runuser -u quest-runner -- git -C /var/lib/quest-runner/limits/repo rev-parse HEAD").strip()
+          machine.succeed("systemctl start quest-runner-limits.service")
+          doctor = machine.succeed("journalctl -u quest-runner-limits.service -o cat")
+          print(doctor)
+          assert "controllers memory, pids, cpu" in doctor, "the runner's plan has no cgroup limits"
+          for job_id, prompt in [("oom", "grow-memory"), ("bomb", "fork-bomb")]:
+              job = {"id": job_id, "repo": "/var/lib/quest-runner/limits/repo", "rev": rev, "ref": "main",
+                     "trust": "trusted", "agent": "claude", "account": "work", "prompt": prompt, "timeout": "3m"}
+              machine.succeed(f"echo '{json.dumps(job)}' | {qr} submit -")
+              machine.wait_until_succeeds(f"{qr} show {job_id} | grep -Eq '\"state\": \"(done|failed)\"'", timeout=240)
+              shown = json.loads(machine.succeed(f"{qr} show {job_id}"))
+              print(json.dumps(shown["result"], indent=2))
+              result = shown["result"]
+              expected = "memory" if job_id == "oom" else "pids"
+              assert result.get("limit_fired") == expected, f"{job_id}: {result}"
+              assert ("memory.max=134217728" if job_id == "oom" else "pids.max=40") in result["message"], result["message"]
+          # Every job's group is gone; only the runner's own leaf and the state dir's group stay.
+          groups = machine.succeed("find /sys/fs/cgroup/system.slice/quest-runner-limits.service -name 'job-*'")
+          assert groups.strip() == "", f"job groups left: {groups}"
+          machine.succeed("systemctl stop quest-runner-limits.service")
     '';
 }
