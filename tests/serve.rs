@@ -148,6 +148,62 @@ impl Drop for Serve {
     }
 }
 
+/// The state dir's cgroup (`<runner's group>/quest-runner.<key>`), or `None` where the host
+/// gives `serve` none. Killed and removed when dropped, after the test's runners (declare
+/// it before them): a runner killed outright leaves it behind, and a test leaves no cgroup
+/// on the host, whether it passes or not.
+struct StateCgroup(Option<PathBuf>);
+
+impl StateCgroup {
+    fn of(runner: &Runner) -> StateCgroup {
+        use quest_runner::serve::{cgroup, limits::Limits};
+        StateCgroup(
+            cgroup::probe(&Limits::default(), runner.state())
+                .cgroup
+                .map(|c| c.base),
+        )
+    }
+
+    /// After `serve` exited on SIGTERM: it removed the group itself.
+    fn assert_removed_by(&self, serve: &Serve) {
+        if let Some(base) = &self.0 {
+            assert!(
+                !base.exists(),
+                "{} left after a clean exit:\n{}",
+                base.display(),
+                serve.log()
+            );
+        }
+    }
+
+    /// After the runner was killed with no job running: what it left holds no process and
+    /// no job's group (each job's went with its job), so it goes with a plain rmdir, which
+    /// the kernel refuses otherwise. Another state dir's runner starting meanwhile may
+    /// already have removed it.
+    fn remove_left_empty(&self) {
+        if let Some(base) = &self.0 {
+            match std::fs::remove_dir(base) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => panic!(
+                    "{} is not empty after its runner was killed ({e}): {:?}",
+                    base.display(),
+                    std::fs::read_dir(base)
+                        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for StateCgroup {
+    fn drop(&mut self) {
+        if let Some(base) = &self.0 {
+            let _ = quest_runner::serve::cgroup::kill_and_remove(base);
+        }
+    }
+}
+
 fn show(runner: &Runner, id: &str) -> Value {
     let out = runner.command().args(["show", id]).output().unwrap();
     assert!(
@@ -223,6 +279,7 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
     let rev = repo.commit(&[("flake.nix", &flake(r#"SHARED = "yes";"#))]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (mut runner, keys) = runner_for(&server, 2);
+    let cgroup = StateCgroup::of(&runner);
     let (nix, count) = counting_nix(keys.path());
     runner.nix = Some(nix);
     let ids: Vec<String> = ["s1", "s2", "s3"]
@@ -252,7 +309,7 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
     let mut serve = Serve::start(&runner, &server, keys.path());
     let started = Instant::now();
     let ids_c = ids.clone();
-    let runner = tokio::task::spawn_blocking(move || {
+    let (runner, serve) = tokio::task::spawn_blocking(move || {
         for id in &ids_c {
             let v = wait_state(&runner, id, "done", &serve, Duration::from_secs(240));
             assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
@@ -263,10 +320,11 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
         let (status, took) = serve.stop(libc::SIGTERM);
         assert!(status.success(), "serve exit {status}:\n{}", serve.log());
         eprintln!("4 jobs at concurrency 2: {elapsed:?}; stopped in {took:?}");
-        runner
+        (runner, serve)
     })
     .await
     .unwrap();
+    cgroup.assert_removed_by(&serve);
     assert_eq!(
         runs(&count),
         1,
@@ -308,6 +366,7 @@ async fn bad_input_is_refused_with_a_message_and_the_queue_keeps_working() {
     let rev = repo.commit(&[("README.md", "x")]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     let dir = keys.path();
 
     let malformed = dir.join("malformed.json");
@@ -393,6 +452,7 @@ async fn bad_input_is_refused_with_a_message_and_the_queue_keeps_working() {
     })
     .await
     .unwrap();
+    cgroup.remove_left_empty();
     let listed = runner.command().args(["jobs", "--json"]).output().unwrap();
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let rejected: Vec<&Value> = listed
@@ -423,6 +483,7 @@ async fn killed_runner_is_recovered_on_restart_and_the_job_completes() {
     ))])
     .expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     submit_ok(
         &runner,
         keys.path(),
@@ -478,6 +539,7 @@ async fn killed_runner_is_recovered_on_restart_and_the_job_completes() {
     );
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
+    cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
 }
 
@@ -489,6 +551,7 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     let hang = |t: &str| Step::bash(format!("(exec -a hang-{t} tail -f /dev/null)"));
     let server = ModelServer::start_isolated(vec![hang(&token)]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     submit_ok(
         &runner,
         keys.path(),
@@ -553,6 +616,7 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
         "cancelling a finished job is refused"
     );
     drop(serve);
+    cgroup.remove_left_empty();
     server.kill_confined();
 }
 
@@ -613,6 +677,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     ))])
     .expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     submit_ok(
         &runner,
         keys.path(),
@@ -669,6 +734,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     assert_clean(&runner, "b");
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
+    cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
 }
 
@@ -680,6 +746,7 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     let slow_rev = repo.commit(&[("flake.nix", &flake(&extra))]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     submit_ok(
         &runner,
         keys.path(),
@@ -750,6 +817,7 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     );
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
+    cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
     assert!(
         builders_left.is_empty(),
@@ -824,6 +892,7 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
     let rev = repo.commit(&[("README.md", "x")]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     let config = std::fs::read(runner.state().join("config.json")).unwrap();
     let tmpfs = Tmpfs::mount(runner.state(), "2m");
     std::fs::write(runner.state().join("config.json"), &config).unwrap();
@@ -966,6 +1035,7 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
     .unwrap();
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
+    cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
     // Unmounted before the state dir is removed.
     drop(tmpfs);
@@ -998,7 +1068,8 @@ fn cgroup_of(pid: u32) -> String {
 /// A real job's agent and its sandboxed command run in the job's own cgroup; the runner
 /// stays outside it. A runner killed with SIGKILL leaves the group; the next start kills
 /// what is in it and removes it (a planted leftover of an unknown job too, with a detached
-/// process inside), and the requeued job's new group is removed when it ends.
+/// process inside), removes other state dirs' groups left empty but not one still holding
+/// a job's group, and the requeued job's new group is removed when it ends.
 ///
 /// The memory, pids and cpu controllers are not delegated on the CI host (cgroup v1 holds
 /// them): their enforcement is proven in the NixOS VM test (nix/vm-test.nix).
@@ -1012,6 +1083,7 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
     ))])
     .expect("model server");
     let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
     let Some(base) = jobs_cgroup(&runner) else {
         return;
     };
@@ -1053,18 +1125,20 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
         assert_eq!(agents.len(), 1);
         assert_eq!(cgroup_of(agents[0] as u32), expected, "the agent");
         assert_ne!(cgroup_of(serve.pid() as u32), expected, "the runner");
-        // Everything with the job's markers is in the group.
+        // Everything with the job's markers is in the group (asked of each process now: the
+        // agent keeps starting processes after `members` was read; an empty answer is one
+        // that exited meanwhile).
         let markers = quest_runner::serve::procs::markers(
             &quest_runner::state::StateDir::at(runner.state()),
             "cg",
         );
         for pid in quest_runner::serve::procs::matching(&markers, std::process::id()) {
-            if std::fs::metadata(format!("/proc/{pid}")).is_ok() {
-                assert!(
-                    members.contains(&pid) || cgroup_of(pid).is_empty(),
-                    "{pid} outside"
-                );
-            }
+            let now = cgroup_of(pid);
+            assert!(
+                now == expected || now.is_empty(),
+                "{pid} ({}) outside: {now}",
+                cmdline(pid as i32)
+            );
         }
         unsafe { libc::kill(serve.pid(), libc::SIGKILL) };
     }
@@ -1092,10 +1166,30 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // Beside it, the groups of other state dirs: one a runner killed and never restarted
+    // left empty, one still holding a job's group (a runner of its own may sweep that).
+    let own = base.parent().unwrap();
+    let other = |what: &str| {
+        let dir = own.join(quest_runner::serve::cgroup::base_name(
+            &runner.state().join(what),
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        StateCgroup(Some(dir))
+    };
+    let (empty, busy) = (other("empty"), other("busy"));
+    let busy_job = busy.0.as_ref().unwrap().join("job-x");
+    std::fs::create_dir(&busy_job).unwrap();
+
     server.set_script(vec![]);
     let serve = Serve::start(&runner, &server, &log_dir);
     serve.wait_log("serving");
     assert!(!ghost.exists(), "the leftover group is removed");
+    assert!(
+        !empty.0.as_ref().unwrap().exists(),
+        "another state dir's empty group is removed"
+    );
+    assert!(busy_job.is_dir(), "another state dir's busy group is kept");
+    drop(busy);
     assert!(
         processes_with(&ghost_token).is_empty(),
         "the leftover group's process is killed"
@@ -1115,7 +1209,7 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
     assert_clean(&runner, "cg");
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
-    assert!(!base.exists(), "the state dir's group is removed on exit");
+    cgroup.assert_removed_by(&serve);
     assert!(serve
         .log()
         .contains("removed the cgroup a dead runner left"));

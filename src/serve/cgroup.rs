@@ -32,7 +32,10 @@
 //! clean up on SIGTERM first). Its event counters then say which limit fired
 //! (`memory.events` `oom_kill`, `pids.events` `max`, `cpu.stat` `nr_throttled`), and it is
 //! removed. A runner that died leaves groups behind; the next `serve` kills and removes those
-//! of [`job_groups`] whose job no live runner holds.
+//! of [`job_groups`] whose job no live runner holds, and removes the empty state-dir groups
+//! ([`remove_empty_bases`]) that runners of other state dirs left — a runner killed outright
+//! and never started again would otherwise leave its `quest-runner.<key>` for good. That
+//! includes an idle live runner's empty group: [`JobCgroup::create`] makes it again.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -46,6 +49,8 @@ use super::limits::Limits;
 pub const DEFAULT_MOUNT: &str = "/sys/fs/cgroup";
 /// The name of each job's group under the state dir's group.
 pub const JOB_PREFIX: &str = "job-";
+/// The name of each state dir's group in the runner's group, before the key ([`base_name`]).
+pub const BASE_PREFIX: &str = "quest-runner.";
 /// How long a killed group may take to empty before the runner gives up on removing it.
 const EMPTY_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -270,7 +275,14 @@ pub fn base_name(state_root: &Path) -> String {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x100000001b3);
     }
-    format!("quest-runner.{h:016x}")
+    format!("{BASE_PREFIX}{h:016x}")
+}
+
+/// Whether `name` is one [`base_name`] makes: only those are ever swept, whatever else
+/// shares the runner's group.
+fn is_base_name(name: &str) -> bool {
+    name.strip_prefix(BASE_PREFIX)
+        .is_some_and(|key| key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The pure plan: where jobs' groups go and how each limit of `limits` is enforced, from
@@ -538,26 +550,46 @@ pub fn setup(plan: &CgroupPlan) -> Result<(), CgroupError> {
             }
         }
     }
-    let line = |dir: &Path| -> String {
-        let current =
-            std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
-        plan.enable
-            .iter()
-            .filter(|c| !current.split_whitespace().any(|w| w == c.name()))
-            .map(|c| format!("+{}", c.name()))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let own_line = line(&plan.own);
+    let own_line = enable_line(plan, &plan.own);
     if !own_line.is_empty() {
         write(&plan.own.join("cgroup.subtree_control"), &own_line)?;
     }
-    mkdir(&plan.base)?;
-    let base_line = line(&plan.base);
-    if !base_line.is_empty() {
-        write(&plan.base.join("cgroup.subtree_control"), &base_line)?;
+    ensure_base(plan)
+}
+
+/// The `cgroup.subtree_control` line enabling what `plan` needs and `dir` lacks.
+fn enable_line(plan: &CgroupPlan, dir: &Path) -> String {
+    let current = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    plan.enable
+        .iter()
+        .filter(|c| !current.split_whitespace().any(|w| w == c.name()))
+        .map(|c| format!("+{}", c.name()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How often the state dir's group is made again when it vanishes while being set up.
+const BASE_TRIES: usize = 3;
+
+/// Makes the state dir's group, with the jobs' controllers enabled, unless it is there.
+/// While it is empty another state dir's runner may remove it ([`remove_empty_bases`]):
+/// vanishing midway is retried.
+fn ensure_base(plan: &CgroupPlan) -> Result<(), CgroupError> {
+    let control = plan.base.join("cgroup.subtree_control");
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        mkdir(&plan.base)?;
+        let line = enable_line(plan, &plan.base);
+        if line.is_empty() {
+            return Ok(());
+        }
+        match write(&control, &line) {
+            Err(CgroupError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < BASE_TRIES => {}
+            done => return done,
+        }
     }
-    Ok(())
 }
 
 fn mkdir(dir: &Path) -> Result<(), CgroupError> {
@@ -662,7 +694,19 @@ impl JobCgroup {
         if dir.exists() {
             kill_and_remove(&dir)?;
         }
-        std::fs::create_dir(&dir).map_err(io("creating", &dir))?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break,
+                // The state dir's group is gone: removed while empty by another state
+                // dir's runner starting (or by hand). Make it again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < BASE_TRIES => {
+                    ensure_base(plan)?
+                }
+                Err(e) => return Err(io("creating", &dir)(e)),
+            }
+        }
         let group = JobCgroup::at(dir)?;
         for (file, value) in &plan.job_files {
             let path = group.dir.join(file);
@@ -823,6 +867,52 @@ pub fn job_groups(base: &Path) -> Vec<(String, PathBuf)> {
     }
     found.sort();
     found
+}
+
+/// What [`remove_empty_bases`] did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Empty state-dir groups removed.
+    pub removed: Vec<PathBuf>,
+    /// Those still in use (processes, or job groups), left alone.
+    pub in_use: Vec<PathBuf>,
+    /// Those that could not be removed for another reason.
+    pub failed: Vec<CgroupError>,
+}
+
+/// Removes the state-dir groups (`quest-runner.<key>`) in `own` other than `keep` that hold
+/// no process and no job group. Each is simply `rmdir`ed: the kernel refuses (EBUSY) a group
+/// with members or children, atomically, so a live runner's busy group is never touched and
+/// a check beforehand could only race. Such a refusal means "in use", not an error.
+pub fn remove_empty_bases(own: &Path, keep: &Path) -> Swept {
+    let mut swept = Swept::default();
+    let entries = match std::fs::read_dir(own) {
+        Ok(entries) => entries,
+        Err(e) => {
+            swept.failed.push(io("listing", own)(e));
+            return swept;
+        }
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let ours = e.file_name().to_str().is_some_and(is_base_name);
+        if !ours || dir == keep || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => swept.removed.push(dir),
+            // Removed meanwhile by another runner's sweep, or its own exit.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // EBUSY is cgroupfs's answer; ENOTEMPTY a plain directory's.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::ENOTEMPTY)) => {
+                swept.in_use.push(dir)
+            }
+            Err(e) => swept.failed.push(io("removing", &dir)(e)),
+        }
+    }
+    swept.removed.sort();
+    swept.in_use.sort();
+    swept
 }
 
 #[cfg(test)]

@@ -404,3 +404,101 @@ fn locate_self() -> Located {
 }
 
 use std::sync::Arc;
+
+/// Only empty `quest-runner.<key>` directories besides the kept one go; one with a job's
+/// group inside is in use (a plain directory says ENOTEMPTY where cgroupfs says EBUSY).
+#[test]
+fn only_empty_state_dir_groups_are_swept() {
+    let own = tempfile::tempdir().unwrap();
+    let name = |p: &str| base_name(Path::new(p));
+    let empty = own.path().join(name("/a"));
+    let busy = own.path().join(name("/b"));
+    let keep = own.path().join(name("/c"));
+    let others = [
+        own.path().join("quest-runner.other"),
+        own.path().join(format!("{}0", name("/d"))),
+        own.path().join("runner"),
+    ];
+    for dir in [&empty, &busy, &keep].into_iter().chain(&others) {
+        std::fs::create_dir(dir).unwrap();
+    }
+    std::fs::create_dir(busy.join("job-x")).unwrap();
+    std::fs::write(own.path().join(name("/e")), "").unwrap();
+
+    let swept = remove_empty_bases(own.path(), &keep);
+    assert_eq!(swept.removed, std::slice::from_ref(&empty));
+    assert_eq!(swept.in_use, std::slice::from_ref(&busy));
+    assert!(swept.failed.is_empty(), "{:?}", swept.failed);
+    assert!(!empty.exists());
+    for dir in [&busy, &keep].into_iter().chain(&others) {
+        assert!(dir.is_dir(), "{} was removed", dir.display());
+    }
+    assert!(own.path().join(name("/e")).is_file());
+
+    let gone = remove_empty_bases(&own.path().join("missing"), &keep);
+    assert!(gone.removed.is_empty());
+    assert!(
+        gone.failed[0].to_string().contains("listing"),
+        "{:?}",
+        gone.failed
+    );
+}
+
+/// Kills and removes the groups it holds when dropped, so a failing test leaves none.
+struct Removed(Vec<PathBuf>);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = kill_and_remove(dir);
+        }
+    }
+}
+
+/// On the kernel: an empty state-dir group beside this one is removed, one with a process
+/// or a job's group is in use (EBUSY) and kept, and a runner whose own group was swept
+/// while idle makes it again for its next job.
+#[test]
+fn the_sweep_of_empty_state_dir_groups_spares_live_ones_and_runners_recover() {
+    let state = tempfile::tempdir().unwrap();
+    let Some(group) = real_plan(state.path()) else {
+        return;
+    };
+    let sibling = |what: &str| group.own.join(base_name(&state.path().join(what)));
+    let (empty, with_process, with_job) = (sibling("e"), sibling("p"), sibling("j"));
+    let _cleanup = Removed(vec![
+        empty.clone(),
+        with_process.clone(),
+        with_job.clone(),
+        group.base.clone(),
+    ]);
+    for dir in [&empty, &with_process, &with_job] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    std::fs::create_dir(with_job.join("job-x")).unwrap();
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", "exec sleep 300"]);
+    JobCgroup::at(with_process.clone()).unwrap().place(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_until("the member", || members(&with_process).len() == 1);
+
+    setup(&group).unwrap();
+    let swept = remove_empty_bases(&group.own, &group.base);
+    assert!(swept.removed.contains(&empty), "{swept:?}");
+    assert!(swept.in_use.contains(&with_process), "{swept:?}");
+    assert!(swept.in_use.contains(&with_job), "{swept:?}");
+    assert!(swept.failed.is_empty(), "{swept:?}");
+    assert!(group.base.is_dir(), "the kept group stays");
+    assert!(with_process.is_dir() && with_job.join("job-x").is_dir());
+    assert!(
+        kill_and_remove(&with_process).unwrap(),
+        "it had its process"
+    );
+    child.wait().unwrap();
+
+    // Swept while idle (by another state dir's runner): the next job makes it again.
+    std::fs::remove_dir(&group.base).unwrap();
+    let job = JobCgroup::create(&group, "t3").unwrap();
+    assert!(job.dir.is_dir());
+    assert_eq!(job.finish().unwrap(), Report::default());
+}

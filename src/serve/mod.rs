@@ -13,7 +13,7 @@
 //!   and the runner may write its group ([`cgroup`]), with the memory, pids and cpu limits
 //!   its delegated controllers allow, and rlimits for the rest ([`limits`]). The result
 //!   names the limit that fired. On start, the groups a dead runner left are killed and
-//!   removed.
+//!   removed, and so are other state dirs' groups left empty.
 
 pub mod cgroup;
 pub mod commands;
@@ -221,8 +221,21 @@ impl Enforcement {
 
 /// Kills and removes the job groups a dead runner left under `group.base`: those of jobs no
 /// live runner holds (the source's guard keeps any from starting meanwhile). Before
-/// recovery, so that no process of a job survives into its requeued run.
+/// recovery, so that no process of a job survives into its requeued run. Then removes the
+/// empty groups of other state dirs beside it: a runner killed outright and never started
+/// again leaves one, and nothing else would ever remove it.
 async fn sweep_leftovers<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
+    sweep_job_groups(source, group).await;
+    let swept = cgroup::remove_empty_bases(&group.own, &group.base);
+    for dir in &swept.removed {
+        tracing::info!(group = %dir.display(), "removed an empty state-dir cgroup");
+    }
+    for e in &swept.failed {
+        tracing::warn!("sweeping empty state-dir cgroups: {e}");
+    }
+}
+
+async fn sweep_job_groups<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
     for (id, dir) in cgroup::job_groups(&group.base) {
         let Some(guard) = source.hold_idle(&id).await else {
             continue; // a live runner's job
