@@ -51,6 +51,10 @@ pub const DEFAULT_MOUNT: &str = "/sys/fs/cgroup";
 pub const JOB_PREFIX: &str = "job-";
 /// The name of each state dir's group in the runner's group, before the key ([`base_name`]).
 pub const BASE_PREFIX: &str = "quest-runner.";
+/// Files of [`CgroupPlan::job_files`] an older kernel or its configuration may lack
+/// (`memory.swap.max` without swap accounting, `memory.oom.group` before Linux 4.19): a job
+/// runs without them rather than not at all.
+const OPTIONAL_FILES: &[&str] = &["memory.swap.max", "memory.oom.group"];
 /// How long a killed group may take to empty before the runner gives up on removing it.
 const EMPTY_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -344,6 +348,14 @@ pub fn plan(
                         // Without it the group could page out instead of hitting its
                         // limit; written only where swap is accounted (the file exists).
                         job_files.push(("memory.swap.max", "0".into()));
+                        // At memory.max the OOM killer otherwise kills one process, the
+                        // biggest: a compiler or test the agent started (the agent goes on
+                        // with half a build and may retry it into the same wall), or the
+                        // agent itself (what it started lives on until the job's end). The
+                        // job is one unit: kill all of it at once, so it ends at once with
+                        // `limit_fired` memory and nothing half-dead runs on. It applies to
+                        // a host-wide OOM that picks a process of the job too.
+                        job_files.push(("memory.oom.group", "1".into()));
                     }
                 } else {
                     missing.push(*c);
@@ -605,6 +617,9 @@ fn mkdir(dir: &Path) -> Result<(), CgroupError> {
 pub struct Report {
     /// `memory.events` `oom_kill`: processes the OOM killer killed at memory.max.
     pub oom_kills: u64,
+    /// `memory.events` `oom_group_kill` (Linux 5.19+): times it killed the whole job
+    /// (`memory.oom.group`).
+    pub oom_group_kills: u64,
     /// `pids.events` `max`: forks refused at pids.max.
     pub pids_refused: u64,
     /// `cpu.stat` `nr_throttled` / `throttled_usec`: periods cpu.max held the job back.
@@ -627,6 +642,7 @@ impl Report {
         };
         Report {
             oom_kills: field("memory.events", "oom_kill"),
+            oom_group_kills: field("memory.events", "oom_group_kill"),
             pids_refused: field("pids.events", "max"),
             cpu_throttled: field("cpu.stat", "nr_throttled"),
             cpu_throttled_usec: field("cpu.stat", "throttled_usec"),
@@ -643,13 +659,20 @@ impl Report {
                 .map_or("?".to_string(), |(_, v)| v.clone())
         };
         if self.oom_kills > 0 {
+            let whom = if self.oom_group_kills > 0 {
+                format!(
+                    "the whole job, {} process(es), as memory.oom.group asks",
+                    self.oom_kills
+                )
+            } else {
+                format!("{} process(es) of the job", self.oom_kills)
+            };
             return Some((
                 "memory",
                 format!(
-                    "the memory limit fired: memory.max={} (the kernel's OOM killer killed {} \
-                     process(es) of the job)",
+                    "the memory limit fired: memory.max={} (the kernel's OOM killer killed \
+                     {whom})",
                     value("memory.max"),
-                    self.oom_kills
                 ),
             ));
         }
@@ -710,8 +733,8 @@ impl JobCgroup {
         let group = JobCgroup::at(dir)?;
         for (file, value) in &plan.job_files {
             let path = group.dir.join(file);
-            if *file == "memory.swap.max" && !path.exists() {
-                continue; // swap is not accounted on this kernel
+            if OPTIONAL_FILES.contains(file) && !path.exists() {
+                continue;
             }
             if let Err(e) = write(&path, value) {
                 let _ = std::fs::remove_dir(&group.dir);

@@ -81,6 +81,7 @@ fn a_delegated_group_gets_every_limit_in_the_jobs_groups() {
         [
             ("memory.max", "1073741824".to_string()),
             ("memory.swap.max", "0".to_string()),
+            ("memory.oom.group", "1".to_string()),
             ("pids.max", "256".to_string()),
             ("cpu.max", "150000 100000".to_string()),
         ]
@@ -98,6 +99,93 @@ fn a_delegated_group_gets_every_limit_in_the_jobs_groups() {
         plan.in_force().unwrap(),
         "cpu.max=150000 100000, memory.max=1073741824, pids.max=256"
     );
+}
+
+/// memory.oom.group goes with the memory controller: written in each job's group exactly
+/// when memory.max is, never where the controller is not enabled for the jobs (the file
+/// would not exist).
+#[test]
+fn memory_oom_group_is_set_wherever_the_memory_controller_is_enabled() {
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    let files = |controllers: &str, limits: &Limits| {
+        plan(Ok(&loc), Some(&delegated(controllers)), limits, "b")
+            .cgroup
+            .unwrap()
+            .job_files
+    };
+    let memory_only = Limits {
+        memory: Some(128 << 20),
+        ..Limits::default()
+    };
+    let with_memory = files("memory", &memory_only);
+    assert_eq!(
+        with_memory,
+        [
+            ("memory.max", "134217728".to_string()),
+            ("memory.swap.max", "0".to_string()),
+            ("memory.oom.group", "1".to_string()),
+        ]
+    );
+    // No memory limit: the controller is not enabled for the jobs.
+    let pids_only = Limits {
+        pids: Some(40),
+        ..Limits::default()
+    };
+    let without = files("memory pids", &pids_only);
+    assert_eq!(without, [("pids.max", "40".to_string())]);
+    // A memory limit the host cannot enforce: no memory files at all.
+    let undelegated = files("pids", &all_limits());
+    assert!(
+        undelegated.iter().all(|(f, _)| !f.starts_with("memory.")),
+        "{undelegated:?}"
+    );
+    // Written in order, after memory.max; skipped, like memory.swap.max, by a kernel
+    // without it.
+    assert!(OPTIONAL_FILES.contains(&"memory.oom.group"));
+}
+
+/// What a job's group counted, from its files; a group OOM kill says the whole job went.
+#[test]
+fn a_report_reads_the_groups_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("memory.events"),
+        "low 0\nhigh 0\nmax 12\noom 1\noom_kill 3\noom_group_kill 1\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("pids.events"), "max 2\n").unwrap();
+    std::fs::write(
+        dir.path().join("cpu.stat"),
+        "usage_usec 10\nnr_throttled 4\nthrottled_usec 9000\n",
+    )
+    .unwrap();
+    let report = Report::read(dir.path());
+    assert_eq!(
+        report,
+        Report {
+            oom_kills: 3,
+            oom_group_kills: 1,
+            pids_refused: 2,
+            cpu_throttled: 4,
+            cpu_throttled_usec: 9000,
+        }
+    );
+    let loc = locate(SELF_SYSTEMD, MOUNTINFO_V2).unwrap();
+    let c = plan(
+        Ok(&loc),
+        Some(&delegated("memory pids")),
+        &all_limits(),
+        "b",
+    )
+    .cgroup
+    .unwrap();
+    let (name, why) = report.fired(&c).unwrap();
+    assert_eq!(name, "memory");
+    assert!(
+        why.contains("killed the whole job, 3 process(es), as memory.oom.group asks"),
+        "{why}"
+    );
+    assert_eq!(Report::read(&dir.path().join("gone")), Report::default());
 }
 
 #[test]
@@ -213,6 +301,7 @@ fn a_report_names_the_limit_that_fired() {
     let (name, why) = oom.fired(&c).unwrap();
     assert_eq!(name, "memory");
     assert!(why.contains("memory.max=1073741824"), "{why}");
+    assert!(why.contains("killed 1 process(es) of the job"), "{why}");
     let (name, why) = Report {
         pids_refused: 3,
         ..Report::default()
