@@ -67,8 +67,17 @@ pub enum CgroupError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cgroup: writing {value:?} to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cgroup: {0} is not a usable path (it holds a NUL byte)")]
     BadPath(PathBuf),
+    #[error("cgroup: no group for job {0:?}: {1}")]
+    BadId(String, String),
     #[error("cgroup: {path} still has processes {waited:?} after cgroup.kill")]
     NotEmptied { path: PathBuf, waited: Duration },
 }
@@ -289,6 +298,28 @@ fn is_base_name(name: &str) -> bool {
         .is_some_and(|key| key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// The most `pids.max` takes (PID_MAX_LIMIT on 64-bit Linux). A larger number cannot be
+/// written (EINVAL, and every job would fail to start) and means no limit anyway: no more
+/// processes than that can exist.
+const PIDS_MAX: u64 = 4 * 1024 * 1024;
+
+fn pids_max(n: u64) -> String {
+    if n > PIDS_MAX {
+        "max".into()
+    } else {
+        n.to_string()
+    }
+}
+
+/// `cpu.max` for `milli` thousandths of a CPU: a quota per 100 ms period, or per 1 s period
+/// below a hundredth of a CPU, since the kernel refuses (EINVAL) a quota under 1 ms and
+/// every job would fail to start.
+fn cpu_max(milli: u64) -> String {
+    let milli = milli.max(1);
+    let period: u64 = if milli < 10 { 1_000_000 } else { 100_000 };
+    format!("{} {period}", milli.saturating_mul(period / 1000))
+}
+
 /// The pure plan: where jobs' groups go and how each limit of `limits` is enforced, from
 /// where the runner's group is (`located`) and what it offers (`state`, read only when
 /// `located` is `Ok`).
@@ -310,15 +341,10 @@ pub fn plan(
             .map(|b| (Controller::Memory, "memory", "memory.max", b.to_string())),
         limits
             .pids
-            .map(|n| (Controller::Pids, "pids", "pids.max", n.to_string())),
-        limits.cpus_milli.map(|m| {
-            (
-                Controller::Cpu,
-                "cpus",
-                "cpu.max",
-                format!("{} {}", m.max(1) * 100, 100_000),
-            )
-        }),
+            .map(|n| (Controller::Pids, "pids", "pids.max", pids_max(n))),
+        limits
+            .cpus_milli
+            .map(|m| (Controller::Cpu, "cpus", "cpu.max", cpu_max(m))),
     ]
     .into_iter()
     .flatten()
@@ -534,9 +560,34 @@ impl Plan {
     }
 }
 
-/// Writes `value` to the cgroup file `path`.
+/// Writes `value` to the cgroup file `path`, which must exist: opened without `O_CREAT`,
+/// which cgroupfs answers with EACCES for a file it does not have (a controller not
+/// enabled, a kernel without `cgroup.kill`) where ENOENT says what is wrong.
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
-    std::fs::write(path, value).map_err(io("writing", path))
+    write_raw(path, value).map_err(|source| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: value.to_string(),
+        source,
+    })
+}
+
+fn write_raw(path: &Path, value: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    // No O_CREAT, no O_TRUNC; a value this short goes in one write(2), as cgroupfs wants.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(value.as_bytes())
+}
+
+/// Whether `e` is a missing file's error, [`write`]'s or another.
+fn not_found(e: &CgroupError) -> bool {
+    match e {
+        CgroupError::Io { source, .. } | CgroupError::Write { source, .. } => {
+            source.kind() == std::io::ErrorKind::NotFound
+        }
+        _ => false,
+    }
 }
 
 /// Carries out the once-per-`serve` part of `plan`: moves the runner into its leaf,
@@ -553,7 +604,7 @@ pub fn setup(plan: &CgroupPlan) -> Result<(), CgroupError> {
                 break;
             }
             for pid in pids.split_whitespace() {
-                match std::fs::write(leaf.join("cgroup.procs"), pid) {
+                match write_raw(&leaf.join("cgroup.procs"), pid) {
                     Ok(()) => {}
                     // Exited meanwhile.
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
@@ -588,26 +639,37 @@ const BASE_TRIES: usize = 3;
 /// vanishing midway is retried.
 fn ensure_base(plan: &CgroupPlan) -> Result<(), CgroupError> {
     let control = plan.base.join("cgroup.subtree_control");
+    let mut made_here = false;
     let mut tries = 0;
     loop {
         tries += 1;
-        mkdir(&plan.base)?;
+        made_here |= mkdir(&plan.base)?;
         let line = enable_line(plan, &plan.base);
         if line.is_empty() {
             return Ok(());
         }
         match write(&control, &line) {
-            Err(CgroupError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound && tries < BASE_TRIES => {}
-            done => return done,
+            Ok(()) => return Ok(()),
+            // ENOENT is also the kernel's answer for a controller it cannot enable: retried
+            // only when the group is really gone.
+            Err(e) if not_found(&e) && !plan.base.exists() && tries < BASE_TRIES => {}
+            Err(e) => {
+                // A group without the controllers would fail every job's limits: do not
+                // leave one made here (one with a dead runner's jobs refuses, and stays).
+                if made_here {
+                    let _ = std::fs::remove_dir(&plan.base);
+                }
+                return Err(e);
+            }
         }
     }
 }
 
-fn mkdir(dir: &Path) -> Result<(), CgroupError> {
+/// Makes group `dir` unless it is there; says whether it made it.
+fn mkdir(dir: &Path) -> Result<bool, CgroupError> {
     match std::fs::create_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(io("creating", dir)(e)),
     }
 }
@@ -712,33 +774,40 @@ impl JobCgroup {
     /// The group of job `id` under `plan.base`, with the job's limits written. A group of the
     /// same name left by a dead runner (whose job this runner now holds) is killed and
     /// removed first.
+    ///
+    /// Everything that can be checked is checked before the group is made, and a group made
+    /// here is removed again if its limits cannot be written: an error leaves nothing.
     pub fn create(plan: &CgroupPlan, id: &str) -> Result<JobCgroup, CgroupError> {
-        let dir = plan.base.join(format!("{JOB_PREFIX}{id}"));
+        // The id names a directory: one that is not a job id (`/`, `..`) would put the group
+        // elsewhere. Job ids are checked on intake; this is the last line.
+        crate::job::check_id(id).map_err(|e| CgroupError::BadId(id.to_string(), e.to_string()))?;
+        let group = JobCgroup::at(plan.base.join(format!("{JOB_PREFIX}{id}")))?;
+        let dir = &group.dir;
         if dir.exists() {
-            kill_and_remove(&dir)?;
+            kill_and_remove(dir)?;
         }
         let mut tries = 0;
         loop {
             tries += 1;
-            match std::fs::create_dir(&dir) {
+            match std::fs::create_dir(dir) {
                 Ok(()) => break,
                 // The state dir's group is gone: removed while empty by another state
                 // dir's runner starting (or by hand). Make it again.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < BASE_TRIES => {
                     ensure_base(plan)?
                 }
-                Err(e) => return Err(io("creating", &dir)(e)),
+                Err(e) => return Err(io("creating", dir)(e)),
             }
         }
-        let group = JobCgroup::at(dir)?;
         for (file, value) in &plan.job_files {
-            let path = group.dir.join(file);
-            if OPTIONAL_FILES.contains(file) && !path.exists() {
-                continue;
-            }
-            if let Err(e) = write(&path, value) {
-                let _ = std::fs::remove_dir(&group.dir);
-                return Err(e);
+            match write(&dir.join(file), value) {
+                Ok(()) => {}
+                Err(e) if not_found(&e) && OPTIONAL_FILES.contains(file) => {}
+                Err(e) => {
+                    // Nothing is in it yet: a plain rmdir removes it.
+                    let _ = std::fs::remove_dir(dir);
+                    return Err(e);
+                }
             }
         }
         Ok(group)
@@ -812,12 +881,12 @@ pub fn kill(dir: &Path) -> Result<bool, CgroupError> {
         return Ok(false);
     }
     let kill_file = dir.join("cgroup.kill");
-    match std::fs::write(&kill_file, "1") {
+    match write(&kill_file, "1") {
         Ok(()) => {}
         // Before Linux 5.14 there is no cgroup.kill: signal the members one by one (a
         // process forking meanwhile is caught by the next round of the wait below).
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => signal_members(dir),
-        Err(e) => return Err(io("writing", &kill_file)(e)),
+        Err(e) if not_found(&e) => signal_members(dir),
+        Err(e) => return Err(e),
     }
     let started = Instant::now();
     while populated(dir) {
@@ -876,20 +945,43 @@ pub fn kill_and_remove(dir: &Path) -> Result<bool, CgroupError> {
 /// The job groups under `base`, as (job id, directory). On start, those of jobs no live
 /// runner holds are a dead runner's leftovers (see `serve`'s sweep).
 pub fn job_groups(base: &Path) -> Vec<(String, PathBuf)> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return found;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix(JOB_PREFIX) {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                found.push((id.to_string(), e.path()));
-            }
-        }
-    }
+    let mut found: Vec<(String, PathBuf)> = subgroups(base)
+        .into_iter()
+        .filter_map(|(name, dir)| Some((job_id(&name?)?.to_string(), dir)))
+        .collect();
     found.sort();
     found
+}
+
+/// The groups under `base` that are no job's: no runner makes them, so they are what a
+/// job made beside its own group (its agent runs with the runner's uid, outside the
+/// sandbox) and no runner will ever remove them but the start sweep.
+pub fn stray_groups(base: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = subgroups(base)
+        .into_iter()
+        .filter(|(name, _)| name.as_deref().and_then(job_id).is_none())
+        .map(|(_, dir)| dir)
+        .collect();
+    found.sort();
+    found
+}
+
+/// The job id a group's name stands for, if it is one [`JobCgroup::create`] makes.
+fn job_id(name: &str) -> Option<&str> {
+    name.strip_prefix(JOB_PREFIX)
+        .filter(|id| crate::job::check_id(id).is_ok())
+}
+
+/// The groups directly under `dir`, with their names where those are UTF-8.
+fn subgroups(dir: &Path) -> Vec<(Option<String>, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| (e.file_name().into_string().ok(), e.path()))
+        .collect()
 }
 
 /// What [`remove_empty_bases`] did.

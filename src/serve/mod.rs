@@ -236,6 +236,13 @@ async fn sweep_leftovers<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
 }
 
 async fn sweep_job_groups<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
+    for dir in cgroup::stray_groups(&group.base) {
+        match cgroup::kill_and_remove(&dir) {
+            Ok(had) => tracing::warn!(group = %dir.display(), had_processes = had,
+                                      "removed a cgroup that is no job's"),
+            Err(e) => tracing::error!("removing a cgroup that is no job's: {e}"),
+        }
+    }
     for (id, dir) in cgroup::job_groups(&group.base) {
         let Some(guard) = source.hold_idle(&id).await else {
             continue; // a live runner's job
