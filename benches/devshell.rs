@@ -68,7 +68,7 @@ fn main() {
 
     let (mut floor, mut hit, mut pair_ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..PAIR_ROUNDS {
-        let mut cat = || time(Command::new("cat").arg(&script));
+        let cat = || time(Command::new("cat").arg(&script));
         let (f, h) = if round % 2 == 0 {
             let f = cat();
             (f, time(&mut env_cmd(&rev)))
