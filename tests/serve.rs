@@ -543,6 +543,62 @@ async fn killed_runner_is_recovered_on_restart_and_the_job_completes() {
     assert!(server.confined_processes().is_empty(), "processes left");
 }
 
+/// Two runners share a state dir; one is killed mid-job. The other recovers the job while
+/// it keeps serving (no restart of anything) and runs it to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_runner_recovers_the_job_of_a_runner_that_died() {
+    let token = unique_token();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![Step::bash(format!(
+        "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
+    ))])
+    .expect("model server");
+    let (runner, keys) = runner_for(&server, 1);
+    let cgroup = StateCgroup::of(&runner);
+    submit_ok(
+        &runner,
+        keys.path(),
+        &job(&repo, &rev, serde_json::json!({"id": "p"})),
+    );
+    let log_dir = keys.path().to_path_buf();
+    let dying = Serve::start(&runner, &server, &log_dir);
+    wait_for_process(&format!("hang-{token}"), &dying);
+    // Started once the job is taken: its own start-up recovery finds nothing to do.
+    let peer = Serve::start_with(&runner, &server, &log_dir, &["--recover-every", "500ms"]);
+    peer.wait_log("serving");
+    unsafe { libc::kill(dying.pid(), libc::SIGKILL) };
+    drop(dying);
+
+    let (runner, mut peer, v) = tokio::task::spawn_blocking(move || {
+        let v = wait_state(&runner, "p", "done", &peer, Duration::from_secs(180));
+        (runner, peer, v)
+    })
+    .await
+    .unwrap();
+    assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{v}");
+    assert!(
+        attempts[0]["reason"].as_str().unwrap().contains("died"),
+        "{v}"
+    );
+    assert!(
+        peer.log().contains("recovered jobs left running"),
+        "{}",
+        peer.log()
+    );
+    assert!(
+        processes_with(&token).is_empty(),
+        "the first attempt's command survived"
+    );
+    assert_clean(&runner, "p");
+    let (status, _) = peer.stop(libc::SIGTERM);
+    assert!(status.success(), "{}", peer.log());
+    cgroup.assert_removed_by(&peer);
+    assert!(server.confined_processes().is_empty(), "processes left");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     let token = unique_token();

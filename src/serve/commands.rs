@@ -20,6 +20,10 @@ pub struct ServeArgs {
     /// How often the queue is polled for jobs and cancel requests.
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub poll: Duration,
+    /// How often jobs left running by a runner that died are looked for while serving (not
+    /// only at start): another runner on the same state dir may die at any time.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub recover_every: Duration,
     /// RLIMIT_NPROC of each agent (processes of the runner's user; not enforced for root).
     #[arg(long, value_name = "N")]
     pub limit_nproc: Option<u64>,
@@ -101,6 +105,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
     let options = ServeOptions {
         max_attempts: args.max_attempts.max(1),
         poll: args.poll.max(Duration::from_millis(10)),
+        recover_every: args.recover_every.max(Duration::from_millis(100)),
         grace: Duration::from_secs(9),
         limits: Limits {
             nproc: args.limit_nproc,

@@ -56,6 +56,10 @@ pub struct ServeOptions {
     pub max_attempts: u32,
     /// How often the source is polled for new jobs and cancel requests.
     pub poll: Duration,
+    /// How often jobs left running by a dead runner are recovered while serving. At start
+    /// that is only this runner's own past; later, a peer runner sharing the state dir may
+    /// die, and its jobs would otherwise wait for some runner's restart.
+    pub recover_every: Duration,
     /// How long a shutdown waits for cancelled jobs to clean up before exiting anyway; what
     /// is left is recovered by the next start.
     pub grace: Duration,
@@ -100,10 +104,8 @@ pub async fn serve<S: JobSource>(
         .recover(options.max_attempts)
         .await
         .map_err(|e| ServeError::Recover(e.to_string()))?;
-    if recovered != Recovered::default() {
-        tracing::warn!(requeued = ?recovered.requeued, failed = ?recovered.failed,
-                       "recovered jobs left running by a runner that died");
-    }
+    log_recovered(&recovered);
+    let mut last_recovery = tokio::time::Instant::now();
 
     let (stop_tx, stop_rx) = watch::channel(None::<Cancel>);
     let mut tasks: JoinSet<()> = JoinSet::new();
@@ -145,6 +147,15 @@ pub async fn serve<S: JobSource>(
         } else if tasks.is_empty() {
             break;
         }
+        if stopping.is_none() && last_recovery.elapsed() >= options.recover_every {
+            // Only jobs whose lock no live runner holds are taken, so this runner's own
+            // running jobs are never touched; a failure is retried at the next round.
+            match source.recover(options.max_attempts).await {
+                Ok(recovered) => log_recovered(&recovered),
+                Err(e) => tracing::error!("recovering jobs of a runner that died: {e}"),
+            }
+            last_recovery = tokio::time::Instant::now();
+        }
         if let Some(every) = watchdog {
             if last_watchdog.elapsed() >= every {
                 notify::notify("WATCHDOG=1");
@@ -182,6 +193,13 @@ pub async fn serve<S: JobSource>(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+fn log_recovered(recovered: &Recovered) {
+    if *recovered != Recovered::default() {
+        tracing::warn!(requeued = ?recovered.requeued, failed = ?recovered.failed,
+                       "recovered jobs left running by a runner that died");
+    }
 }
 
 /// How `serve` enforces limits on this host, and what each job's group counted.
