@@ -514,9 +514,17 @@ async fn run_agent(
     // runner, which kills them when the agent ends.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        // The child's setup between fork and exec (cgroup placement, limits, parent-death
+        // signal) can only return an errno, which then reads as if the agent's binary were
+        // missing; say which side failed.
+        let program = launch.program.display();
+        if launch.program.is_file() {
+            format!("starting {program}: preparing its process (job cgroup, limits) failed: {e}")
+        } else {
+            format!("starting {program}: {e}")
+        }
+    })?;
     spawned(Instant::now());
     let tree = ProcessTree::new(child.id(), markers);
     if let Some(mut stdin) = child.stdin.take() {
