@@ -365,6 +365,13 @@ impl Runner {
                 ));
             }
         }
+        if result.outcome == Outcome::Failed {
+            // A full disk kills agents with an arbitrary status; say so where it applies.
+            let clause = crate::diskspace::full_clause(&[&paths.job_dir, &paths.temp_dir]);
+            if let Some(message) = result.message.as_mut() {
+                message.push_str(&clause);
+            }
+        }
         Ok(())
     }
 

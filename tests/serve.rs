@@ -1084,6 +1084,17 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
         };
         eprintln!("f4, disk kept full from mid-run (its end retried: {retried}): {v}");
         assert!(v["result"]["outcome"].is_string(), "f4 has its result: {v}");
+        if v["result"]["outcome"] == "failed" {
+            // The agent died while the disk was kept full: the message says so, not just
+            // an exit status.
+            assert!(
+                v["result"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("is full"),
+                "f4's failure names the full disk: {v}"
+            );
+        }
         assert_clean(&runner, "f4");
         (runner, serve)
     })
