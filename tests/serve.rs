@@ -473,130 +473,140 @@ async fn bad_input_is_refused_with_a_message_and_the_queue_keeps_working() {
     server.kill_confined();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_runner_is_recovered_on_restart_and_the_job_completes() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
-    let (runner, keys) = runner_for(&server, 1);
-    let cgroup = StateCgroup::of(&runner);
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "k"})),
-    );
-    let log_dir = keys.path().to_path_buf();
-    let server_pids = {
-        let serve = Serve::start(&runner, &server, &log_dir);
-        wait_for_process(&format!("hang-{token}"), &serve);
+/// A job submitted under `id` whose agent's command hangs (named `hang-<token>`) until
+/// its runner is killed; a second run of it ends at once (the script is used up).
+struct HungJob {
+    token: String,
+    server: ModelServer,
+    runner: Runner,
+    keys: tempfile::TempDir,
+    cgroup: StateCgroup,
+    id: &'static str,
+    /// Kept for its directory: the job fetches from it.
+    _repo: Repo,
+}
+
+impl HungJob {
+    fn submit(id: &'static str) -> HungJob {
+        let token = unique_token();
+        let repo = Repo::new();
+        let rev = repo.commit(&[("README.md", "x")]);
+        let server = ModelServer::start_isolated(vec![Step::bash(format!(
+            "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
+        ))])
+        .expect("model server");
+        let (runner, keys) = runner_for(&server, 1);
+        let cgroup = StateCgroup::of(&runner);
+        submit_ok(
+            &runner,
+            keys.path(),
+            &job(&repo, &rev, serde_json::json!({ "id": id })),
+        );
+        HungJob {
+            token,
+            server,
+            runner,
+            keys,
+            cgroup,
+            id,
+            _repo: repo,
+        }
+    }
+
+    fn serve(&self, args: &[&str]) -> Serve {
+        Serve::start_with(&self.runner, &self.server, self.keys.path(), args)
+    }
+
+    /// Waits until `serve` runs the job's hanging command, then SIGKILLs `serve`.
+    fn kill_mid_job(&self, serve: Serve) {
+        wait_for_process(&format!("hang-{}", self.token), &serve);
         unsafe { libc::kill(serve.pid(), libc::SIGKILL) };
         drop(serve);
-        server.confined_processes()
-    };
+    }
+
+    /// Waits for `serve` to run the job to the end as its second attempt, the first one
+    /// named as a dead runner's, and checks that nothing of the first attempt is left.
+    async fn assert_completed_by(self, serve: Serve) {
+        let HungJob {
+            token,
+            server,
+            runner,
+            keys: _keys,
+            cgroup,
+            id,
+            _repo,
+        } = self;
+        let (runner, mut serve, v) = tokio::task::spawn_blocking(move || {
+            let v = wait_state(&runner, id, "done", &serve, Duration::from_secs(180));
+            (runner, serve, v)
+        })
+        .await
+        .unwrap();
+        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+        let attempts = v["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{v}");
+        assert!(
+            attempts[0]["reason"].as_str().unwrap().contains("died"),
+            "{v}"
+        );
+        assert!(
+            serve.log().contains("recovered jobs left running"),
+            "{}",
+            serve.log()
+        );
+        assert!(
+            processes_with(&token).is_empty(),
+            "the first attempt's command survived"
+        );
+        assert_clean(&runner, id);
+        let first = runner.state().join(format!("serve/attempts/{id}/1"));
+        assert!(
+            !first.join("checkout").exists(),
+            "the first attempt's worktree is gone"
+        );
+        let temp = temp_dir_of(&first);
+        assert!(
+            !temp.exists(),
+            "the first attempt's temp dir {} is left",
+            temp.display()
+        );
+        let (status, _) = serve.stop(libc::SIGTERM);
+        assert!(status.success(), "{}", serve.log());
+        cgroup.assert_removed_by(&serve);
+        assert!(server.confined_processes().is_empty(), "processes left");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_runner_is_recovered_on_restart_and_the_job_completes() {
+    let hung = HungJob::submit("k");
+    hung.kill_mid_job(hung.serve(&[]));
+    eprintln!(
+        "left after kill -9: {} confined processes",
+        hung.server.confined_processes().len()
+    );
     assert_eq!(
-        show(&runner, "k")["state"],
+        show(&hung.runner, "k")["state"],
         "running",
         "left running by the dead runner"
     );
-    eprintln!(
-        "left after kill -9: {} confined processes",
-        server_pids.len()
-    );
-
-    let serve = Serve::start(&runner, &server, &log_dir);
-    let (runner, mut serve, v) = tokio::task::spawn_blocking(move || {
-        let v = wait_state(&runner, "k", "done", &serve, Duration::from_secs(180));
-        (runner, serve, v)
-    })
-    .await
-    .unwrap();
-    assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
-    let attempts = v["attempts"].as_array().unwrap();
-    assert_eq!(attempts.len(), 2, "{v}");
-    assert!(
-        attempts[0]["reason"].as_str().unwrap().contains("died"),
-        "{v}"
-    );
-    assert!(
-        processes_with(&token).is_empty(),
-        "the first attempt's command survived"
-    );
-    assert_clean(&runner, "k");
-    let first = runner.state().join("serve/attempts/k/1");
-    assert!(
-        !first.join("checkout").exists(),
-        "the first attempt's worktree is gone"
-    );
-    let temp = temp_dir_of(&first);
-    assert!(
-        !temp.exists(),
-        "the first attempt's temp dir {} is left",
-        temp.display()
-    );
-    let (status, _) = serve.stop(libc::SIGTERM);
-    assert!(status.success(), "{}", serve.log());
-    cgroup.assert_removed_by(&serve);
-    assert!(server.confined_processes().is_empty(), "processes left");
+    let restarted = hung.serve(&[]);
+    hung.assert_completed_by(restarted).await;
 }
 
 /// Two runners share a state dir; one is killed mid-job. The other recovers the job while
 /// it keeps serving (no restart of anything) and runs it to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_runner_recovers_the_job_of_a_runner_that_died() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
-    let (runner, keys) = runner_for(&server, 1);
-    let cgroup = StateCgroup::of(&runner);
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "p"})),
-    );
-    let log_dir = keys.path().to_path_buf();
-    let dying = Serve::start(&runner, &server, &log_dir);
-    wait_for_process(&format!("hang-{token}"), &dying);
-    // Started once the job is taken: its own start-up recovery finds nothing to do.
-    let peer = Serve::start_with(&runner, &server, &log_dir, &["--recover-every", "500ms"]);
+    let hung = HungJob::submit("p");
+    let dying = hung.serve(&[]);
+    wait_for_process(&format!("hang-{}", hung.token), &dying);
+    // Started once the job is taken, so its own start-up recovery finds nothing to do and
+    // only the recovery while serving can take the job over.
+    let peer = hung.serve(&["--recover-every", "500ms"]);
     peer.wait_log("serving");
-    unsafe { libc::kill(dying.pid(), libc::SIGKILL) };
-    drop(dying);
-
-    let (runner, mut peer, v) = tokio::task::spawn_blocking(move || {
-        let v = wait_state(&runner, "p", "done", &peer, Duration::from_secs(180));
-        (runner, peer, v)
-    })
-    .await
-    .unwrap();
-    assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
-    let attempts = v["attempts"].as_array().unwrap();
-    assert_eq!(attempts.len(), 2, "{v}");
-    assert!(
-        attempts[0]["reason"].as_str().unwrap().contains("died"),
-        "{v}"
-    );
-    assert!(
-        peer.log().contains("recovered jobs left running"),
-        "{}",
-        peer.log()
-    );
-    assert!(
-        processes_with(&token).is_empty(),
-        "the first attempt's command survived"
-    );
-    assert_clean(&runner, "p");
-    let (status, _) = peer.stop(libc::SIGTERM);
-    assert!(status.success(), "{}", peer.log());
-    cgroup.assert_removed_by(&peer);
-    assert!(server.confined_processes().is_empty(), "processes left");
+    hung.kill_mid_job(dying);
+    hung.assert_completed_by(peer).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
