@@ -95,8 +95,12 @@ impl Default for Config {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetworkConfig {
-    /// Hosts trusted revisions may reach besides the package registries.
+    /// Hosts trusted revisions may reach besides the package registries, for reads only
+    /// (`GET`, `HEAD`), as the registries.
     pub extra_hosts: Vec<String>,
+    /// Hosts trusted revisions may reach with every method (`PUT`, `POST`, ...): a host where
+    /// jobs may publish or push. Named explicitly, never implied.
+    pub full_access_hosts: Vec<String>,
 }
 
 /// A login an agent runs under. Only paths are kept here: the secrets are read at run time

@@ -63,6 +63,9 @@ pub struct JobResult {
     pub agent_started_ms: Option<u64>,
     /// Why the job did not succeed, in one line.
     pub message: Option<String>,
+    /// Requests the runner's proxy allowed and refused, and the job's network log (trusted
+    /// jobs; untrusted ones reach no host).
+    pub network: Option<crate::netproxy::NetworkSummary>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -135,6 +138,9 @@ pub struct RunHooks {
     /// Changes the policy before it is rendered: each mutation check weakens one rule to
     /// prove the suite notices.
     pub policy: Option<PolicyHook>,
+    /// Binds the network proxy's listening socket (default: `127.0.0.1:0`); the suite binds
+    /// it in the scripted model's network namespace. `agent_command` adjusts the proxy too.
+    pub proxy_listener: Option<Arc<crate::netproxy::job::BindListener>>,
 }
 
 impl Runner {
@@ -175,6 +181,7 @@ impl Runner {
             devshell: None,
             agent_started_ms: None,
             message: None,
+            network: None,
         };
         tokio::pin!(cancel);
         tokio::select! {
@@ -305,6 +312,21 @@ impl Runner {
         if let Some(hook) = &self.hooks.policy {
             hook(&mut policy);
         }
+        // Started before the agent's files are rendered: they name its port.
+        let proxy = crate::netproxy::job::start(
+            &mut policy,
+            crate::netproxy::job::JobNet {
+                job_id: &job.id,
+                timeout: job.timeout,
+                result_dir: &workspace::job_root(&self.state, &job.id),
+                job_dir: &paths.job_dir,
+                bind: self.hooks.proxy_listener.as_deref(),
+                adjust: self.hooks.agent_command.as_deref(),
+                env_source: &self.env_source,
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let instructions = crate::instructions::read(&paths.checkout);
         let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
 
@@ -336,7 +358,12 @@ impl Runner {
             spawned,
             job_markers(&paths),
         )
-        .await?;
+        .await;
+        // The agent's tree is stopped: nothing can make a request any more.
+        if let Some(proxy) = proxy {
+            result.network = Some(proxy.stop().await);
+        }
+        let ended = ended?;
         match ended {
             AgentEnd::Exited(code) => {
                 result.exit_status = Some(code);
@@ -383,6 +410,7 @@ impl Runner {
                 platform: sandbox::Platform::current(),
                 trust: job.trust,
                 extra_hosts: self.config.network.extra_hosts.clone(),
+                full_access_hosts: self.config.network.full_access_hosts.clone(),
                 state_dir: self.state.root().to_path_buf(),
                 operator_home: self.operator_home.clone(),
                 private_files: self.private_files(),

@@ -69,6 +69,12 @@ pub fn settings(policy: &SandboxPolicy, account: &ClaudeAccount) -> Value {
         "enableAllProjectMcpServers": false,
         "includeCoAuthoredBy": false,
     });
+    if let Some(port) = policy.proxy_port {
+        // The runner's proxy decides every request: both the HTTP and the SOCKS port, or
+        // the sandbox's own SOCKS proxy would carry traffic past it.
+        settings["sandbox"]["network"]["httpProxyPort"] = json!(port);
+        settings["sandbox"]["network"]["socksProxyPort"] = json!(port);
+    }
     if let Some(key_file) = &account.api_key_file {
         // Claude Code runs the helper itself, outside the sandbox, and sends the key as a
         // header: it never enters an environment a command could inherit.

@@ -83,14 +83,21 @@ pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>) -> Value
     if let Some(dir) = srt_package {
         allow_read.push(dir.to_path_buf());
     }
+    let mut network = json!({
+        "allowedDomains": policy.allowed_hosts,
+        "deniedDomains": [],
+        "allowUnixSockets": [],
+        "allowAllUnixSockets": false,
+        "allowLocalBinding": false,
+    });
+    if let Some(port) = policy.proxy_port {
+        // The runner's proxy decides every request: both ports, or srt's own SOCKS proxy
+        // would carry traffic past it.
+        network["httpProxyPort"] = json!(port);
+        network["socksProxyPort"] = json!(port);
+    }
     json!({
-        "network": {
-            "allowedDomains": policy.allowed_hosts,
-            "deniedDomains": [],
-            "allowUnixSockets": [],
-            "allowAllUnixSockets": false,
-            "allowLocalBinding": false,
-        },
+        "network": network,
         "filesystem": {
             "denyRead": policy.deny_read,
             "allowRead": allow_read,

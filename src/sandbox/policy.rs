@@ -66,8 +66,10 @@ pub struct WorkspacePaths {
 pub struct PolicyInputs {
     pub platform: Platform,
     pub trust: Trust,
-    /// Hosts the operator adds for trusted revisions.
+    /// Hosts the operator adds for trusted revisions (reads only, like the registries).
     pub extra_hosts: Vec<String>,
+    /// Hosts the operator adds for trusted revisions with every method.
+    pub full_access_hosts: Vec<String>,
     /// The runner's state directory (logins, tokens, other jobs).
     pub state_dir: PathBuf,
     /// The home directory of the user the runner runs as.
@@ -89,8 +91,20 @@ pub struct SandboxPolicy {
     pub allow_write: Vec<PathBuf>,
     /// Never writable, even inside `allow_write`.
     pub deny_write: Vec<PathBuf>,
-    /// Hosts commands may reach through the sandbox's proxy; empty means none.
+    /// Hosts commands may reach through the runner's proxy; empty means none.
     pub allowed_hosts: Vec<String>,
+    /// Of `allowed_hosts`, the ones every method may be used on (the operator's
+    /// `network.full_access_hosts`).
+    pub full_access_hosts: Vec<String>,
+    /// The methods every other allowed host answers (the registries): reads only, so a
+    /// command can install but not publish, unpublish or mint a token.
+    pub read_only_methods: Vec<String>,
+    /// The job's CA, which the commands trust: the runner's proxy terminates their TLS to
+    /// decide each request. Set whenever some host is reachable.
+    pub ca: Option<CaFiles>,
+    /// The port of the runner's proxy, once it runs (chosen at run time; `None` in
+    /// `quest-runner policy`). Both agents' sandboxes send HTTP and SOCKS traffic there.
+    pub proxy_port: Option<u16>,
     /// The agent's own file tools (read, edit, write, ...) run in the agent's process, outside
     /// the OS sandbox; when set, the adapter confines them to what `may_read`/`may_write`
     /// allow (Claude Code: permission rules; opencode: the runner's plugin).
@@ -102,6 +116,31 @@ pub struct SandboxPolicy {
     pub checkout: PathBuf,
     pub devshell_script: Option<PathBuf>,
 }
+
+/// The job's CA certificate, and a bundle of it with the system's roots, in the runner's job
+/// directory: readable by commands, not writable. The key never leaves the runner and the
+/// proxy.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CaFiles {
+    pub cert: PathBuf,
+    pub bundle: PathBuf,
+}
+
+/// The methods registries answer jobs.
+pub const READ_ONLY_METHODS: &[&str] = &["GET", "HEAD"];
+
+/// Trust variables pointed at the job's bundle (CA and system roots), per tool: OpenSSL and
+/// curl, Python requests and pip, git, cargo, Nix, the AWS CLI.
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "NIX_SSL_CERT_FILE",
+    "AWS_CA_BUNDLE",
+];
 
 /// Environment rules. Commands start from the agent's environment, which the runner builds
 /// from scratch: only `pass` names (exact, or prefixes ending in `*`) survive from the
@@ -279,18 +318,27 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     // the settings say: shared between all jobs, so at least never writable.
     deny_write.push(PathBuf::from(SRT_SHARED_TMP));
 
-    let allowed_hosts = match inputs.trust {
+    let (allowed_hosts, full_access_hosts) = match inputs.trust {
         Trust::Trusted => {
             let mut hosts: Vec<String> = REGISTRIES.iter().map(|h| h.to_string()).collect();
-            for h in &inputs.extra_hosts {
+            for h in inputs.extra_hosts.iter().chain(&inputs.full_access_hosts) {
                 if !hosts.contains(h) {
                     hosts.push(h.clone());
                 }
             }
-            hosts
+            (hosts, inputs.full_access_hosts.clone())
         }
-        Trust::Untrusted => Vec::new(),
+        Trust::Untrusted => (Vec::new(), Vec::new()),
     };
+    // Whenever a host is reachable, the runner's proxy decides; commands trust its CA.
+    let ca = (!allowed_hosts.is_empty()).then(|| CaFiles {
+        cert: ws.job_dir.join("network-ca.pem"),
+        bundle: ws.job_dir.join("network-ca-bundle.pem"),
+    });
+    if let Some(ca) = &ca {
+        allow_read.push(ca.cert.clone());
+        allow_read.push(ca.bundle.clone());
+    }
 
     let mut set = BTreeMap::new();
     let temp = ws.temp_dir.to_string_lossy().into_owned();
@@ -310,6 +358,18 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         set.insert(k.to_string(), v.to_string());
     }
 
+    if let Some(ca) = &ca {
+        let bundle = ca.bundle.to_string_lossy().into_owned();
+        for var in CA_BUNDLE_VARS {
+            set.insert(var.to_string(), bundle.clone());
+        }
+        // Node adds these to its own roots rather than replacing them.
+        set.insert(
+            "NODE_EXTRA_CA_CERTS".to_string(),
+            ca.cert.to_string_lossy().into_owned(),
+        );
+    }
+
     SandboxPolicy {
         platform: inputs.platform,
         trust: inputs.trust,
@@ -318,6 +378,10 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         allow_write,
         deny_write,
         allowed_hosts,
+        full_access_hosts,
+        read_only_methods: READ_ONLY_METHODS.iter().map(|m| m.to_string()).collect(),
+        ca,
+        proxy_port: None,
         confine_file_tools: true,
         env: EnvPolicy {
             pass: PASSED_ENV.iter().map(|s| s.to_string()).collect(),
@@ -357,10 +421,24 @@ impl SandboxPolicy {
         if self.allowed_hosts.is_empty() {
             "Commands have no network access: no host can be reached.".to_string()
         } else {
-            format!(
+            let reads = self
+                .allowed_hosts
+                .iter()
+                .filter(|h| !self.full_access_hosts.contains(h))
+                .cloned()
+                .collect::<Vec<_>>();
+            let mut text = format!(
                 "Commands reach only these hosts, through a proxy: {}. Every other host is refused.",
                 self.allowed_hosts.join(", ")
-            )
+            );
+            if !reads.is_empty() {
+                text.push_str(&format!(
+                    " {} answer only {} (no publishing).",
+                    reads.join(", "),
+                    self.read_only_methods.join(" and ")
+                ));
+            }
+            text
         }
     }
 

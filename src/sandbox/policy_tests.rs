@@ -17,6 +17,7 @@ fn inputs(trust: Trust) -> PolicyInputs {
         platform: Platform::Linux,
         trust,
         extra_hosts: vec!["git.example.org".into()],
+        full_access_hosts: Vec::new(),
         state_dir: "/var/lib/quest-runner".into(),
         operator_home: Some("/home/runner".into()),
         private_files: vec![
@@ -122,7 +123,12 @@ fn environment_keeps_only_the_allowlist() {
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
     let env = p.environment(host_env);
-    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    // The job CA's trust variables are the policy's own (see the test below).
+    let keys: Vec<&str> = env
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !CA_BUNDLE_VARS.contains(k) && *k != "NODE_EXTRA_CA_CERTS")
+        .collect();
     assert_eq!(
         keys,
         [
@@ -138,7 +144,6 @@ fn environment_keeps_only_the_allowlist() {
             "LC_ALL",
             "PATH",
             "SHELL",
-            "SSL_CERT_FILE",
             "TMPDIR"
         ]
     );
@@ -159,4 +164,41 @@ fn macos_paths() {
     assert!(!p.may_read(Path::new("/private/tmp/other")));
     assert!(p.may_read(Path::new("/private/tmp/quest-job-x1/a")));
     assert!(!p.may_read(Path::new("/Library/Keychains/System.keychain")));
+}
+
+#[test]
+fn trusted_jobs_trust_their_own_ca_and_registries_answer_reads_only() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    let ca = p.ca.clone().expect("a trusted job has a CA");
+    assert!(ca.cert.starts_with(&ws().job_dir) && ca.bundle.starts_with(&ws().job_dir));
+    assert!(p.may_read(&ca.cert) && p.may_read(&ca.bundle));
+    assert!(!p.may_write(&ca.cert) && !p.may_write(&ca.bundle));
+    let env = p.environment(vec![(
+        "SSL_CERT_FILE".to_string(),
+        "/elsewhere".to_string(),
+    )]);
+    for var in CA_BUNDLE_VARS {
+        assert_eq!(
+            env.get(*var),
+            Some(&ca.bundle.to_string_lossy().into_owned()),
+            "{var}"
+        );
+    }
+    assert_eq!(
+        env.get("NODE_EXTRA_CA_CERTS"),
+        Some(&ca.cert.to_string_lossy().into_owned())
+    );
+    assert_eq!(p.read_only_methods, ["GET", "HEAD"]);
+    assert!(p.full_access_hosts.is_empty());
+
+    let mut i = inputs(Trust::Trusted);
+    i.full_access_hosts = vec!["git.example.org".into(), "push.example.org".into()];
+    let p = plan(&ws(), &i);
+    assert_eq!(p.full_access_hosts, ["git.example.org", "push.example.org"]);
+    assert!(p.allowed_hosts.iter().any(|h| h == "push.example.org"));
+
+    let untrusted = plan(&ws(), &inputs(Trust::Untrusted));
+    assert!(untrusted.ca.is_none() && untrusted.full_access_hosts.is_empty());
+    let env = untrusted.environment(Vec::new());
+    assert!(!env.contains_key("NODE_EXTRA_CA_CERTS"));
 }

@@ -205,6 +205,20 @@ impl ModelServer {
         }
     }
 
+    /// [`Self::bind_loopback`] as a closure that can be kept (the runner's proxy hook). It
+    /// holds the namespace's descriptor number: use it only while the server lives.
+    pub fn binder(&self) -> impl Fn() -> io::Result<std::net::TcpListener> + Send + Sync + 'static {
+        let fd = self.netns.as_ref().map(|ns| ns.as_raw_fd());
+        move || bind_loopback_in(fd)
+    }
+
+    /// A listening socket on `127.0.0.1:0` where the confined agent can reach it: in the
+    /// server's private network namespace (or the caller's, for [`Self::start`]). Servers the
+    /// agent's commands talk to (the runner's proxy, a stand-in registry) bind here.
+    pub fn bind_loopback(&self) -> io::Result<std::net::TcpListener> {
+        bind_loopback_in(self.netns.as_ref().map(|ns| ns.as_raw_fd()))
+    }
+
     /// Makes `cmd` run in the server's private network namespace (no-op for [`Self::start`]).
     /// The namespace handle is close-on-exec: the agent does not inherit it.
     pub fn confine(&self, cmd: &mut std::process::Command) {
@@ -381,6 +395,23 @@ fn bind_in_new_netns() -> io::Result<(std::net::TcpListener, OwnedFd)> {
     let ns = OwnedFd::from(File::open("/proc/thread-self/ns/net")?);
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok((listener, ns))
+}
+
+/// Binds `127.0.0.1:0` in the namespace behind `netns` (on a thread of its own, which enters
+/// it and ends), or in the caller's.
+fn bind_loopback_in(netns: Option<std::os::fd::RawFd>) -> io::Result<std::net::TcpListener> {
+    let Some(fd) = netns else {
+        return std::net::TcpListener::bind("127.0.0.1:0");
+    };
+    std::thread::spawn(move || {
+        // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace handle.
+        if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        std::net::TcpListener::bind("127.0.0.1:0")
+    })
+    .join()
+    .map_err(|_| io::Error::other("the namespace thread panicked"))?
 }
 
 /// `ip link set lo up`, by ioctl.

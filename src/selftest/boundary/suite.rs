@@ -206,6 +206,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| m.apply(p, &bare))
                 as crate::run::PolicyHook
         }),
+        proxy_listener: Some(Arc::new(server.binder())),
     };
     let served_before = server.exchanges().len();
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;

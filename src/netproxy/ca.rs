@@ -1,0 +1,125 @@
+//! The job's own certificate authority: the proxy signs a certificate for each host it
+//! terminates with it, and the job's commands trust it for this job only.
+//!
+//! Its key exists in the runner's memory and goes to the proxy over a pipe; it is never
+//! written anywhere, so nothing in the sandbox can read it. The certificate is written to the
+//! job's directory (readable in the sandbox, not writable) with a bundle of it and the system's
+//! roots, which the commands' trust variables name. Package managers still verify: they verify
+//! the proxy's certificate against this CA, and the proxy verifies the registry's real one.
+//!
+//! srt's proxy signs with RSA (PKCS#1 v1.5, SHA-256) only, and ring, rcgen's backend here,
+//! signs RSA but does not generate RSA keys: the key comes from the `rsa` crate.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rsa::pkcs8::EncodePrivateKey;
+
+/// Where the system keeps its roots, in the order the runner looks (Debian and Ubuntu,
+/// Fedora, Alpine and macOS, openSUSE).
+const SYSTEM_ROOTS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+    "/etc/ssl/ca-bundle.pem",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("generating the job's CA key: {0}")]
+    Key(String),
+    #[error("signing the job's CA certificate: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The CA of one job.
+pub struct JobCa {
+    /// The certificate, PEM.
+    pub cert_pem: String,
+    /// The key, PKCS#8 PEM; wiped from memory when dropped.
+    key_pem: rsa::pkcs8::der::zeroize::Zeroizing<String>,
+}
+
+impl JobCa {
+    /// A fresh CA named after `job_id`, valid from an hour ago (clock skew) for `lifetime`.
+    pub fn generate(job_id: &str, lifetime: Duration) -> Result<JobCa, CaError> {
+        let mut rng = rsa::rand_core::OsRng;
+        let key =
+            rsa::RsaPrivateKey::new(&mut rng, 2048).map_err(|e| CaError::Key(e.to_string()))?;
+        let key_pem = key
+            .to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
+            .map_err(|e| CaError::Key(e.to_string()))?;
+        let pair = rcgen::KeyPair::from_pkcs8_pem_and_sign_algo(&key_pem, &rcgen::PKCS_RSA_SHA256)?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("quest-runner job {job_id}"),
+        );
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::hours(1);
+        params.not_after =
+            now + time::Duration::seconds(lifetime.as_secs().min(i64::MAX as u64) as i64);
+        let cert = params.self_signed(&pair)?;
+        Ok(JobCa {
+            cert_pem: cert.pem(),
+            key_pem,
+        })
+    }
+
+    /// What the proxy reads from its CA descriptor: key, then certificate.
+    pub fn proxy_pem(&self) -> rsa::pkcs8::der::zeroize::Zeroizing<String> {
+        rsa::pkcs8::der::zeroize::Zeroizing::new(format!(
+            "{}\n{}",
+            self.key_pem.as_str(),
+            self.cert_pem
+        ))
+    }
+
+    /// Writes the certificate to `cert` and the bundle (certificate, then the system's roots)
+    /// to `bundle`, both readable by everyone (they hold no secret).
+    pub fn write_trust_files(&self, cert: &Path, bundle: &Path) -> Result<(), CaError> {
+        let mut text = self.cert_pem.clone();
+        if let Some(roots) = system_roots() {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&roots);
+        }
+        write(cert, &self.cert_pem)?;
+        write(bundle, &text)
+    }
+}
+
+/// The system's root certificates: the file the runner's own environment names, else the
+/// first of [`SYSTEM_ROOTS`] that exists.
+fn system_roots() -> Option<String> {
+    let named = ["SSL_CERT_FILE", "NIX_SSL_CERT_FILE"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from);
+    named
+        .chain(SYSTEM_ROOTS.iter().map(PathBuf::from))
+        .find_map(|p| std::fs::read_to_string(p).ok())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CaError> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |source| CaError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(path, text).map_err(fail)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(fail)
+}

@@ -1,0 +1,72 @@
+//! Starting a job's proxy from its policy: the one step `run` takes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::ca::JobCa;
+use super::proxy::{JobProxy, ProxyError, ProxySpec};
+use crate::binaries::Tool;
+use crate::sandbox::SandboxPolicy;
+
+/// Binds the proxy's listening socket; the boundary suite binds it in its network namespace.
+pub type BindListener = dyn Fn() -> std::io::Result<std::net::TcpListener> + Send + Sync;
+
+/// What a job's proxy needs from the runner besides the policy.
+pub struct JobNet<'a> {
+    pub job_id: &'a str,
+    /// The job's timeout: the CA is valid for it and an hour more.
+    pub timeout: Duration,
+    /// `<state>/jobs/<id>`: the network log goes beside `result.json`.
+    pub result_dir: &'a Path,
+    /// The runner's files for the job: the proxy's own stderr goes there.
+    pub job_dir: &'a Path,
+    pub bind: Option<&'a BindListener>,
+    pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    pub env_source: &'a [(String, String)],
+}
+
+/// Starts the job's proxy when its policy lets commands reach some host, writes the CA files
+/// the policy names, and records the proxy's port in the policy for the agents' renderings.
+/// `None`: no host is reachable, and the sandbox's own proxy refuses everything.
+pub async fn start(
+    policy: &mut SandboxPolicy,
+    net: JobNet<'_>,
+) -> Result<Option<JobProxy>, ProxyError> {
+    let Some(rules) = super::rules::plan(policy) else {
+        return Ok(None);
+    };
+    let srt = crate::preflight::resolve(Tool::Srt).ok_or(ProxyError::NoSrt)?;
+    let lifetime = net.timeout + Duration::from_secs(3600);
+    // RSA key generation takes a CPU for up to a second or so: off the runtime's threads.
+    let job_id = net.job_id.to_string();
+    let ca = tokio::task::spawn_blocking(move || JobCa::generate(&job_id, lifetime))
+        .await
+        .map_err(|e| ProxyError::Io {
+            action: "generating the job's CA",
+            source: std::io::Error::other(e),
+        })??;
+    if let Some(files) = &policy.ca {
+        ca.write_trust_files(&files.cert, &files.bundle)?;
+    }
+    let listener = match net.bind {
+        Some(bind) => bind(),
+        None => std::net::TcpListener::bind("127.0.0.1:0"),
+    }
+    .map_err(|source| ProxyError::Io {
+        action: "binding the proxy's port on loopback",
+        source,
+    })?;
+    let proxy = JobProxy::start(ProxySpec {
+        srt: &srt,
+        rules,
+        ca: &ca,
+        log: net.result_dir.join("network.log"),
+        stderr_log: net.job_dir.join("netproxy.log"),
+        listener,
+        adjust: net.adjust,
+        env_source: net.env_source,
+    })
+    .await?;
+    policy.proxy_port = Some(proxy.port);
+    Ok(Some(proxy))
+}

@@ -1,0 +1,147 @@
+//! The per-job network log: one line per request the decider was asked about, written as it
+//! is decided, so a job killed midway still leaves what it did.
+//!
+//! ```text
+//! 2025-11-30T10:00:00.123Z GET registry.npmjs.org:443 /react allowed
+//! 2025-11-30T10:00:00.456Z PUT registry.npmjs.org:443 /my-pkg refused 403 read_only: ...
+//! ```
+//!
+//! Time (UTC), method, host and port, path without its query (a query may carry tokens),
+//! decision, and for a refusal its status and reason. Every byte a client chose is escaped
+//! to printable ASCII, so a request cannot forge or split lines.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use super::rules::Decision;
+
+/// Allowed and refused requests so far.
+#[derive(Debug, Default)]
+pub struct Counts {
+    allowed: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Counts {
+    pub fn allowed(&self) -> u64 {
+        self.allowed.load(Ordering::Relaxed)
+    }
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+pub struct NetLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl NetLog {
+    /// Creates (or empties) the log at `path`, readable by its owner only.
+    pub fn create(path: &Path) -> std::io::Result<NetLog> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(NetLog {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line. A failed write is reported, not fatal: the decision stands.
+    pub fn record(&mut self, at: SystemTime, req: &Entry<'_>, decision: &Decision) {
+        let line = line(at, req, decision);
+        if let Err(e) = self.file.write_all(line.as_bytes()) {
+            tracing::warn!("writing the network log {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// What a log line says about the request.
+pub struct Entry<'a> {
+    pub method: &'a str,
+    pub host: &'a str,
+    pub port: u16,
+    pub path: &'a str,
+}
+
+pub fn line(at: SystemTime, e: &Entry<'_>, decision: &Decision) -> String {
+    let time = humantime::format_rfc3339_millis(at);
+    let outcome = match decision {
+        Decision::Allow => "allowed".to_string(),
+        Decision::Deny { status, reason } => format!("refused {status} {}", escape(reason)),
+    };
+    format!(
+        "{time} {} {}:{} {} {outcome}\n",
+        escape(e.method),
+        escape(e.host),
+        e.port,
+        escape(e.path)
+    )
+}
+
+/// Printable ASCII but space and `%` as is; everything else `%XX`.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x21..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.is_empty() {
+        out.push('-');
+    }
+    out
+}
+
+/// Counts `decision` in `counts`.
+pub fn count(counts: &Counts, decision: &Decision) {
+    let which = match decision {
+        Decision::Allow => &counts.allowed,
+        Decision::Deny { .. } => &counts.refused,
+    };
+    which.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_request_with_escapes() {
+        let at = SystemTime::UNIX_EPOCH;
+        let e = Entry {
+            method: "PUT",
+            host: "registry.npmjs.org",
+            port: 443,
+            path: "/a\nb c",
+        };
+        let l = line(
+            at,
+            &e,
+            &Decision::Deny {
+                status: 403,
+                reason: "read_only: no".into(),
+            },
+        );
+        assert_eq!(
+            l,
+            "1970-01-01T00:00:00.000Z PUT registry.npmjs.org:443 /a%0Ab%20c refused 403 read_only:%20no\n"
+        );
+        assert_eq!(l.lines().count(), 1);
+        let l = line(at, &e, &Decision::Allow);
+        assert!(l.ends_with(" allowed\n"), "{l}");
+    }
+}

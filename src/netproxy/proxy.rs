@@ -1,0 +1,323 @@
+//! The job's `srt proxy` process: started with four inherited descriptors, stopped with the
+//! job, and never outliving the runner.
+//!
+//! - `--listen-fd`: a loopback listening socket the runner binds, so the port is known before
+//!   the proxy starts and nothing else can take it between choosing and binding.
+//! - `--decider-fd`: one end of a socket pair; the runner's [`super::decider`] holds the other.
+//! - `--lifeline-fd`: the read end of a pipe whose write end only the runner holds. When the
+//!   runner dies, however it dies, the kernel closes that end and the proxy shuts down; when
+//!   the decider's end closes, it shuts down too.
+//! - `--ca-fd`: a pipe the CA key and certificate are written into and closed before the
+//!   proxy starts, so the key is never in a file.
+//!
+//! Every descriptor is close-on-exec in the runner; only the proxy's child side clears it, in
+//! the forked child, so no other program the runner starts (the agent, a concurrent job's)
+//! inherits one.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncBufReadExt;
+
+use super::ca::JobCa;
+use super::decider::{self, DeciderError};
+use super::log::{Counts, NetLog};
+use super::rules::NetRules;
+
+/// How long the proxy may take to start (Node's start-up, the hello) before the job fails.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the proxy gets to shut down after its lifeline closes (it gives open requests a
+/// second) before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("{action}: {source}")]
+    Io {
+        action: &'static str,
+        source: std::io::Error,
+    },
+    #[error("starting {program}: {source}")]
+    Spawn {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("srt proxy did not start within {}s{}", START_TIMEOUT.as_secs(), stderr_note(.0))]
+    Timeout(String),
+    #[error("srt proxy stopped before it served{}", stderr_note(.0))]
+    Exited(String),
+    #[error("the network decider: {0}")]
+    Decider(#[from] DeciderError),
+    #[error("{0}")]
+    Ca(#[from] super::ca::CaError),
+    #[error("trusted jobs need srt for the runner's network proxy: set QUEST_RUNNER_SRT or put srt on PATH")]
+    NoSrt,
+}
+
+fn stderr_note(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
+    }
+}
+
+fn io(action: &'static str) -> impl FnOnce(std::io::Error) -> ProxyError {
+    move |source| ProxyError::Io { action, source }
+}
+
+/// What the result says about a job's network.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NetworkSummary {
+    /// Requests the decider allowed (forwarded upstream).
+    pub allowed: u64,
+    /// Requests the decider refused.
+    pub refused: u64,
+    /// The per-job network log: one line per request.
+    pub log: PathBuf,
+}
+
+/// What starting a proxy takes.
+pub struct ProxySpec<'a> {
+    pub srt: &'a Path,
+    pub rules: NetRules,
+    pub ca: &'a JobCa,
+    /// Where the network log goes.
+    pub log: PathBuf,
+    /// Where the proxy's own stderr goes.
+    pub stderr_log: PathBuf,
+    /// The listening socket to hand over (bound by the runner, on loopback).
+    pub listener: std::net::TcpListener,
+    /// Adjusts the proxy's command before it starts (the boundary suite runs it in the
+    /// scripted model's network namespace, as it does the agent).
+    pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    /// The runner's environment, from which the proxy keeps what it needs upstream.
+    pub env_source: &'a [(String, String)],
+}
+
+/// Variables of the runner's that the proxy keeps: its `node` on `PATH`, a parent proxy for
+/// its upstream connections, and extra roots to verify upstreams with.
+const PROXY_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// A running proxy; killed if dropped without [`JobProxy::stop`].
+pub struct JobProxy {
+    pub port: u16,
+    child: tokio::process::Child,
+    lifeline: Option<OwnedFd>,
+    decider: tokio::task::JoinHandle<Result<(), DeciderError>>,
+    stderr: tokio::task::JoinHandle<()>,
+    counts: Arc<Counts>,
+    log: PathBuf,
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [libc::c_int; 2] = [-1, -1];
+    // SAFETY: pipe2 writes two descriptors into the array on success, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl JobProxy {
+    /// Starts the proxy and its decider, and waits until the proxy serves.
+    pub async fn start(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
+        let port = spec
+            .listener
+            .local_addr()
+            .map_err(io("reading the proxy's port"))?
+            .port();
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(io("creating the decider's socket"))?;
+        let (lifeline_r, lifeline_w) = pipe().map_err(io("creating the lifeline"))?;
+        let (ca_r, ca_w) = pipe().map_err(io("creating the CA pipe"))?;
+        // A few KiB: fits the pipe's buffer, so it is written whole before the proxy runs.
+        {
+            let mut w = std::fs::File::from(ca_w);
+            w.write_all(spec.ca.proxy_pem().as_bytes())
+                .map_err(io("handing over the CA"))?;
+        }
+
+        let listen_fd = spec.listener.as_raw_fd();
+        let decider_fd = theirs.as_raw_fd();
+        let lifeline_fd = lifeline_r.as_raw_fd();
+        let ca_fd = ca_r.as_raw_fd();
+        let mut cmd = std::process::Command::new(spec.srt);
+        cmd.arg("proxy")
+            .args(["--listen-fd", &listen_fd.to_string()])
+            .args(["--decider-fd", &decider_fd.to_string()])
+            .args(["--lifeline-fd", &lifeline_fd.to_string()])
+            .args(["--ca-fd", &ca_fd.to_string()])
+            .env_clear()
+            .envs(
+                spec.env_source
+                    .iter()
+                    .filter(|(k, _)| PROXY_ENV.contains(&k.as_str()))
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        inherit(&mut cmd, [listen_fd, decider_fd, lifeline_fd, ca_fd]);
+        if let Some(adjust) = spec.adjust {
+            adjust(&mut cmd);
+        }
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| ProxyError::Spawn {
+            program: spec.srt.to_path_buf(),
+            source,
+        })?;
+        // The proxy holds these now; the runner keeps only its ends.
+        drop((spec.listener, theirs, lifeline_r, ca_r));
+
+        let log = NetLog::create(&spec.log).map_err(io("creating the network log"))?;
+        let counts = Arc::new(Counts::default());
+        ours.set_nonblocking(true)
+            .map_err(io("setting up the decider's socket"))?;
+        let stream = tokio::net::UnixStream::from_std(ours)
+            .map_err(io("setting up the decider's socket"))?;
+        let (hello_tx, hello_rx) = tokio::sync::oneshot::channel();
+        let decider = tokio::spawn(decider::serve(
+            stream,
+            spec.rules,
+            log,
+            counts.clone(),
+            hello_tx,
+        ));
+        let (served_tx, served_rx) = tokio::sync::oneshot::channel();
+        let stderr = tokio::spawn(copy_stderr(
+            child.stderr.take(),
+            spec.stderr_log.clone(),
+            served_tx,
+        ));
+        let mut proxy = JobProxy {
+            port,
+            child,
+            lifeline: Some(lifeline_w),
+            decider,
+            stderr,
+            counts,
+            log: spec.log,
+        };
+        // Serving means: hellos exchanged, CA accepted, listening.
+        let started = async {
+            let _ = hello_rx.await;
+            served_rx.await.is_ok()
+        };
+        match tokio::time::timeout(START_TIMEOUT, started).await {
+            Ok(true) => Ok(proxy),
+            Ok(false) => {
+                let _ = proxy.child.wait().await;
+                Err(ProxyError::Exited(tail(&spec.stderr_log)))
+            }
+            Err(_) => Err(ProxyError::Timeout(tail(&spec.stderr_log))),
+        }
+    }
+
+    /// Closes the lifeline, waits for the proxy to stop (killing it after a grace period),
+    /// and returns the job's counts.
+    pub async fn stop(mut self) -> NetworkSummary {
+        self.lifeline.take();
+        if tokio::time::timeout(STOP_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("srt proxy did not stop with its lifeline; killing it");
+            let _ = self.child.kill().await;
+        }
+        // The proxy's end closed with it: the decider has read everything there was.
+        match tokio::time::timeout(STOP_GRACE, &mut self.decider).await {
+            Ok(Ok(Err(e))) => tracing::warn!("the network decider: {e}"),
+            Ok(_) => {}
+            Err(_) => self.decider.abort(),
+        }
+        let _ = tokio::time::timeout(STOP_GRACE, &mut self.stderr).await;
+        self.summary()
+    }
+
+    /// The counts so far.
+    pub fn summary(&self) -> NetworkSummary {
+        NetworkSummary {
+            allowed: self.counts.allowed(),
+            refused: self.counts.refused(),
+            log: self.log.clone(),
+        }
+    }
+}
+
+impl Drop for JobProxy {
+    fn drop(&mut self) {
+        // A job dropped midway (cancelled): the lifeline closes with this, the child is
+        // killed by kill_on_drop, and the decider task must not outlive it.
+        self.decider.abort();
+    }
+}
+
+/// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
+fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 4]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Copies the proxy's stderr into `path`, and reports when it says it serves.
+async fn copy_stderr(
+    stderr: Option<tokio::process::ChildStderr>,
+    path: PathBuf,
+    served: tokio::sync::oneshot::Sender<()>,
+) {
+    let Some(stderr) = stderr else { return };
+    let mut file = match std::fs::File::create(&path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!("creating {}: {e}", path.display());
+            None
+        }
+    };
+    let mut served = Some(served);
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.starts_with("srt proxy: serving") {
+            if let Some(tx) = served.take() {
+                let _ = tx.send(());
+            }
+        }
+        if let Some(f) = file.as_mut() {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// The last lines of the proxy's stderr, for an error message.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}

@@ -1,0 +1,214 @@
+//! The runner's network proxy on its own: the real `srt proxy` (QUEST_RUNNER_SRT or PATH),
+//! the runner's decider, the real `curl`, and a loopback upstream. Every refusal is paired
+//! with the same request succeeding without the proxy (or through it, for an allowed form),
+//! and the network log must show each request the decider was asked about.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quest_runner::netproxy::ca::JobCa;
+use quest_runner::netproxy::proxy::{JobProxy, ProxySpec};
+use quest_runner::netproxy::NetRules;
+
+/// A loopback HTTP upstream that answers 200 to everything and records `METHOD path`.
+fn upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut stream = stream;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = line.split_whitespace();
+                    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                    let mut length = 0usize;
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            if k.eq_ignore_ascii_case("content-length") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    log.lock().expect("lock").push(format!("{method} {path}"));
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok",
+                    );
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+fn srt() -> std::path::PathBuf {
+    quest_runner::binaries::find(quest_runner::binaries::Tool::Srt).expect("srt is installed")
+}
+
+/// `curl` with `args`; returns what `-w` printed (the status) and stderr.
+fn curl(args: &[&str]) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .expect("curl runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
+    let (port, seen) = upstream();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = JobCa::generate("test", Duration::from_secs(3600)).expect("CA");
+    let cert = dir.path().join("ca.pem");
+    let bundle = dir.path().join("bundle.pem");
+    ca.write_trust_files(&cert, &bundle).expect("trust files");
+    let registry = format!("127.0.0.1:{port}");
+    let rules = NetRules {
+        allowed: vec![registry.clone(), "registry.invalid".into()],
+        full_access: Vec::new(),
+        read_only_methods: vec!["GET".into(), "HEAD".into()],
+    };
+    let log_path = dir.path().join("network.log");
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let proxy = JobProxy::start(ProxySpec {
+        srt: &srt(),
+        rules,
+        ca: &ca,
+        log: log_path.clone(),
+        stderr_log: dir.path().join("proxy.stderr"),
+        listener: TcpListener::bind("127.0.0.1:0").expect("bind"),
+        adjust: None,
+        env_source: &env,
+    })
+    .await
+    .expect("the proxy starts");
+    let pid = proxy_pid(proxy.port).expect("the proxy listens");
+    let via = format!("http://127.0.0.1:{}", proxy.port);
+    let url = |p: &str| format!("http://{registry}{p}");
+
+    // The write succeeds without the proxy: its refusal below is the proxy's.
+    let direct = curl(&["-X", "POST", "-d", "x", &url("/direct-post")]);
+    assert_eq!(direct.0, "200", "{direct:?}");
+    let got = curl(&["-x", &via, &url("/read")]);
+    assert_eq!(got.0, "200", "GET through the proxy: {got:?}");
+    let head = curl(&["-x", &via, "-I", &url("/head")]);
+    assert_eq!(head.0, "200", "HEAD through the proxy: {head:?}");
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        let path = format!("/write-{method}");
+        let r = curl(&["-x", &via, "-X", method, "-d", "x", &url(&path)]);
+        assert_eq!(r.0, "403", "{method} through the proxy: {r:?}");
+    }
+    // The TLS name must be the target: a mismatching Host header is refused (by the proxy).
+    let misdirected = curl(&["-x", &via, "-H", "Host: evil.example", &url("/misdirected")]);
+    assert!(misdirected.0.starts_with('4'), "{misdirected:?}");
+    // HTTPS: terminated with the job's CA, which curl verifies; then decided and allowed (the
+    // upstream name does not resolve, so the proxy answers 5xx itself, after the decision).
+    let tls = curl(&[
+        "-x",
+        &via,
+        "--cacert",
+        bundle.to_str().unwrap_or_default(),
+        "https://registry.invalid/tls-path?token=secret",
+    ]);
+    assert!(tls.0.starts_with('5'), "HTTPS through the proxy: {tls:?}");
+    // Without the job's CA, the proxy's certificate is not trusted.
+    let untrusted = curl(&["-x", &via, "https://registry.invalid/"]);
+    assert_eq!(untrusted.0, "000", "{untrusted:?}");
+    // SOCKS to the same port: refused, never a way around the decider.
+    let socks = curl(&[
+        "--socks5-hostname",
+        &format!("127.0.0.1:{}", proxy.port),
+        "-X",
+        "POST",
+        &url("/socks"),
+    ]);
+    assert_eq!(socks.0, "000", "{socks:?}");
+
+    let summary = proxy.stop().await;
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen,
+        vec!["POST /direct-post", "GET /read", "HEAD /head"],
+        "what reached the upstream"
+    );
+    let log = std::fs::read_to_string(&log_path).expect("the log");
+    let lines: Vec<&str> = log.lines().collect();
+    let has = |needle: &str| lines.iter().any(|l| l.contains(needle));
+    assert!(has(&format!("GET {registry} /read allowed")), "{log}");
+    assert!(has(&format!("HEAD {registry} /head allowed")), "{log}");
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        assert!(
+            has(&format!(
+                "{method} {registry} /write-{method} refused 403 read_only"
+            )),
+            "{log}"
+        );
+    }
+    assert!(has("GET registry.invalid:443 /tls-path allowed"), "{log}");
+    assert!(
+        !log.contains("secret"),
+        "queries stay out of the log: {log}"
+    );
+    assert_eq!((summary.allowed, summary.refused), (3, 4), "{log}");
+    assert_eq!(summary.log, log_path);
+    // Stopped: no process is left.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the proxy ({pid}) is still running"
+    );
+}
+
+/// The pid of the process listening on `port` (the proxy), from /proc/net/tcp's inode.
+fn proxy_pid(port: u16) -> Option<u32> {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let hex = format!(":{port:04X}");
+    let inode = tcp.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1)?.ends_with(&hex) && f.get(3) == Some(&"0A"))
+            .then(|| f.get(9).map(|s| s.to_string()))?
+    })?;
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
