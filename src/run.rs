@@ -245,6 +245,10 @@ impl Runner {
             );
         }
 
+        if job.trust == Trust::Trusted {
+            // The network proxy's CA key, generated while the workspace is prepared.
+            crate::netproxy::ca::warm_up();
+        }
         workspace::sweep_abandoned(&self.state);
         let ws = match Workspace::prepare(&self.state, job).await {
             Ok(ws) => ws,

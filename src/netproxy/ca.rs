@@ -45,12 +45,41 @@ pub struct JobCa {
     key_pem: rsa::pkcs8::der::zeroize::Zeroizing<String>,
 }
 
+/// A key being generated ahead of its job, on a thread of its own.
+type Pending = std::thread::JoinHandle<Result<rsa::RsaPrivateKey, String>>;
+
+static NEXT_KEY: std::sync::Mutex<Option<Pending>> = std::sync::Mutex::new(None);
+
+fn new_key() -> Result<rsa::RsaPrivateKey, String> {
+    rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).map_err(|e| e.to_string())
+}
+
+/// Starts generating the next job's key, unless one is already under way. A 2048-bit RSA key
+/// takes the `rsa` crate about a second of CPU: the runner starts it when a trusted job
+/// begins, so it overlaps the workspace and devShell instead of delaying the agent.
+pub fn warm_up() {
+    let mut next = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner());
+    if next.is_none() {
+        *next = Some(std::thread::spawn(new_key));
+    }
+}
+
+/// The key [`warm_up`] started, or a fresh one. Each key serves one job only.
+fn take_key() -> Result<rsa::RsaPrivateKey, CaError> {
+    let pending = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let key = match pending {
+        Some(handle) => handle
+            .join()
+            .map_err(|_| CaError::Key("the key thread panicked".into()))?,
+        None => new_key(),
+    };
+    key.map_err(CaError::Key)
+}
+
 impl JobCa {
     /// A fresh CA named after `job_id`, valid from an hour ago (clock skew) for `lifetime`.
     pub fn generate(job_id: &str, lifetime: Duration) -> Result<JobCa, CaError> {
-        let mut rng = rsa::rand_core::OsRng;
-        let key =
-            rsa::RsaPrivateKey::new(&mut rng, 2048).map_err(|e| CaError::Key(e.to_string()))?;
+        let key = take_key()?;
         let key_pem = key
             .to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
             .map_err(|e| CaError::Key(e.to_string()))?;
