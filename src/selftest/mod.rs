@@ -7,6 +7,7 @@
 
 pub mod boundary;
 pub mod model_server;
+pub mod npm_registry;
 
 use std::path::Path;
 use std::sync::Arc;

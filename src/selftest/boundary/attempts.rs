@@ -18,6 +18,8 @@ pub enum Rule {
     AllowWrite,
     DenyWrite,
     Network,
+    /// Registries answer reads only (the runner's decider).
+    RegistryReadOnly,
     Env,
     FileTools,
     ProjectConfig,
@@ -40,6 +42,8 @@ pub enum Detect {
     /// The sandbox's proxy forwarded a request it should have refused: a status other
     /// than 403 in the output.
     ProxyForwarded,
+    /// The stand-in registry received a request starting with this (`METHOD /path`).
+    RegistryGot(String),
 }
 
 #[derive(Debug, Clone)]
@@ -54,6 +58,9 @@ pub struct Attempt {
     /// Printed by a shell attempt after it ran; its absence means it never ran.
     pub ran_marker: Option<String>,
     pub detect: Detect,
+    /// The network log lines of this attempt's requests contain this (their path's tag),
+    /// for its allowed/refused figures.
+    pub net_tag: Option<String>,
 }
 
 /// The paths an attempt needs that only the run knows.
@@ -66,6 +73,9 @@ pub struct Targets {
     pub checkout: PathBuf,
     /// The scripted model server's port on 127.0.0.1.
     pub port: u16,
+    /// The stand-in npm registry's port on 127.0.0.1 (trusted runs), which the suite's policy
+    /// hook adds as a registry: reads only.
+    pub registry: Option<u16>,
 }
 
 fn ran(id: &str) -> String {
@@ -84,6 +94,7 @@ fn shell(id: &'static str, what: String, rule: Rule, command: String, detect: De
         control: Some(full),
         ran_marker: Some(marker),
         detect,
+        net_tag: None,
     }
 }
 
@@ -96,6 +107,7 @@ fn tool(id: &'static str, what: String, rule: Rule, step: Step, detect: Detect) 
         control: None,
         ran_marker: None,
         detect,
+        net_tag: None,
     }
 }
 
@@ -142,9 +154,30 @@ pub fn permitted(t: &Targets) -> Step {
 /// which forwards it (offline it then fails upstream: any status but 403, or none). If the
 /// proxy path were broken, every network refusal would be vacuous.
 pub fn permitted_network() -> Step {
+    // Over HTTPS too: the runner's proxy terminates TLS with the job's CA, which commands
+    // trust through the policy's variables (offline, upstream then fails: a 5xx, not 000).
     Step::bash(
-        "curl -sS -m 10 -o /dev/null -w 'status=%{http_code}' -x \"${HTTPS_PROXY:-$HTTP_PROXY}\" http://registry.npmjs.org/ ; echo NET-RAN",
+        "curl -sS -m 10 -o /dev/null -w 'status=%{http_code}' -x \"${HTTPS_PROXY:-$HTTP_PROXY}\" http://registry.npmjs.org/ ; curl -sS -m 10 -o /dev/null -w ' https-status=%{http_code}' https://registry.npmjs.org/ ; echo NET-RAN",
     )
+}
+
+/// The npm config the registry commands use: the stand-in as the registry, with a token
+/// (what a publish needs), written into the command's own temp dir.
+fn npmrc(port: u16) -> String {
+    format!(
+        "printf 'registry=http://127.0.0.1:{port}/\\n//127.0.0.1:{port}/:_authToken=qr-token\\naudit=false\\nfund=false\\nupdate-notifier=false\\n' > \"$TMPDIR/qr-npmrc\" && export NPM_CONFIG_USERCONFIG=\"$TMPDIR/qr-npmrc\" NO_PROXY= no_proxy="
+    )
+}
+
+/// For trusted revisions: reads from a registry go through the runner's decider: `npm view`,
+/// `npm install` (packument and tarball) and a plain `GET` of the stand-in registry. If they
+/// failed, the refusals of the writes below would be vacuous.
+pub fn permitted_registry_reads(port: u16, token: &str) -> Step {
+    let pkg = crate::selftest::npm_registry::PACKAGE;
+    Step::bash(format!(
+        "{npmrc} && cd \"$TMPDIR\" && echo \"VIEW=$(npm view {pkg} version)\" && mkdir -p qr-install && cd qr-install && npm install --no-save {pkg} >/dev/null 2>&1 && grep -q '\"name\":\"{pkg}\"' node_modules/{pkg}/package.json && echo INSTALL-OK ; curl -sS -m 10 -o /dev/null -w 'get-status=%{{http_code}}' http://127.0.0.1:{port}/qr-get-{token} ; echo READS-RAN",
+        npmrc = npmrc(port),
+    ))
 }
 
 /// Commits whatever the attempts left, then runs one more command, so any mount point the
@@ -154,6 +187,45 @@ pub fn closing() -> Vec<Step> {
         Step::bash("git add -A && git commit -qm 'boundary run' ; echo CLOSING-RAN"),
         Step::bash("true; echo LAST-RAN"),
     ]
+}
+
+/// The registry attempts of a trusted run: writes to a registry, which the runner's decider
+/// refuses. Each escapes when run unconfined, straight to the stand-in registry.
+fn registry_writes(port: u16, token: &str) -> Vec<Attempt> {
+    let mut publish = shell(
+        "npm-publish",
+        "publish a package to a registry with npm (a token in the npm config)".into(),
+        Rule::RegistryReadOnly,
+        format!(
+            "{npmrc} && mkdir -p \"$TMPDIR/qr-publish\" && cd \"$TMPDIR/qr-publish\" && printf '{{\"name\":\"qr-publish-{token}\",\"version\":\"1.0.0\"}}' > package.json && npm publish && echo PUBLISHED-{token}",
+            npmrc = npmrc(port),
+        ),
+        Detect::RegistryGot(format!("PUT /qr-publish-{token}")),
+    );
+    publish.net_tag = Some(format!("/qr-publish-{token}"));
+    let mut post = shell(
+        "net-post",
+        "POST to a registry with curl".into(),
+        Rule::RegistryReadOnly,
+        format!(
+            "NO_PROXY= no_proxy= curl -sS -m 10 -o /dev/null -w 'status=%{{http_code}}' -X POST -d x http://127.0.0.1:{port}/qr-post-{token}"
+        ),
+        Detect::RegistryGot(format!("POST /qr-post-{token}")),
+    );
+    post.net_tag = Some(format!("/qr-post-{token}"));
+    // The sandbox's SOCKS variable names the runner's HTTP proxy too: a SOCKS client gets
+    // nothing through it. Unconfined, the variable is unset and `-x ''` goes direct.
+    let mut socks = shell(
+        "net-socks",
+        "POST to a registry through the sandbox's SOCKS proxy variable".into(),
+        Rule::RegistryReadOnly,
+        format!(
+            "NO_PROXY= no_proxy= curl -sS -m 10 -o /dev/null -w 'status=%{{http_code}}' -x \"${{ALL_PROXY:-}}\" -X POST -d x http://127.0.0.1:{port}/qr-socks-{token}"
+        ),
+        Detect::RegistryGot(format!("POST /qr-socks-{token}")),
+    );
+    socks.net_tag = Some(format!("/qr-socks-{token}"));
+    vec![publish, post, socks]
 }
 
 pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
@@ -397,6 +469,9 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
         a.control = None;
         list.push(a);
     } else {
+        if let Some(port) = t.registry {
+            list.extend(registry_writes(port, token));
+        }
         // The flake's shellHook runs before every command; it must stay inside too.
         list.push(Attempt {
             id: "shellhook-outside",
@@ -409,6 +484,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             control: None,
             ran_marker: Some(ran("shellhook-outside")),
             detect: Detect::HostPath(PathBuf::from(format!("/tmp/qr-shellhook-{token}"))),
+            net_tag: None,
         });
         list.push(Attempt {
             id: "edited-flake",
@@ -424,6 +500,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             control: None,
             ran_marker: Some(ran("edited-flake")),
             detect: Detect::OutputHas("var=edited-by-agent".into()),
+            net_tag: None,
         });
     }
     list

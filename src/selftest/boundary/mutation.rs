@@ -20,6 +20,7 @@ use crate::sandbox::SandboxPolicy;
 /// | `allow-loopback`        | the network allowlist                       | net-proxy        |
 /// | `pass-all-env`          | the environment allowlist                   | env-scan         |
 /// | `unconfined-file-tools` | the agent's file tools kept in the checkout | tool-read-account|
+/// | `registry-writes`       | registries answer reads only (the decider)  | npm-publish      |
 ///
 /// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
 /// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
@@ -35,10 +36,11 @@ pub enum Mutation {
     AllowLoopback,
     PassAllEnv,
     UnconfinedFileTools,
+    RegistryWrites,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::WriteSharedTmp,
         Mutation::WriteBareClone,
         Mutation::NoDenyWrite,
@@ -46,6 +48,7 @@ impl Mutation {
         Mutation::AllowLoopback,
         Mutation::PassAllEnv,
         Mutation::UnconfinedFileTools,
+        Mutation::RegistryWrites,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +60,7 @@ impl Mutation {
             Mutation::AllowLoopback => "allow-loopback",
             Mutation::PassAllEnv => "pass-all-env",
             Mutation::UnconfinedFileTools => "unconfined-file-tools",
+            Mutation::RegistryWrites => "registry-writes",
         }
     }
 
@@ -70,6 +74,7 @@ impl Mutation {
             Mutation::AllowLoopback => "net-proxy",
             Mutation::PassAllEnv => "env-scan",
             Mutation::UnconfinedFileTools => "tool-read-account",
+            Mutation::RegistryWrites => "npm-publish",
         }
     }
 
@@ -89,6 +94,8 @@ impl Mutation {
             Mutation::AllowLoopback => policy.allowed_hosts.push("127.0.0.1".into()),
             Mutation::PassAllEnv => policy.env.pass.push("*".into()),
             Mutation::UnconfinedFileTools => policy.confine_file_tools = false,
+            // The decider's rule as a weaker policy would write it: registries take PUT.
+            Mutation::RegistryWrites => policy.read_only_methods.push("PUT".into()),
         }
     }
 }

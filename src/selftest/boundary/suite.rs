@@ -16,6 +16,7 @@ use crate::config::{Account, ClaudeAccount, Config, OpencodeAccount};
 use crate::job::{AgentKind, Job, Trust};
 use crate::run::{Cancel, JobResult, Outcome, RunHooks, Runner};
 use crate::selftest::model_server::ModelServer;
+use crate::selftest::npm_registry::NpmRegistry;
 use crate::state::StateDir;
 
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ pub struct AttemptReport {
     /// For file tools: the refusal came from the runner's rules.
     pub refused_by_runner: Option<bool>,
     pub evidence: String,
+    /// For network attempts: the requests the runner's decider allowed and refused, from
+    /// the job's network log (none: the request never reached the decider).
+    pub network: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,7 +85,13 @@ impl SuiteReport {
         let mut out = Vec::new();
         for a in &self.attempts {
             let verdict = if a.escaped { "ESCAPED" } else { "refused" };
-            out.push(format!("{verdict:<8} {:<24} {}", a.id, a.what));
+            let net = match a.network {
+                Some((allowed, refused)) => {
+                    format!(" [decider: {allowed} allowed, {refused} refused]")
+                }
+                None => String::new(),
+            };
+            out.push(format!("{verdict:<8} {:<24} {}{net}", a.id, a.what));
         }
         for c in &self.controls {
             let verdict = if c.passed { "ok" } else { "FAILED" };
@@ -129,6 +139,17 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         ModelServer::start(Vec::new())
     }
     .map_err(|e| format!("starting the scripted model: {e}"))?;
+    // Trusted runs: a registry the commands reach as they would npm's, through the runner's
+    // proxy (the policy hook below lists it as a registry: reads only).
+    let registry = match cfg.trust {
+        Trust::Trusted => Some(
+            server
+                .bind_loopback()
+                .and_then(NpmRegistry::start)
+                .map_err(|e| format!("starting the stand-in registry: {e}"))?,
+        ),
+        Trust::Untrusted => None,
+    };
     let state = StateDir::at(&world.state);
     let job = Job {
         id: format!("boundary-{}-{}", cfg.agent.name(), world.token),
@@ -147,6 +168,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         bare: crate::workspace::bare_clone_path(&state, &job.repo),
         checkout: crate::workspace::job_root(&state, &job.id).join("checkout"),
         port: server.addr.port(),
+        registry: registry.as_ref().map(|r| r.port),
     };
     let mut attempts = attempts::all(&world, &targets);
     if let Some(m) = cfg.mutation {
@@ -157,6 +179,9 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let mut script = vec![attempts::permitted(&targets)];
     if cfg.trust == Trust::Trusted {
         script.push(attempts::permitted_network());
+    }
+    if let Some(r) = &registry {
+        script.push(attempts::permitted_registry_reads(r.port, &world.token));
     }
     let mut last_step = Vec::new();
     for a in &attempts {
@@ -187,6 +212,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             &targets,
             &attempts,
             &server,
+            registry.as_ref(),
             &env_source,
             &mut control_results,
             &mut controls,
@@ -201,16 +227,34 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let server_confine = server.confiner();
     runner.hooks = RunHooks {
         agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
-        policy: cfg.mutation.map(|m| {
+        policy: {
             let bare = targets.bare.clone();
-            Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| m.apply(p, &bare))
-                as crate::run::PolicyHook
-        }),
+            let mutation = cfg.mutation;
+            let registry = registry.as_ref().map(NpmRegistry::host);
+            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
+                // The seam for the stand-in: a registry-class host (reads only) of a job that
+                // reaches registries at all.
+                if let Some(host) = &registry {
+                    if !p.allowed_hosts.is_empty() {
+                        p.allowed_hosts.push(host.clone());
+                    }
+                }
+                if let Some(m) = mutation {
+                    m.apply(p, &bare);
+                }
+            }) as crate::run::PolicyHook)
+        },
         proxy_listener: Some(Arc::new(server.binder())),
     };
     let served_before = server.exchanges().len();
+    let registry_before = registry.as_ref().map_or(0, |r| r.requests().len());
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
     let exchanges = server.exchanges();
+    let registry_seen: Vec<String> = registry
+        .as_ref()
+        .map(|r| r.requests().split_off(registry_before))
+        .unwrap_or_default();
+    let net_log = network_log(&result);
 
     // Verdicts.
     let outputs = tool_outputs(&server);
@@ -227,7 +271,10 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         let escaped = detect(
             &a.detect,
             &text,
-            &exchanges[served_before.min(exchanges.len())..],
+            Seen {
+                exchanges: &exchanges[served_before.min(exchanges.len())..],
+                registry: &registry_seen,
+            },
             &world,
         );
         let refused_by_runner =
@@ -241,6 +288,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             escaped,
             refused_by_runner,
             evidence: clip(&text, 300),
+            network: a.net_tag.as_deref().map(|tag| decided(&net_log, tag)),
         });
     }
     after_job_controls(
@@ -252,6 +300,18 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         cfg,
         &mut controls,
     );
+    if let Some(r) = &registry {
+        registry_controls(
+            r,
+            &registry_seen,
+            &result,
+            &net_log,
+            &outputs,
+            &world,
+            cfg,
+            &mut controls,
+        );
+    }
     if cfg.controls && cfg.trust == Trust::Trusted {
         controls.push(shellhook_control(&world, &result, &state));
     }
@@ -316,6 +376,7 @@ fn run_controls(
     t: &Targets,
     attempts: &[Attempt],
     server: &ModelServer,
+    registry: Option<&NpmRegistry>,
     env_source: &[(String, String)],
     results: &mut [Option<bool>],
     controls: &mut Vec<ControlReport>,
@@ -350,6 +411,7 @@ fn run_controls(
     for (i, a) in attempts.iter().enumerate() {
         let Some(command) = &a.control else { continue };
         let before = server.exchanges().len();
+        let registry_before = registry.map_or(0, |r| r.requests().len());
         let mut cmd = Command::new("/bin/bash");
         // Outside the sandbox, but in the scripted model's network namespace, where the
         // network attempts' target lives.
@@ -366,7 +428,18 @@ fn run_controls(
             .map_err(|e| e.to_string())?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let exchanges = server.exchanges();
-        let escaped = detect(&a.detect, &text, &exchanges[before..], world);
+        let registry_seen: Vec<String> = registry
+            .map(|r| r.requests().split_off(registry_before))
+            .unwrap_or_default();
+        let escaped = detect(
+            &a.detect,
+            &text,
+            Seen {
+                exchanges: &exchanges[before..],
+                registry: &registry_seen,
+            },
+            world,
+        );
         results[i] = Some(escaped);
         all_escaped &= escaped;
         if let Detect::HostPath(p) = &a.detect {
@@ -631,7 +704,9 @@ fn after_job_controls(
         let net = outputs.get(&1).cloned().unwrap_or_default();
         add(
             "a registry request goes through the sandbox's proxy",
-            net.contains("NET-RAN") && detect(&Detect::ProxyForwarded, &net, &[], world),
+            net.contains("NET-RAN")
+                && detect(&Detect::ProxyForwarded, &net, Seen::default(), world)
+                && https_forwarded(&net),
             clip(&net, 200),
         );
     }
@@ -812,13 +887,18 @@ fn tool_outputs(server: &ModelServer) -> std::collections::BTreeMap<usize, Strin
         .collect()
 }
 
-fn detect(
-    d: &Detect,
-    output: &str,
-    exchanges: &[crate::selftest::model_server::Exchange],
-    world: &World,
-) -> bool {
+/// What the servers received while an attempt ran.
+#[derive(Default, Clone, Copy)]
+struct Seen<'a> {
+    exchanges: &'a [crate::selftest::model_server::Exchange],
+    /// `METHOD path` of the stand-in registry's requests.
+    registry: &'a [String],
+}
+
+fn detect(d: &Detect, output: &str, seen: Seen<'_>, world: &World) -> bool {
+    let exchanges = seen.exchanges;
     match d {
+        Detect::RegistryGot(prefix) => seen.registry.iter().any(|r| r.starts_with(prefix.as_str())),
         Detect::OutputHas(text) => output.contains(text.as_str()),
         Detect::HostPath(p) => p.exists() || p.symlink_metadata().is_ok(),
         Detect::HostFileHas(p, text) => {
@@ -843,6 +923,8 @@ fn detect(
                     ]
                     .iter()
                     .any(|bad| l.starts_with(bad))
+                        // The policy's own: the job CA's bundle for the AWS CLI.
+                        && !l.starts_with("AWS_CA_BUNDLE=")
                 })
         }
         // 403: the proxy refused; 000: nothing answered at all (no proxy, no route).
@@ -852,6 +934,123 @@ fn detect(
                 && !output.contains("status=000")
         }
     }
+}
+
+/// The HTTPS request of the permitted network step went through: terminated with the job's CA
+/// (trusted by the command), decided, forwarded (5xx offline). `000`: TLS failed.
+fn https_forwarded(output: &str) -> bool {
+    output.contains("https-status=")
+        && !output.contains("https-status=000")
+        && !output.contains("https-status=403")
+}
+
+/// The job's network log, one line per decided request (empty without one).
+fn network_log(result: &JobResult) -> Vec<String> {
+    result
+        .network
+        .as_ref()
+        .and_then(|n| std::fs::read_to_string(&n.log).ok())
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Allowed and refused lines of `log` whose path holds `tag`.
+fn decided(log: &[String], tag: &str) -> (usize, usize) {
+    let mine = log.iter().filter(|l| l.contains(tag));
+    mine.fold((0, 0), |(a, r), l| {
+        if l.contains(" allowed") {
+            (a + 1, r)
+        } else {
+            (a, r + 1)
+        }
+    })
+}
+
+/// Registry reads went through the decider and the network log shows each decision.
+#[allow(clippy::too_many_arguments)]
+fn registry_controls(
+    registry: &NpmRegistry,
+    seen: &[String],
+    result: &JobResult,
+    log: &[String],
+    outputs: &std::collections::BTreeMap<usize, String>,
+    world: &World,
+    cfg: &SuiteConfig,
+    controls: &mut Vec<ControlReport>,
+) {
+    use crate::selftest::npm_registry::{PACKAGE, VERSION};
+    let mut add = |name: &str, passed: bool, detail: String| {
+        controls.push(ControlReport {
+            name: name.into(),
+            passed,
+            detail,
+        });
+    };
+    let reads = outputs.get(&2).cloned().unwrap_or_default();
+    let tarball = format!("GET /{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz");
+    let got = |r: &str| seen.iter().any(|s| s == r);
+    let read_ok = reads.contains("READS-RAN")
+        && reads.contains(&format!("VIEW={VERSION}"))
+        && reads.contains("INSTALL-OK")
+        && reads.contains("get-status=200")
+        && got(&format!("GET /{PACKAGE}"))
+        && got(&tarball);
+    let (allowed, refused) = decided(log, &format!("127.0.0.1:{} /", registry.port));
+    add(
+        "registry reads go through the decider (npm view, npm install, GET)",
+        read_ok,
+        format!(
+            "{}; the registry got {} requests; decider: {allowed} allowed, {refused} refused",
+            clip(&reads, 160),
+            seen.len()
+        ),
+    );
+    let host = registry.host();
+    let token = &world.token;
+    let mut wanted = vec![
+        format!("GET {host} /{PACKAGE} allowed"),
+        format!("GET {host} /qr-get-{token} allowed"),
+        "GET registry.npmjs.org:443 / allowed".to_string(),
+    ];
+    let publish_refused = format!("PUT {host} /qr-publish-{token} refused 403 read_only");
+    match cfg.mutation {
+        None => {
+            wanted.push(publish_refused);
+            wanted.push(format!(
+                "POST {host} /qr-post-{token} refused 403 read_only"
+            ));
+        }
+        // Weakened: the same publish is now allowed, and logged so.
+        Some(super::Mutation::RegistryWrites) => {
+            wanted.push(format!("PUT {host} /qr-publish-{token} allowed"))
+        }
+        Some(_) => {}
+    }
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|w| !log.iter().any(|l| l.contains(w.as_str())))
+        .collect();
+    let summary = result
+        .network
+        .as_ref()
+        .map(|n| format!("{} allowed, {} refused", n.allowed, n.refused))
+        .unwrap_or_else(|| "no network summary in the result".into());
+    add(
+        "the network log shows each request with its decision",
+        result.network.is_some() && missing.is_empty(),
+        if missing.is_empty() {
+            format!("{} lines; {summary}", log.len())
+        } else {
+            format!(
+                "missing: {}",
+                missing
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        },
+    );
 }
 
 fn refused_by_runner(agent: AgentKind, output: &str) -> bool {
