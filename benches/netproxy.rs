@@ -83,7 +83,7 @@ fn sandboxed_times(srt: &std::path::Path, upstream: u16, proxy_port: Option<u16>
         .map(|i| format!("http://127.0.0.1:{upstream}/r{i}"))
         .collect();
     let script = format!(
-        "NO_PROXY= no_proxy= curl -s -o /dev/null -w '%{{time_total}}\\n' {}",
+        "NO_PROXY= no_proxy= curl -s -w '\\n%{{time_total}}\\n' {}",
         urls.join(" ")
     );
     let out = std::process::Command::new(srt)

@@ -213,19 +213,21 @@ fn registry_writes(port: u16, token: &str) -> Vec<Attempt> {
         Detect::RegistryGot(format!("POST /qr-post-{token}")),
     );
     post.net_tag = Some(format!("/qr-post-{token}"));
-    // The sandbox's SOCKS variable names the runner's HTTP proxy too: a SOCKS client gets
-    // nothing through it. Unconfined, the variable is unset and `-x ''` goes direct.
-    let mut socks = shell(
-        "net-socks",
-        "POST to a registry through the sandbox's SOCKS proxy variable".into(),
+    // With the SOCKS port set to the runner's proxy, srt points ALL_PROXY at it as HTTP: the
+    // way a SOCKS-first client goes out must reach the decider too (a real SOCKS handshake
+    // there is refused: tests/netproxy.rs). Unconfined, the variable is unset and `-x ''` goes
+    // direct.
+    let mut all = shell(
+        "net-all-proxy",
+        "POST to a registry through the sandbox's ALL_PROXY".into(),
         Rule::RegistryReadOnly,
         format!(
             "NO_PROXY= no_proxy= curl -sS -m 10 -o /dev/null -w 'status=%{{http_code}}' -x \"${{ALL_PROXY:-}}\" -X POST -d x http://127.0.0.1:{port}/qr-socks-{token}"
         ),
         Detect::RegistryGot(format!("POST /qr-socks-{token}")),
     );
-    socks.net_tag = Some(format!("/qr-socks-{token}"));
-    vec![publish, post, socks]
+    all.net_tag = Some(format!("/qr-socks-{token}"));
+    vec![publish, post, all]
 }
 
 pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
