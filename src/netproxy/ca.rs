@@ -64,9 +64,23 @@ pub fn warm_up() {
     }
 }
 
+/// Whether a key is started for the next job as soon as one is taken; see [`keep_one_ready`].
+static KEEP_ONE_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For a long-running runner (`serve`): from now on a key is always being made or ready for
+/// the next trusted job, so no job waits for its key's half-second-or-more of prime search.
+/// A one-shot `run` does not call this: a key made after its only job would be wasted CPU.
+pub fn keep_one_ready() {
+    KEEP_ONE_READY.store(true, std::sync::atomic::Ordering::Relaxed);
+    warm_up();
+}
+
 /// The key [`warm_up`] started, or a fresh one. Each key serves one job only.
 fn take_key() -> Result<rsa::RsaPrivateKey, CaError> {
     let pending = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if KEEP_ONE_READY.load(std::sync::atomic::Ordering::Relaxed) {
+        warm_up();
+    }
     let key = match pending {
         Some(handle) => handle
             .join()

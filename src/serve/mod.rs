@@ -100,6 +100,7 @@ pub async fn serve<S: JobSource>(
         sweep_leftovers(&*source, group).await;
     }
     let mut runner = Arc::new(with_agent_hook(runner, &limits));
+    crate::netproxy::ca::keep_one_ready();
     let recovered = source
         .recover(options.max_attempts)
         .await
