@@ -7,13 +7,15 @@
 //! roots, which the commands' trust variables name. Package managers still verify: they verify
 //! the proxy's certificate against this CA, and the proxy verifies the registry's real one.
 //!
-//! srt's proxy signs with RSA (PKCS#1 v1.5, SHA-256) only, and ring, rcgen's backend here,
-//! signs RSA but does not generate RSA keys: the key comes from the `rsa` crate.
+//! srt's proxy signs with RSA (PKCS#1 v1.5, SHA-256) only, so the CA is RSA-2048. rcgen's
+//! aws-lc-rs backend generates the key: about 50 ms of CPU (median here), where the pure-Rust
+//! `rsa` crate's prime search took 0.13-1.5 s (median 0.4 s) even at opt-level 3; ring, the
+//! other backend, generates no RSA keys at all.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rsa::pkcs8::EncodePrivateKey;
+use zeroize::Zeroizing;
 
 /// Where the system keeps its roots, in the order the runner looks (Debian and Ubuntu,
 /// Fedora, Alpine and macOS, openSUSE).
@@ -42,21 +44,21 @@ pub struct JobCa {
     /// The certificate, PEM.
     pub cert_pem: String,
     /// The key, PKCS#8 PEM; wiped from memory when dropped.
-    key_pem: rsa::pkcs8::der::zeroize::Zeroizing<String>,
+    key_pem: Zeroizing<String>,
 }
 
 /// A key being generated ahead of its job, on a thread of its own.
-type Pending = std::thread::JoinHandle<Result<rsa::RsaPrivateKey, String>>;
+type Pending = std::thread::JoinHandle<Result<rcgen::KeyPair, String>>;
 
 static NEXT_KEY: std::sync::Mutex<Option<Pending>> = std::sync::Mutex::new(None);
 
-fn new_key() -> Result<rsa::RsaPrivateKey, String> {
-    rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).map_err(|e| e.to_string())
+fn new_key() -> Result<rcgen::KeyPair, String> {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).map_err(|e| e.to_string())
 }
 
-/// Starts generating the next job's key, unless one is already under way. A 2048-bit RSA key
-/// takes the `rsa` crate about a second of CPU: the runner starts it when a trusted job
-/// begins, so it overlaps the workspace and devShell instead of delaying the agent.
+/// Starts generating the next job's key, unless one is already under way. The runner starts
+/// it when a trusted job begins, so its ~50 ms overlap the workspace and devShell instead of
+/// delaying the agent.
 pub fn warm_up() {
     let mut next = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner());
     if next.is_none() {
@@ -68,15 +70,15 @@ pub fn warm_up() {
 static KEEP_ONE_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// For a long-running runner (`serve`): from now on a key is always being made or ready for
-/// the next trusted job, so no job waits for its key's half-second-or-more of prime search.
-/// A one-shot `run` does not call this: a key made after its only job would be wasted CPU.
+/// the next trusted job, so no job waits for one. A one-shot `run` does not call this: a key
+/// made after its only job would be wasted.
 pub fn keep_one_ready() {
     KEEP_ONE_READY.store(true, std::sync::atomic::Ordering::Relaxed);
     warm_up();
 }
 
 /// The key [`warm_up`] started, or a fresh one. Each key serves one job only.
-fn take_key() -> Result<rsa::RsaPrivateKey, CaError> {
+fn take_key() -> Result<rcgen::KeyPair, CaError> {
     let pending = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner()).take();
     if KEEP_ONE_READY.load(std::sync::atomic::Ordering::Relaxed) {
         warm_up();
@@ -93,11 +95,8 @@ fn take_key() -> Result<rsa::RsaPrivateKey, CaError> {
 impl JobCa {
     /// A fresh CA named after `job_id`, valid from an hour ago (clock skew) for `lifetime`.
     pub fn generate(job_id: &str, lifetime: Duration) -> Result<JobCa, CaError> {
-        let key = take_key()?;
-        let key_pem = key
-            .to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
-            .map_err(|e| CaError::Key(e.to_string()))?;
-        let pair = rcgen::KeyPair::from_pkcs8_pem_and_sign_algo(&key_pem, &rcgen::PKCS_RSA_SHA256)?;
+        let pair = take_key()?;
+        let key_pem = Zeroizing::new(pair.serialize_pem());
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(
@@ -122,8 +121,8 @@ impl JobCa {
     }
 
     /// What the proxy reads from its CA descriptor: key, then certificate.
-    pub fn proxy_pem(&self) -> rsa::pkcs8::der::zeroize::Zeroizing<String> {
-        rsa::pkcs8::der::zeroize::Zeroizing::new(format!(
+    pub fn proxy_pem(&self) -> Zeroizing<String> {
+        Zeroizing::new(format!(
             "{}\n{}",
             self.key_pem.as_str(),
             self.cert_pem
