@@ -331,6 +331,8 @@ impl Runner {
         )
         .await
         .map_err(|e| e.to_string())?;
+        let mut proxy = proxy;
+        let proxy_failed = proxy.as_mut().map(|p| p.startup_failure());
         let instructions = crate::instructions::read(&paths.checkout);
         let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
 
@@ -361,6 +363,7 @@ impl Runner {
             self.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
             spawned,
             job_markers(&paths),
+            proxy_failed,
         )
         .await;
         // The agent's tree is stopped: nothing can make a request any more.
@@ -523,6 +526,7 @@ async fn run_agent(
     per_job: Option<(&str, &JobAgentHook)>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
+    proxy_failed: Option<crate::netproxy::proxy::StartupFailure>,
 ) -> Result<AgentEnd, String> {
     use std::os::unix::process::ExitStatusExt;
     let transcript = std::fs::File::create(&launch.transcript)
@@ -574,14 +578,25 @@ async fn run_agent(
             let _ = stdin.shutdown().await;
         });
     }
-    let end = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => match (status.code(), status.signal()) {
-            (Some(code), _) => AgentEnd::Exited(code),
-            (None, Some(sig)) => AgentEnd::Signalled(sig),
-            (None, None) => AgentEnd::Exited(-1),
+    // The job's network proxy starts alongside the agent (see `JobProxy::spawn`); if it never
+    // serves, the job ends here, its tree stopped below, rather than running without network.
+    let proxy_failed = async move {
+        match proxy_failed {
+            Some(failure) => failure.failed().await,
+            None => std::future::pending().await,
+        }
+    };
+    let end = tokio::select! {
+        waited = tokio::time::timeout(timeout, child.wait()) => match waited {
+            Ok(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => AgentEnd::Exited(code),
+                (None, Some(sig)) => AgentEnd::Signalled(sig),
+                (None, None) => AgentEnd::Exited(-1),
+            },
+            Ok(Err(e)) => return Err(format!("waiting for the agent: {e}")),
+            Err(_) => AgentEnd::TimedOut,
         },
-        Ok(Err(e)) => return Err(format!("waiting for the agent: {e}")),
-        Err(_) => AgentEnd::TimedOut,
+        e = proxy_failed => return Err(format!("the job's network proxy: {e}")),
     };
     drop(tree);
     Ok(end)

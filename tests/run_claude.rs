@@ -275,3 +275,70 @@ fn job_temp_dir(job_dir: &Path) -> PathBuf {
         .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
         .expect("a quest-job temp dir")
 }
+
+/// The job's network proxy starts alongside the agent; one that never comes to serve ends
+/// the job with its reason (the agent's tree stopped, nothing left), not a job quietly
+/// running without network. The `srt` here is a real program that fails on purpose after
+/// the agent's command has started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
+    let token = unique_token();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated(vec![Step::bash(format!(
+        "(exec -a hang-{token} tail -f /dev/null)"
+    ))])
+    .expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let broken_srt = keys.path().join("srt");
+    std::fs::write(
+        &broken_srt,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && exec {} --version\n\
+             while ! grep -qs '[h]ang-{token}' /proc/[0-9]*/cmdline; do sleep 0.1; done\n\
+             echo 'srt proxy: broken on purpose' >&2\nexit 3\n",
+            agent_binary("QUEST_RUNNER_SRT", "srt").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &broken_srt,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "noproxy", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_CLAUDE",
+        agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+    )
+    .env("QUEST_RUNNER_SRT", &broken_srt)
+    .args(["run", "--job"])
+    .arg(&file);
+    server.confine(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("network proxy") && message.contains("broken on purpose"),
+        "{result}\n{stderr}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        processes_with(&token).is_empty(),
+        "the agent's command survived"
+    );
+    let job_dir = runner.state().join("jobs/noproxy");
+    assert!(!job_dir.join("checkout").exists(), "worktree left");
+    let temp = job_temp_dir(&job_dir);
+    assert!(!temp.exists(), "temp dir {} left", temp.display());
+    assert!(server.confined_processes().is_empty(), "processes left");
+}

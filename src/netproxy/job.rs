@@ -27,6 +27,8 @@ pub struct JobNet<'a> {
 
 /// Starts the job's proxy when its policy lets commands reach some host, writes the CA files
 /// the policy names, and records the proxy's port in the policy for the agents' renderings.
+/// The proxy is not waited for: the caller watches [`JobProxy::startup_failure`] while the
+/// agent runs.
 /// `None`: no host is reachable, and the sandbox's own proxy refuses everything.
 pub async fn start(
     policy: &mut SandboxPolicy,
@@ -56,7 +58,7 @@ pub async fn start(
         action: "binding the proxy's port on loopback",
         source,
     })?;
-    let proxy = JobProxy::start(ProxySpec {
+    let proxy = JobProxy::spawn(ProxySpec {
         srt: &srt,
         rules,
         ca: &ca,
@@ -65,8 +67,7 @@ pub async fn start(
         listener,
         adjust: net.adjust,
         env_source: net.env_source,
-    })
-    .await?;
+    })?;
     policy.proxy_port = Some(proxy.port);
     Ok(Some(proxy))
 }

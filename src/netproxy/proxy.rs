@@ -123,6 +123,30 @@ pub struct JobProxy {
     stderr: tokio::task::JoinHandle<()>,
     counts: Arc<Counts>,
     log: PathBuf,
+    /// Whether the proxy came to serve, until [`JobProxy::startup_failure`] takes it.
+    started: Option<tokio::sync::oneshot::Receiver<Result<(), ProxyError>>>,
+}
+
+/// See [`JobProxy::startup_failure`].
+pub struct StartupFailure(Option<tokio::sync::oneshot::Receiver<Result<(), ProxyError>>>);
+
+impl StartupFailure {
+    /// The failure, or `None` as soon as the proxy serves.
+    async fn now_or_never_started(self) -> Option<ProxyError> {
+        match self.0?.await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(ProxyError::Exited(String::new())),
+        }
+    }
+
+    /// Resolves with the failure; never if the proxy serves.
+    pub async fn failed(self) -> ProxyError {
+        match self.now_or_never_started().await {
+            Some(e) => e,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// A pipe, both ends close-on-exec: (read, write).
@@ -139,6 +163,22 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 impl JobProxy {
     /// Starts the proxy and its decider, and waits until the proxy serves.
     pub async fn start(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
+        let mut proxy = Self::spawn(spec)?;
+        match proxy.startup_failure().now_or_never_started().await {
+            Some(e) => {
+                let _ = proxy.child.kill().await;
+                Err(e)
+            }
+            None => Ok(proxy),
+        }
+    }
+
+    /// Starts the proxy and its decider without waiting for the proxy to serve: its Node
+    /// start-up takes ~0.5 s, which the agent's own start-up can overlap. A client that
+    /// connects before the proxy accepts waits in the listening socket's backlog (the runner
+    /// bound it), so nothing is refused meanwhile. [`Self::startup_failure`] says whether the
+    /// proxy never came to serve; the job fails then.
+    pub fn spawn(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
         let port = spec
             .listener
             .local_addr()
@@ -208,7 +248,23 @@ impl JobProxy {
             spec.stderr_log.clone(),
             served_tx,
         ));
-        let mut proxy = JobProxy {
+        // Serving means: hellos exchanged, CA accepted, listening. `served` fails when the
+        // proxy's stderr ends, that is when it exited, with all of its stderr in the log.
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let stderr_log = spec.stderr_log.clone();
+        tokio::spawn(async move {
+            let serving = async {
+                let _ = hello_rx.await;
+                served_rx.await.is_ok()
+            };
+            let outcome = match tokio::time::timeout(START_TIMEOUT, serving).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(ProxyError::Exited(tail(&stderr_log))),
+                Err(_) => Err(ProxyError::Timeout(tail(&stderr_log))),
+            };
+            let _ = started_tx.send(outcome);
+        });
+        Ok(JobProxy {
             port,
             child,
             lifeline: Some(lifeline_w),
@@ -216,20 +272,14 @@ impl JobProxy {
             stderr,
             counts,
             log: spec.log,
-        };
-        // Serving means: hellos exchanged, CA accepted, listening.
-        let started = async {
-            let _ = hello_rx.await;
-            served_rx.await.is_ok()
-        };
-        match tokio::time::timeout(START_TIMEOUT, started).await {
-            Ok(true) => Ok(proxy),
-            Ok(false) => {
-                let _ = proxy.child.wait().await;
-                Err(ProxyError::Exited(tail(&spec.stderr_log)))
-            }
-            Err(_) => Err(ProxyError::Timeout(tail(&spec.stderr_log))),
-        }
+            started: Some(started_rx),
+        })
+    }
+
+    /// Why the proxy never came to serve; resolves only then (pending forever once it
+    /// serves, or when taken a second time).
+    pub fn startup_failure(&mut self) -> StartupFailure {
+        StartupFailure(self.started.take())
     }
 
     /// Closes the lifeline, waits for the proxy to stop (killing it after a grace period),
