@@ -50,39 +50,59 @@ pub struct JobCa {
 /// A key being generated ahead of its job, on a thread of its own.
 type Pending = std::thread::JoinHandle<Result<rcgen::KeyPair, String>>;
 
-static NEXT_KEY: std::sync::Mutex<Option<Pending>> = std::sync::Mutex::new(None);
+/// Keys made ahead, oldest first, and how many to keep made or in the making.
+struct KeyPool {
+    keys: std::collections::VecDeque<Pending>,
+    keep: usize,
+}
+
+static POOL: std::sync::Mutex<KeyPool> = std::sync::Mutex::new(KeyPool {
+    keys: std::collections::VecDeque::new(),
+    keep: 0,
+});
+
+fn pool() -> std::sync::MutexGuard<'static, KeyPool> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl KeyPool {
+    fn fill(&mut self, to: usize) {
+        while self.keys.len() < to {
+            self.keys.push_back(std::thread::spawn(new_key));
+        }
+    }
+}
 
 fn new_key() -> Result<rcgen::KeyPair, String> {
     rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).map_err(|e| e.to_string())
 }
 
-/// Starts generating the next job's key, unless one is already under way. The runner starts
-/// it when a trusted job begins, so its ~50 ms overlap the workspace and devShell instead of
-/// delaying the agent.
+/// Starts generating the next job's key, unless one is already made or under way. The
+/// runner starts it when a trusted job begins, so its ~50 ms overlap the workspace and
+/// devShell instead of delaying the agent.
 pub fn warm_up() {
-    let mut next = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner());
-    if next.is_none() {
-        *next = Some(std::thread::spawn(new_key));
-    }
+    pool().fill(1);
 }
 
-/// Whether a key is started for the next job as soon as one is taken; see [`keep_one_ready`].
-static KEEP_ONE_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// For a long-running runner (`serve`): from now on a key is always being made or ready for
-/// the next trusted job, so no job waits for one. A one-shot `run` does not call this: a key
-/// made after its only job would be wasted.
-pub fn keep_one_ready() {
-    KEEP_ONE_READY.store(true, std::sync::atomic::Ordering::Relaxed);
-    warm_up();
+/// For a long-running runner (`serve`): from now on `n` keys (its concurrency) are always
+/// made or in the making, so jobs that start together do not each wait for theirs (four
+/// at once on two cores did). A one-shot `run` does not call this: keys made after its
+/// only job would be wasted.
+pub fn keep_ready(n: usize) {
+    let mut pool = pool();
+    pool.keep = n;
+    pool.fill(n);
 }
 
-/// The key [`warm_up`] started, or a fresh one. Each key serves one job only.
+/// The oldest key made ahead, or a fresh one. Each key serves one job only.
 fn take_key() -> Result<rcgen::KeyPair, CaError> {
-    let pending = NEXT_KEY.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if KEEP_ONE_READY.load(std::sync::atomic::Ordering::Relaxed) {
-        warm_up();
-    }
+    let pending = {
+        let mut pool = pool();
+        let pending = pool.keys.pop_front();
+        let keep = pool.keep;
+        pool.fill(keep);
+        pending
+    };
     let key = match pending {
         Some(handle) => handle
             .join()
@@ -122,11 +142,7 @@ impl JobCa {
 
     /// What the proxy reads from its CA descriptor: key, then certificate.
     pub fn proxy_pem(&self) -> Zeroizing<String> {
-        Zeroizing::new(format!(
-            "{}\n{}",
-            self.key_pem.as_str(),
-            self.cert_pem
-        ))
+        Zeroizing::new(format!("{}\n{}", self.key_pem.as_str(), self.cert_pem))
     }
 
     /// Writes the certificate to `cert` and the bundle (certificate, then the system's roots)

@@ -100,7 +100,7 @@ pub async fn serve<S: JobSource>(
         sweep_leftovers(&*source, group).await;
     }
     let mut runner = Arc::new(with_agent_hook(runner, &limits));
-    crate::netproxy::ca::keep_one_ready();
+    crate::netproxy::ca::keep_ready(runner.config.concurrency());
     let recovered = source
         .recover(options.max_attempts)
         .await
@@ -171,6 +171,7 @@ pub async fn serve<S: JobSource>(
                 if let Some(next) = reload(&runner, &options) {
                     on_reload(&next.config);
                     runner = Arc::new(next);
+                    crate::netproxy::ca::keep_ready(runner.config.concurrency());
                     notify::notify("READY=1\nSTATUS=configuration reloaded");
                 }
             }
