@@ -517,11 +517,31 @@ impl HungJob {
         Serve::start_with(&self.runner, &self.server, self.keys.path(), args)
     }
 
-    /// Waits until `serve` runs the job's hanging command, then SIGKILLs `serve`.
+    /// Waits until `serve` runs the job's hanging command, then SIGKILLs `serve`. The job's
+    /// network proxy must follow its runner (its lifeline pipe closed with the runner).
     fn kill_mid_job(&self, serve: Serve) {
         wait_for_process(&format!("hang-{}", self.token), &serve);
+        let proxies: Vec<libc::pid_t> = self
+            .server
+            .confined_processes()
+            .into_iter()
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains("--lifeline-fd")
+            })
+            .collect();
+        assert_eq!(proxies.len(), 1, "the job's proxy runs:\n{}", serve.log());
         unsafe { libc::kill(serve.pid(), libc::SIGKILL) };
         drop(serve);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // By pid: a peer runner may start a proxy of its own for the recovered job.
+        while Path::new(&format!("/proc/{}", proxies[0])).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the job's srt proxy outlived its runner by 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits for `serve` to run the job to the end as its second attempt, the first one
