@@ -106,13 +106,12 @@ async fn refusals_name_their_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_and_signals_stop_the_agent_and_clean_up() {
     for how in ["timeout", "SIGTERM", "SIGINT"] {
-        let token = unique_token();
-        let repo = Repo::new();
-        let rev = repo.commit(&[("README.md", "x")]);
-        let server = ModelServer::start_isolated(vec![Step::bash(format!(
-            "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
-        ))])
-        .expect("model server");
+        let Hanging {
+            token,
+            repo,
+            rev,
+            server,
+        } = Hanging::new();
         let keys = tempfile::tempdir().unwrap();
         let runner = claude_runner(&server, keys.path());
         let file = job_file(
@@ -282,13 +281,12 @@ fn job_temp_dir(job_dir: &Path) -> PathBuf {
 /// the agent's command has started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "(exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     let broken_srt = keys.path().join("srt");

@@ -150,13 +150,12 @@ async fn opencode_job_uses_the_devshell_and_commits() {
 /// sandboxed command (srt, bwrap, the command) must still be stopped by the runner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_timeout_stops_its_detached_commands() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "(exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
     let secrets = tempfile::tempdir().unwrap();
     let runner = opencode_runner(&server, secrets.path(), "sk-test");
     let job = serde_json::json!({

@@ -488,13 +488,12 @@ struct HungJob {
 
 impl HungJob {
     fn submit(id: &'static str) -> HungJob {
-        let token = unique_token();
-        let repo = Repo::new();
-        let rev = repo.commit(&[("README.md", "x")]);
-        let server = ModelServer::start_isolated(vec![Step::bash(format!(
-            "echo started > started.txt; (exec -a hang-{token} tail -f /dev/null)"
-        ))])
-        .expect("model server");
+        let Hanging {
+            token,
+            repo,
+            rev,
+            server,
+        } = Hanging::new();
         let (runner, keys) = runner_for(&server, 1);
         let cgroup = StateCgroup::of(&runner);
         submit_ok(
@@ -755,13 +754,12 @@ fn assert_no_process_with(token: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_goes_on() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "(exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
     let (runner, keys) = runner_for(&server, 1);
     let cgroup = StateCgroup::of(&runner);
     submit_ok(
@@ -1172,13 +1170,12 @@ fn cgroup_of(pid: u32) -> String {
 /// them): their enforcement is proven in the NixOS VM test (nix/vm-test.nix).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
-    let token = unique_token();
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![Step::bash(format!(
-        "(exec -a hang-{token} tail -f /dev/null)"
-    ))])
-    .expect("model server");
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
     let (runner, keys) = runner_for(&server, 1);
     let cgroup = StateCgroup::of(&runner);
     let Some(base) = jobs_cgroup(&runner) else {

@@ -291,3 +291,32 @@ impl SlowBuild {
         }
     }
 }
+
+/// A one-commit repository and a scripted model whose one tool call starts a command named
+/// `hang-<token>` that never ends by itself (a later conversation finds the script used up):
+/// the job every stop, kill and recovery test needs.
+pub struct Hanging {
+    pub token: String,
+    pub repo: Repo,
+    pub rev: String,
+    pub server: quest_runner::selftest::model_server::ModelServer,
+}
+
+impl Hanging {
+    pub fn new() -> Hanging {
+        use quest_runner::selftest::model_server::{ModelServer, Step};
+        let token = unique_token();
+        let repo = Repo::new();
+        let rev = repo.commit(&[("README.md", "x")]);
+        let server = ModelServer::start_isolated(vec![Step::bash(format!(
+            "(exec -a hang-{token} tail -f /dev/null)"
+        ))])
+        .expect("model server");
+        Hanging {
+            token,
+            repo,
+            rev,
+            server,
+        }
+    }
+}
