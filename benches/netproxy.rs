@@ -5,7 +5,6 @@
 //!
 //! `cargo bench --bench netproxy` (needs srt, bwrap, socat and curl: `scripts/setup`).
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -17,49 +16,8 @@ use quest_runner::netproxy::NetRules;
 const REQUESTS: usize = 100;
 const ROUNDS: usize = 3;
 
-/// Answers `200 ok` to every request on every connection, keep-alive, until the bench ends.
-fn upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut stream = stream;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut length = 0usize;
-                    loop {
-                        let mut h = String::new();
-                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h.trim().is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = h.split_once(':') {
-                            if k.eq_ignore_ascii_case("content-length") {
-                                length = v.trim().parse().unwrap_or(0);
-                            }
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    let _ = reader.read_exact(&mut body);
-                    if stream
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
+#[path = "../tests/support/upstream.rs"]
+mod upstream;
 
 /// Per-request times (ms) of `REQUESTS` GETs by one sandboxed curl, with `proxy_port` as the
 /// sandbox's external proxy (or srt's own when `None`).
@@ -116,7 +74,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() {
     let srt = quest_runner::binaries::find(quest_runner::binaries::Tool::Srt).expect("srt");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let upstream = upstream();
+    let (upstream, _) = upstream::upstream();
     let ca = JobCa::generate("bench", Duration::from_secs(3600)).expect("CA");
     let dir = tempfile::tempdir().expect("tempdir");
     let env: Vec<(String, String)> = std::env::vars().collect();
