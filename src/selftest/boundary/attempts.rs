@@ -458,6 +458,18 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             Detect::OutputHas(secret),
         ));
     }
+    if let Some(procs) = writable_cgroup_procs() {
+        // A job's limits and its kill are its cgroup (`serve`); a command that could write a
+        // cgroup.procs file could move itself out of both. Only where the suite itself may
+        // write it (root on a host with cgroup v2), or its unconfined control could not escape.
+        list.push(shell(
+            "cgroup-escape",
+            "move itself out of its cgroup (write the cgroup v2 root's cgroup.procs)".into(),
+            Rule::AllowWrite,
+            format!("echo $$ > {} && echo CGROUP-MOVED", procs.display()),
+            Detect::OutputHas("CGROUP-MOVED".into()),
+        ));
+    }
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.
@@ -517,4 +529,15 @@ pub fn project_config_markers(world: &World) -> Vec<(&'static str, PathBuf)> {
         ("opencode-plugin", world.marker("opencode-plugin")),
         ("shellhook-marker-outside", world.marker("shellhook")),
     ]
+}
+
+/// The `cgroup.procs` of the cgroup v2 hierarchy's root, when this process may write it.
+fn writable_cgroup_procs() -> Option<PathBuf> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let located = crate::serve::cgroup::locate(&cgroup, &mountinfo).ok()?;
+    let procs = located.mount.join("cgroup.procs");
+    rustix::fs::access(&procs, rustix::fs::Access::WRITE_OK)
+        .is_ok()
+        .then_some(procs)
 }
