@@ -15,9 +15,13 @@
 //! rounds' ratios): on a 2-core VM the cost of a process start drifts by 2x over a minute,
 //! which two separate medians would attribute to whichever side ran at the worse time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{median, ms, SampleRepo};
 
 const ROUNDS: usize = 40;
 const PAIR_ROUNDS: usize = 200;
@@ -149,17 +153,8 @@ fn report(name: &str, value: f64, target: &str, met: bool) {
     println!("  {name:<20} {value:>7.2}x   target {target:<7} {verdict}");
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn time(cmd: &mut Command) -> Duration {
@@ -182,58 +177,4 @@ fn output(cmd: &mut Command) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
-}
-
-/// A repository whose every commit has a devShell of its own (the commit's label is in the
-/// derivation), so each new revision is a real miss.
-struct SampleRepo {
-    dir: PathBuf,
-}
-
-impl SampleRepo {
-    fn new(parent: &Path) -> SampleRepo {
-        let dir = parent.join("repo");
-        std::fs::create_dir_all(dir.join("src")).expect("repo dir");
-        git(&dir.join("src"), &["init", "-q", "-b", "main"]);
-        SampleRepo { dir }
-    }
-
-    fn bare(&self) -> PathBuf {
-        self.dir.join("bare.git")
-    }
-
-    fn commit(&self, label: &str) -> String {
-        let system = format!("{}-linux", std::env::consts::ARCH);
-        let flake = format!(
-            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
-  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
-  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#
-        );
-        let src = self.dir.join("src");
-        std::fs::write(src.join("flake.nix"), flake).expect("write flake");
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", label]);
-        if self.bare().exists() {
-            git(&self.bare(), &["fetch", "-q", "../src", "+main:main"]);
-        } else {
-            git(&self.dir, &["clone", "-q", "--bare", "src", "bare.git"]);
-        }
-        git(&src, &["rev-parse", "HEAD"])
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=bench",
-            "-c",
-            "user.email=bench@example.invalid",
-        ])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

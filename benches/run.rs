@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 
 use quest_runner::selftest::model_server::{ModelServer, Served};
 
+mod support;
+
+use support::{median, ms, SampleRepo};
+
 const ROUNDS: usize = 5;
 
 fn pinned(var: &str, name: &str) -> PathBuf {
@@ -24,26 +28,6 @@ fn pinned(var: &str, name: &str) -> PathBuf {
             .join("npm/node_modules/.bin")
             .join(name)
     })
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=b", "-c", "user.email=b@b.invalid"])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Time from `started` to the first main-loop request the server received after it.
@@ -70,22 +54,9 @@ fn run_confined(server: &ModelServer, mut cmd: Command) -> (Duration, Vec<u8>) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let work = tempfile::tempdir().expect("temp dir");
-    let src = work.path().join("src");
-    std::fs::create_dir_all(&src).expect("repo");
-    git(&src, &["init", "-q", "-b", "main"]);
-    let system = format!("{}-linux", std::env::consts::ARCH);
-    std::fs::write(
-        src.join("flake.nix"),
-        format!(
-            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
-  name = "bench"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
-  args = [ "-c" "echo > $out" ]; BENCH = "1"; }}; }}; }}"#
-        ),
-    )
-    .expect("flake");
-    git(&src, &["add", "-A"]);
-    git(&src, &["commit", "-q", "-m", "bench"]);
-    let rev = git(&src, &["rev-parse", "HEAD"]);
+    let repo = SampleRepo::new(work.path());
+    let rev = repo.commit("bench");
+    let src = repo.src();
 
     let server = ModelServer::start_isolated(Vec::new()).expect("model server (needs root)");
     let state = work.path().join("state");

@@ -12,18 +12,11 @@ use std::time::{Duration, Instant};
 
 use quest_runner::selftest::model_server::ModelServer;
 
-const JOBS: usize = 6;
+mod support;
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=b", "-c", "user.email=b@b.invalid"])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use support::SampleRepo;
+
+const JOBS: usize = 6;
 
 fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -112,28 +105,15 @@ fn stop(mut child: Child) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let work = tempfile::tempdir().expect("temp dir");
-    let src = work.path().join("src");
-    std::fs::create_dir_all(&src).expect("repo");
-    git(&src, &["init", "-q", "-b", "main"]);
-    let system = format!("{}-linux", std::env::consts::ARCH);
-    std::fs::write(
-        src.join("flake.nix"),
-        format!(
-            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
-  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
-  args = [ "-c" "echo > $out" ]; BENCH = "serve"; }}; }}; }}"#
-        ),
-    )
-    .expect("flake");
-    git(&src, &["add", "-A"]);
-    git(&src, &["commit", "-qm", "init"]);
+    let repo = SampleRepo::new(work.path());
+    let rev = repo.commit("serve");
     let state = work.path().join("state");
     std::fs::create_dir_all(&state).expect("state");
     let key = work.path().join("key");
     std::fs::write(&key, "sk-bench").expect("key");
     let bench = Bench {
-        rev: git(&src, &["rev-parse", "HEAD"]),
-        repo: src,
+        rev,
+        repo: repo.src(),
         state,
         key,
         claude: std::env::var_os("QUEST_RUNNER_CLAUDE")

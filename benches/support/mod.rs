@@ -1,0 +1,78 @@
+//! What the benchmarks share: a flake repository made on the spot (no nixpkgs: a raw
+//! derivation per commit) and the statistics they print.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// A repository whose every commit has a devShell of its own (the commit's label is in the
+/// derivation), so each new revision is a real miss; with a bare clone of it beside.
+pub struct SampleRepo {
+    dir: PathBuf,
+}
+
+impl SampleRepo {
+    pub fn new(parent: &Path) -> SampleRepo {
+        let dir = parent.join("repo");
+        std::fs::create_dir_all(dir.join("src")).expect("repo dir");
+        git(&dir.join("src"), &["init", "-q", "-b", "main"]);
+        SampleRepo { dir }
+    }
+
+    /// The working repository, what a job fetches from.
+    pub fn src(&self) -> PathBuf {
+        self.dir.join("src")
+    }
+
+    /// Its bare clone, updated by every [`Self::commit`].
+    pub fn bare(&self) -> PathBuf {
+        self.dir.join("bare.git")
+    }
+
+    /// Commits a flake whose devShell carries `label`; returns the revision.
+    pub fn commit(&self, label: &str) -> String {
+        let system = format!("{}-linux", std::env::consts::ARCH);
+        let flake = format!(
+            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
+  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
+  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#
+        );
+        let src = self.src();
+        std::fs::write(src.join("flake.nix"), flake).expect("write flake");
+        git(&src, &["add", "-A"]);
+        git(&src, &["commit", "-q", "-m", label]);
+        if self.bare().exists() {
+            git(&self.bare(), &["fetch", "-q", "../src", "+main:main"]);
+        } else {
+            git(&self.dir, &["clone", "-q", "--bare", "src", "bare.git"]);
+        }
+        git(&src, &["rev-parse", "HEAD"])
+    }
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.invalid",
+        ])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
