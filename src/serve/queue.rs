@@ -184,6 +184,20 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Queue
     }
 }
 
+/// The job files of a state's directory, as (id, entry): `<id>.json` names only. Names
+/// starting with a dot are another program's files still being written (or the queue's own
+/// temporary ones), never jobs.
+fn job_files(dir: &Path) -> std::io::Result<impl Iterator<Item = (String, std::fs::DirEntry)>> {
+    Ok(std::fs::read_dir(dir)?.flatten().filter_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            return None;
+        }
+        let id = name.strip_suffix(".json")?.to_string();
+        Some((id, e))
+    }))
+}
+
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
@@ -345,19 +359,12 @@ impl FsQueue {
     fn queued_names(&self) -> Result<Vec<String>, QueueError> {
         let dir = self.sub(JobState::Queued.dir());
         let mut found = Vec::new();
-        for e in std::fs::read_dir(&dir)
-            .map_err(io("reading", &dir))?
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || !name.ends_with(".json") {
-                continue;
-            }
+        for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
             let mtime = e
                 .metadata()
                 .and_then(|m| m.modified())
                 .unwrap_or(SystemTime::UNIX_EPOCH);
-            found.push((mtime, name));
+            found.push((mtime, format!("{id}.json")));
         }
         found.sort();
         Ok(found.into_iter().map(|(_, n)| n).collect())
@@ -568,14 +575,8 @@ impl FsQueue {
     pub fn recover_now(&self, max_attempts: u32) -> Result<Recovered, QueueError> {
         let dir = self.sub(JobState::Running.dir());
         let mut orphans = Vec::new();
-        for e in std::fs::read_dir(&dir)
-            .map_err(io("reading", &dir))?
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(id) = name.strip_suffix(".json") else {
-                continue;
-            };
+        for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+            let id = id.as_str();
             if check_id(id).is_err() {
                 continue;
             }
@@ -700,15 +701,11 @@ impl FsQueue {
         let mut out = Vec::new();
         for state in JobState::ALL {
             let dir = self.sub(state.dir());
-            let Ok(entries) = std::fs::read_dir(&dir) else {
+            let Ok(entries) = job_files(&dir) else {
                 continue;
             };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || !name.ends_with(".json") {
-                    continue;
-                }
-                let id = name.trim_end_matches(".json").to_string();
+            for (id, e) in entries {
+                let name = format!("{id}.json");
                 if state == JobState::Rejected {
                     let reason = std::fs::read_to_string(dir.join(format!("{name}.reason")))
                         .unwrap_or_default();
@@ -763,14 +760,8 @@ impl FsQueue {
         let mut removed = Vec::new();
         for state in JobState::ALL.into_iter().filter(|s| s.is_finished()) {
             let dir = self.sub(state.dir());
-            for e in std::fs::read_dir(&dir)
-                .map_err(io("reading", &dir))?
-                .flatten()
-            {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || !name.ends_with(".json") {
-                    continue;
-                }
+            for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+                let name = format!("{id}.json");
                 let old = e
                     .metadata()
                     .and_then(|m| m.modified())
@@ -778,7 +769,7 @@ impl FsQueue {
                 if !old {
                     continue;
                 }
-                let id = name.trim_end_matches(".json");
+                let id = id.as_str();
                 if state == JobState::Rejected {
                     let _ = std::fs::remove_file(dir.join(format!("{name}.reason")));
                 } else if check_id(id).is_ok() {
