@@ -169,7 +169,7 @@ async fn timeout_and_signals_stop_the_agent_and_clean_up() {
             job_dir.join("result.json").exists(),
             "{how}: no result saved"
         );
-        let temp = job_temp_dir(&job_dir);
+        let temp = claude_job_temp_dir(&job_dir);
         assert!(!temp.exists(), "{how}: temp dir {} left", temp.display());
         assert!(
             server.confined_processes().is_empty(),
@@ -258,21 +258,8 @@ async fn claude_job_uses_the_devshell_and_commits() {
         );
     }
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
-    let temp = job_temp_dir(&job_dir);
+    let temp = claude_job_temp_dir(&job_dir);
     assert!(!temp.exists(), "temp dir {} left", temp.display());
-}
-
-/// The job's private temp dir, as its Claude settings name it (HOME and TMPDIR).
-fn job_temp_dir(job_dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
-    let settings: Value = serde_json::from_str(&text).unwrap();
-    settings["sandbox"]["filesystem"]["allowWrite"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| PathBuf::from(v.as_str().unwrap()))
-        .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
-        .expect("a quest-job temp dir")
 }
 
 /// The job's network proxy starts alongside the agent; one that never comes to serve ends
@@ -336,7 +323,7 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
     );
     let job_dir = runner.state().join("jobs/noproxy");
     assert!(!job_dir.join("checkout").exists(), "worktree left");
-    let temp = job_temp_dir(&job_dir);
+    let temp = claude_job_temp_dir(&job_dir);
     assert!(!temp.exists(), "temp dir {} left", temp.display());
     assert!(server.confined_processes().is_empty(), "processes left");
 }

@@ -247,19 +247,6 @@ fn wait_for_process(token: &str, serve: &Serve) {
     }
 }
 
-/// The private temp dir a job attempt used, from its Claude settings.
-fn temp_dir_of(job_dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
-    let settings: Value = serde_json::from_str(&text).unwrap();
-    settings["sandbox"]["filesystem"]["allowWrite"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| PathBuf::from(v.as_str().unwrap()))
-        .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
-        .expect("a quest-job temp dir")
-}
-
 fn assert_clean(runner: &Runner, id: &str) {
     let job_dir = runner.state().join("jobs").join(id);
     assert!(!job_dir.join("checkout").exists(), "{id}: worktree left");
@@ -268,7 +255,7 @@ fn assert_clean(runner: &Runner, id: &str) {
         "{id}: workspace record left"
     );
     if job_dir.join("runner/claude/settings.json").exists() {
-        let temp = temp_dir_of(&job_dir);
+        let temp = claude_job_temp_dir(&job_dir);
         assert!(!temp.exists(), "{id}: temp dir {} left", temp.display());
     }
 }
@@ -583,7 +570,7 @@ impl HungJob {
             !first.join("checkout").exists(),
             "the first attempt's worktree is gone"
         );
-        let temp = temp_dir_of(&first);
+        let temp = claude_job_temp_dir(&first);
         assert!(
             !temp.exists(),
             "the first attempt's temp dir {} is left",
@@ -782,7 +769,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
             .map(|p| cmdline(*p))
             .collect::<Vec<_>>()
     );
-    let temp = temp_dir_of(&runner.state().join("jobs/a"));
+    let temp = claude_job_temp_dir(&runner.state().join("jobs/a"));
     assert!(temp.exists());
     unsafe { libc::kill(agents[0], libc::SIGKILL) };
     let (runner, serve) = tokio::task::spawn_blocking(move || {

@@ -320,3 +320,17 @@ impl Hanging {
         }
     }
 }
+
+/// A Claude job attempt's private temp dir (its HOME and TMPDIR), as the job's Claude
+/// settings in `job_dir` name it.
+pub fn claude_job_temp_dir(job_dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
+    let settings: serde_json::Value = serde_json::from_str(&text).unwrap();
+    settings["sandbox"]["filesystem"]["allowWrite"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| PathBuf::from(v.as_str().unwrap()))
+        .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
+        .expect("a quest-job temp dir")
+}
