@@ -19,6 +19,7 @@ pub mod lockfile;
 pub mod netproxy;
 pub mod preflight;
 pub mod process;
+pub mod procfs;
 pub mod run;
 pub mod sandbox;
 pub mod selftest;

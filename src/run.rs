@@ -4,7 +4,7 @@
 //! process tree stopped, the worktree and temp dir removed (the [`Workspace`] drop), and a
 //! result written to `<state>/jobs/<id>/result.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -643,10 +643,7 @@ fn job_markers(paths: &WorkspacePaths) -> Vec<String> {
 
 /// Whether process `pid`'s environment has a value starting with one of `markers`.
 pub(crate) fn environ_mentions(pid: u32, markers: &[String]) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    environ.split(|b| *b == 0).any(|entry| {
+    crate::procfs::environ_any(pid, |entry| {
         let value = match entry.iter().position(|b| *b == b'=') {
             Some(i) => &entry[i + 1..],
             None => return false,
@@ -705,17 +702,10 @@ fn kill_descendants(markers: &[String]) {
 }
 
 fn descendants(root: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            if let Some(ppid) = parent_pid(&e.path()) {
-                parent_of.push((pid, ppid));
-            }
-        }
-    }
+    let parent_of: Vec<(u32, u32)> = crate::procfs::pids()
+        .into_iter()
+        .filter_map(|pid| Some((pid, crate::procfs::parent(pid)?)))
+        .collect();
     let mut found = vec![root];
     let mut i = 0;
     while i < found.len() {
@@ -731,11 +721,4 @@ fn descendants(root: u32) -> Vec<u32> {
     // The runner's own threads are tasks, not processes; nothing else of ours is a child
     // apart from the agent's tree (git and nix have finished by now).
     found
-}
-
-fn parent_pid(proc_dir: &Path) -> Option<u32> {
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    rest.split_whitespace().nth(1)?.parse().ok()
 }

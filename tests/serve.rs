@@ -692,26 +692,14 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     server.kill_confined();
 }
 
-/// Children of `parent` (from `/proc/<pid>/stat`).
+/// Children of `parent`.
 fn children_of(parent: i32) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if ppid == Some(parent) {
-            found.push(pid);
-        }
-    }
-    found
+    use quest_runner::procfs;
+    procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::parent(pid) == Some(parent as u32))
+        .map(|pid| pid as i32)
+        .collect()
 }
 
 fn cmdline(pid: i32) -> String {

@@ -167,27 +167,11 @@ async fn build_shell(
 /// still runs has that as its parent and is left alone, so concurrent builds are safe.
 fn stop_orphaned_builders() {
     let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if !matches!(ppid, Some(p) if p == 1 || p == me) {
+    for pid in crate::procfs::pids() {
+        if !matches!(crate::procfs::parent(pid), Some(p) if p == 1 || p == me) {
             continue;
         }
-        let is_builder = std::fs::read(entry.path().join("environ")).is_ok_and(|env| {
-            env.split(|b| *b == 0)
-                .any(|v| v.starts_with(b"NIX_BUILD_TOP="))
-        });
+        let is_builder = crate::procfs::environ_any(pid, |v| v.starts_with(b"NIX_BUILD_TOP="));
         if let (true, Some(pid)) = (is_builder, rustix::process::Pid::from_raw(pid as i32)) {
             tracing::warn!(
                 pid = pid.as_raw_nonzero().get(),

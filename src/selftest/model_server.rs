@@ -237,17 +237,15 @@ impl ModelServer {
         let Ok(id) = std::fs::read_link(format!("/proc/self/fd/{}", ns.as_raw_fd())) else {
             return Vec::new();
         };
-        let me = std::process::id() as libc::pid_t;
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
-                continue;
-            };
-            if pid != me && std::fs::read_link(entry.path().join("ns/net")).is_ok_and(|l| l == id) {
-                pids.push(pid);
-            }
-        }
-        pids
+        let me = std::process::id();
+        crate::procfs::pids()
+            .into_iter()
+            .filter(|&pid| {
+                pid != me
+                    && std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == id)
+            })
+            .map(|pid| pid as libc::pid_t)
+            .collect()
     }
 
     /// SIGKILLs every process in the server's private network namespace, again until none is

@@ -57,20 +57,8 @@ pub fn stop_leftovers(state: &StateDir, id: &str) -> usize {
 
 /// Pids (other than `me`) whose environment has a value starting with one of `markers`.
 pub fn matching(markers: &[String], me: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for e in entries.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        if crate::run::environ_mentions(pid, markers) {
-            found.push(pid);
-        }
-    }
-    found
+    crate::procfs::pids()
+        .into_iter()
+        .filter(|&pid| pid != me && crate::run::environ_mentions(pid, markers))
+        .collect()
 }

@@ -237,18 +237,13 @@ pub fn runs(count_file: &Path) -> usize {
 
 /// Pids of processes whose command line contains `token`.
 pub fn processes_with(token: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cmdline).contains(token) {
-                found.push(pid);
-            }
-        }
-    }
-    found
+    quest_runner::procfs::pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(token))
+        })
+        .collect()
 }
 
 pub fn unique_token() -> String {
