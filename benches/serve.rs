@@ -72,13 +72,13 @@ impl Bench {
         assert!(out.status.success(), "submit {id}");
     }
 
-    fn serve(&self, server: &ModelServer) -> Child {
+    fn serve(&self, server: &ModelServer) -> Serving {
         let mut cmd = self.command();
         cmd.args(["serve", "--poll", "50ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         server.confine(&mut cmd);
-        cmd.spawn().expect("serve")
+        Serving(cmd.spawn().expect("serve"))
     }
 
     fn done(&self, ids: &[String]) -> usize {
@@ -97,9 +97,15 @@ impl Bench {
     }
 }
 
-fn stop(mut child: Child) {
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
+/// A running `serve`, stopped with SIGTERM when dropped, also when the bench fails midway
+/// (a failed warm-up once left two runners polling for an hour).
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -140,13 +146,13 @@ async fn main() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    stop(serve);
+    drop(serve);
 
     println!("serve: {JOBS} short jobs (scripted model, cached devShell) per concurrency");
     for concurrency in [1, 2, 4] {
         bench.configure(&server, concurrency);
         let serve = bench.serve(&server);
-        let pid = serve.id();
+        let pid = serve.0.id();
         std::thread::sleep(Duration::from_millis(1000));
         let idle = rss_kb(pid);
         let ids: Vec<String> = (0..JOBS).map(|i| format!("c{concurrency}-{i}")).collect();
@@ -162,7 +168,7 @@ async fn main() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let elapsed = started.elapsed();
-        stop(serve);
+        drop(serve);
         let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
         own.sort();
         println!(
