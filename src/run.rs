@@ -317,7 +317,7 @@ impl Runner {
             hook(&mut policy);
         }
         // Started before the agent's files are rendered: they name its port.
-        let proxy = crate::netproxy::job::start(
+        let mut proxy = crate::netproxy::job::start(
             &mut policy,
             crate::netproxy::job::JobNet {
                 job_id: &job.id,
@@ -331,7 +331,6 @@ impl Runner {
         )
         .await
         .map_err(|e| e.to_string())?;
-        let mut proxy = proxy;
         let proxy_failed = proxy.as_mut().map(|p| p.startup_failure());
         let instructions = crate::instructions::read(&paths.checkout);
         let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
