@@ -392,23 +392,16 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
 /// configuration. Git must ignore them, or `git add -A` inside the sandbox fails on a
 /// character device. Ignoring them costs nothing: commands cannot write them anyway, and
 /// tracked files are not affected by an exclude.
-const SANDBOX_STUBS: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".zshrc",
-    ".zprofile",
-    ".profile",
-    ".gitconfig",
-    ".gitmodules",
-    ".ripgreprc",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
-    ".claude",
-    ".opencode",
-    "opencode.json",
-    "opencode.jsonc",
-];
+fn sandbox_stubs() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = crate::sandbox::policy::SRT_PROTECTED_NAMES.to_vec();
+    for path in crate::sandbox::policy::AGENT_CONFIG {
+        let top = path.split('/').next().unwrap_or(path);
+        if !names.contains(&top) {
+            names.push(top);
+        }
+    }
+    names
+}
 
 const EXCLUDE_MARK: &str = "# quest-runner: sandbox mount points (v2)";
 
@@ -425,7 +418,7 @@ fn write_exclude(bare: &Path) -> Result<(), WorkspaceError> {
     }
     text.push_str(EXCLUDE_MARK);
     text.push('\n');
-    for name in SANDBOX_STUBS {
+    for name in sandbox_stubs() {
         text.push_str(name);
         text.push('\n');
     }

@@ -333,6 +333,10 @@ fn opencode_plugin_is_rendered_with_the_policy() {
     assert!(plugin.contains(r#"const CHECKOUT = "/state/jobs/j1/checkout";"#));
     assert!(plugin.contains("/tmp/quest-job-abc123"));
     assert!(plugin.contains("/state/repos/r.git/hooks"));
+    assert!(
+        plugin.contains(r#"const PROTECTED_NAMES = new Set([".bashrc",".bash_profile","#),
+        "srt's protected names, from the one list"
+    );
     // Unconfined (a mutation check only): no plugin, and the file tools stay on.
     let loose = opencode_launch(&oc_account(), false);
     assert!(!loose

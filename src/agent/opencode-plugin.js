@@ -44,19 +44,7 @@ const DENIED = new Set(["webfetch", "websearch", "codesearch"]);
 const WRITE_TOOLS = new Set(["write", "edit", "multiedit", "apply_patch", "patch"]);
 // The names srt denies commands to write in any writable tree (its "mandatory deny paths"):
 // the file tools may not write them either.
-const PROTECTED_NAMES = new Set([
-  ".bashrc",
-  ".bash_profile",
-  ".zshrc",
-  ".zprofile",
-  ".profile",
-  ".gitconfig",
-  ".gitmodules",
-  ".ripgreprc",
-  ".mcp.json",
-  ".vscode",
-  ".idea",
-]);
+const PROTECTED_NAMES = new Set(__QUEST_PROTECTED_NAMES__);
 const PROTECTED_DIRS = [
   [".claude", "commands"],
   [".claude", "agents"],

@@ -117,6 +117,10 @@ pub fn plugin(policy: &SandboxPolicy, dirs: &Dirs) -> String {
             &lit(json!([policy.tmpdir, dirs.tool_output()])),
         )
         .replace("__QUEST_DENY_WRITE__", &lit(json!(policy.deny_write)))
+        .replace(
+            "__QUEST_PROTECTED_NAMES__",
+            &lit(json!(crate::sandbox::policy::SRT_PROTECTED_NAMES)),
+        )
 }
 
 /// opencode.json: the runner's settings, with the account's provider and model.

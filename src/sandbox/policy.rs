@@ -154,6 +154,23 @@ pub struct EnvPolicy {
 /// A directory srt makes available to every sandbox when it exists (`doctor` warns).
 pub const SRT_SHARED_TMP: &str = "/tmp/claude";
 
+/// The names srt denies commands to write in every writable tree (its "mandatory deny
+/// paths", listed in its README). The opencode plugin refuses its file tools the same names,
+/// and the workspace has git ignore the stubs srt mounts for them.
+pub const SRT_PROTECTED_NAMES: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".zshrc",
+    ".zprofile",
+    ".profile",
+    ".gitconfig",
+    ".gitmodules",
+    ".ripgreprc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+];
+
 /// Files in a checkout through which an agent run on it later would execute code.
 ///
 /// `.claude` is protected by its settings files rather than as a whole: srt mounts its own
