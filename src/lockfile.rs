@@ -38,6 +38,23 @@ impl LockFile {
         }
     }
 
+    /// Waits up to `limit` for the lock, blocking the thread; `None` if it stayed taken. For
+    /// code that cannot await (cleanup in `Drop`), which must not wait forever either.
+    pub fn acquire_blocking_within(path: &Path, limit: Duration) -> io::Result<Option<LockFile>> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            if let Some(lock) = Self::try_acquire(path)? {
+                return Ok(Some(lock));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_POLL);
+        }
+    }
+
     /// Takes the lock if nobody holds it.
     pub fn try_acquire(path: &Path) -> io::Result<Option<LockFile>> {
         loop {
@@ -90,5 +107,26 @@ mod tests {
         assert!(!path.exists(), "an idle lock leaves no file");
         let second = LockFile::try_acquire(&path).unwrap();
         assert!(second.is_some());
+    }
+
+    #[test]
+    fn a_blocking_waiter_gets_the_lock_when_the_holder_lets_go_or_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        let first = LockFile::try_acquire(&path).unwrap().unwrap();
+        let gave_up = LockFile::acquire_blocking_within(&path, Duration::from_millis(30)).unwrap();
+        assert!(gave_up.is_none());
+        let waiter = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                LockFile::acquire_blocking_within(&path, Duration::from_secs(30))
+                    .map(|l| l.is_some())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "waits while the lock is held");
+        drop(first);
+        assert!(waiter.join().unwrap().unwrap());
+        assert!(!path.exists());
     }
 }

@@ -145,15 +145,19 @@ impl Workspace {
         };
         std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
         let checkout_arg = checkout.to_string_lossy().into_owned();
-        bare.output(&[
-            "worktree",
-            "add",
-            "--detach",
-            "--quiet",
-            &checkout_arg,
-            &job.rev,
-        ])
-        .await?;
+        {
+            // Released before `partial` can clean up, which takes it again.
+            let _bare = lock_bare(&bare_path).await?;
+            bare.output(&[
+                "worktree",
+                "add",
+                "--detach",
+                "--quiet",
+                &checkout_arg,
+                &job.rev,
+            ])
+            .await?;
+        }
         let worktree_admin = worktree_admin_of(&checkout)?;
         record.worktree_admin = Some(worktree_admin.clone());
         write_record(&job_root, &record)?;
@@ -257,17 +261,29 @@ fn clean(job_root: &Path) {
         return;
     };
     let mut ok = true;
-    for dir in [
-        Some(&record.checkout),
-        record.worktree_admin.as_ref(),
-        Some(&record.temp_dir),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    let mut remove = |dir: &Path| {
         if let Err(e) = remove_tree(dir) {
             tracing::warn!(path = %dir.display(), "could not remove: {e}");
             ok = false;
+        }
+    };
+    remove(&record.checkout);
+    remove(&record.temp_dir);
+    if let Some(admin) = &record.worktree_admin {
+        // `<bare>/worktrees/<name>`: other jobs' git reads it while it exists.
+        match admin.parent().and_then(Path::parent) {
+            Some(bare) => match lock_bare_blocking(bare) {
+                Ok(Some(_bare)) => remove(admin),
+                Ok(None) => {
+                    tracing::warn!(path = %admin.display(), "the bare clone stayed locked; the next sweep removes this worktree entry");
+                    ok = false;
+                }
+                Err(e) => {
+                    tracing::warn!(path = %admin.display(), "could not lock the bare clone: {e}");
+                    ok = false;
+                }
+            },
+            None => remove(admin),
         }
     }
     if ok {
@@ -310,6 +326,43 @@ fn write_record(job_root: &Path, record: &Record) -> Result<(), WorkspaceError> 
         .map_err(io("writing", &path))
 }
 
+/// The bare clone's lock. Git keeps no lock over a bare clone's `worktrees/` directory:
+/// `worktree add` writes the new entry's files one by one, and every command that looks at all
+/// worktrees (`worktree add` itself, and fetch's connectivity check, which walks every
+/// worktree's HEAD) dies on an entry that is half written or half removed ("failed to read
+/// …/commondir"). So cloning, fetching, maintenance, adding a worktree and removing one each
+/// hold this lock, one at a time.
+pub fn bare_lock_path(bare: &Path) -> PathBuf {
+    bare.with_extension("lock")
+}
+
+async fn lock_bare(bare: &Path) -> Result<LockFile, WorkspaceError> {
+    let path = bare_lock_path(bare);
+    LockFile::acquire(&path).await.map_err(io("locking", &path))
+}
+
+/// How long cleanup waits for the bare clone's lock before leaving the worktree's entry to the
+/// next sweep: long enough for any add or fetch of a small repository, short enough that a
+/// long fetch elsewhere cannot hold up a job's end (or a runner's shutdown) for minutes.
+const CLEANUP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The bare clone's lock for code that cannot await (cleanup in `Drop`, the suite's controls).
+/// The holder may be a task of this very runtime waiting on its git child; on a multi-thread
+/// runtime `block_in_place` hands this worker's tasks to another thread so that holder can
+/// finish. (On a current-thread runtime the wait simply times out; the runner prepares
+/// workspaces only on multi-thread runtimes.)
+pub fn lock_bare_blocking(bare: &Path) -> std::io::Result<Option<LockFile>> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let path = bare_lock_path(bare);
+    let take = || LockFile::acquire_blocking_within(&path, CLEANUP_LOCK_WAIT);
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(take)
+        }
+        _ => take(),
+    }
+}
+
 /// The administrative directory git made for the worktree, from its `.git` file.
 fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
     let dotgit = checkout.join(".git");
@@ -342,10 +395,7 @@ pub async fn ensure_bare_clone(state: &StateDir, job: &Job) -> Result<PathBuf, W
 /// Makes sure the bare clone has the job's revision: clones on first use, then fetches the
 /// job's ref (which Nix and a human can name) or the bare revision.
 async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
-    let lock_path = bare_path.with_extension("lock");
-    let _lock = LockFile::acquire(&lock_path)
-        .await
-        .map_err(io("locking", &lock_path))?;
+    let _lock = lock_bare(bare_path).await?;
     let bare = Git::for_fetch(bare_path)?;
     if !bare_path.join("HEAD").exists() {
         let staged = bare_path.with_extension("new");
@@ -353,6 +403,12 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
         let init = Git::new(&staged)?;
         init.output(&["init", "--quiet", "--bare"]).await?;
         init.output(&["remote", "add", "origin", &job.repo]).await?;
+        // No automatic maintenance: git would start it after an agent's commit, inside the
+        // job's sandbox and without this lock, and the repack reads every worktree. The
+        // runner runs it itself after fetching, holding the lock.
+        init.output(&["config", "gc.auto", "0"]).await?;
+        init.output(&["config", "maintenance.auto", "false"])
+            .await?;
         std::fs::rename(&staged, bare_path).map_err(io("publishing", bare_path))?;
     }
     let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
@@ -384,7 +440,22 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
         });
     }
     write_exclude(bare_path)?;
-    Ok(Git::new(bare_path)?)
+    let local = Git::new(bare_path)?;
+    if !fetched.is_empty() {
+        // git's default thresholds, in the foreground so it ends before the lock is released.
+        local
+            .output(&[
+                "-c",
+                "gc.auto=6700",
+                "-c",
+                "gc.autoDetach=false",
+                "gc",
+                "--auto",
+                "--quiet",
+            ])
+            .await?;
+    }
+    Ok(local)
 }
 
 /// Paths the sandbox covers with a read-only `/dev/null` (or an empty directory) while a

@@ -58,6 +58,10 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     // Nix 2.8 can fetch the revision by this branch.
     let listed = git(&p.bare_clone, &["branch", "--list", &ws.nix_ref]);
     assert!(!listed.is_empty());
+    // Git starts no maintenance of its own on the shared clone (an agent's commit would, in its
+    // sandbox); the runner runs it after fetching.
+    assert_eq!(git(&p.bare_clone, &["config", "gc.auto"]), "0");
+    assert_eq!(git(&p.bare_clone, &["config", "maintenance.auto"]), "false");
     // A second job with the same id is refused.
     let again = Workspace::prepare(&state, &job("w1", &repo.src(), &rev)).await;
     assert!(again.is_err());
@@ -121,5 +125,100 @@ fn release_locks_of(path: &Path) {
             let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
             unsafe { libc::close(n) };
         }
+    }
+}
+
+/// Jobs of one repository start and end side by side (serve's concurrency): git writes a new
+/// worktree's administrative files one by one and every `worktree add` reads all the others',
+/// so unserialized adds and removals fail with "failed to read …/commondir". Rounds of
+/// concurrent prepares and drops on one bare clone must all succeed and leave no worktree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    // The bare clone exists before the rounds, as on a runner that has run one job.
+    drop(
+        Workspace::prepare(&state, &job("first", &repo.src(), &rev))
+            .await
+            .unwrap(),
+    );
+    for round in 0..10 {
+        let mut tasks = Vec::new();
+        for n in 0..8 {
+            let state = state.clone();
+            let job = job(&format!("r{round}-{n}"), &repo.src(), &rev);
+            tasks.push(tokio::spawn(async move {
+                let ws = Workspace::prepare(&state, &job).await?;
+                // Stagger the ends so drops overlap the next job's add.
+                tokio::time::sleep(Duration::from_millis(n * 7)).await;
+                let head = git(&ws.paths.checkout, &["rev-parse", "HEAD"]);
+                drop(ws);
+                Ok::<_, quest_runner::workspace::WorkspaceError>(head)
+            }));
+        }
+        for task in tasks {
+            let head = task
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(head, rev);
+        }
+    }
+    let bare = std::fs::read_dir(state_dir.path().join("repos"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "git"))
+        .unwrap()
+        .path();
+    let left: Vec<_> = std::fs::read_dir(bare.join("worktrees"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "worktrees left: {left:?}");
+}
+
+/// A job at a new revision fetches into the bare clone (holding its lock, because fetch's
+/// connectivity check reads every worktree) while other jobs of the repository add and remove
+/// their worktrees and wait for that lock in async code and in `Drop`: every job gets its
+/// workspace, none waits forever. (The fetch's own race is too narrow to show reliably; the
+/// add race is shown by the test above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fetching_a_new_revision_while_other_jobs_come_and_go() {
+    let repo = Repo::new();
+    let first = repo.commit(&[("a", "0")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    drop(
+        Workspace::prepare(&state, &job("first", &repo.src(), &first))
+            .await
+            .unwrap(),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut churn = Vec::new();
+    for c in 0..3 {
+        let (state, stop, job_repo, rev) = (state.clone(), stop.clone(), repo.src(), first.clone());
+        churn.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let ws = Workspace::prepare(&state, &job(&format!("c{c}-{n}"), &job_repo, &rev))
+                    .await
+                    .unwrap_or_else(|e| panic!("churn job: {e}"));
+                drop(ws);
+                n += 1;
+            }
+            n
+        }));
+    }
+    for round in 0..8 {
+        let rev = repo.commit(&[("a", &round.to_string())]);
+        let ws = Workspace::prepare(&state, &job(&format!("new{round}"), &repo.src(), &rev))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(git(&ws.paths.checkout, &["rev-parse", "HEAD"]), rev);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in churn {
+        assert!(task.await.unwrap() > 0, "the churn ran");
     }
 }

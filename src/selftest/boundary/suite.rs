@@ -383,6 +383,12 @@ fn run_controls(
 ) -> Result<(), String> {
     let checkout = world.path().join("control-checkout");
     let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
+    let bare_lock = || {
+        crate::workspace::lock_bare_blocking(&t.bare)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("the bare clone {} stayed locked", t.bare.display()))
+    };
+    let locked = bare_lock()?;
     let status = Command::new(&git)
         .args(["-c", "core.hooksPath=/dev/null", "--git-dir"])
         .arg(&t.bare)
@@ -391,6 +397,7 @@ fn run_controls(
         .arg(&world.rev)
         .status()
         .map_err(|e| e.to_string())?;
+    drop(locked);
     if !status.success() {
         return Err("creating the control worktree failed".into());
     }
@@ -463,6 +470,7 @@ fn run_controls(
             .status();
     }
     let _ = std::fs::remove_dir_all(&checkout);
+    let _locked = bare_lock()?;
     let _ = Command::new(&git)
         .args(["--git-dir"])
         .arg(&t.bare)
