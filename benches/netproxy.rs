@@ -165,6 +165,7 @@ fn compare(
             listener: TcpListener::bind("127.0.0.1:0").expect("bind"),
             adjust: None,
             env_source: &env,
+            temp_dir: dir.path(),
         }))
         .expect("the proxy starts");
     let (mut builtin, mut decided) = (Vec::new(), Vec::new());

@@ -269,6 +269,7 @@ fn clean(job_root: &Path) {
     };
     remove(&record.checkout);
     remove(&record.temp_dir);
+    remove(&record.helper_tmp);
     if let Some(admin) = &record.worktree_admin {
         // `<bare>/worktrees/<name>`: other jobs' git reads it while it exists.
         match admin.parent().and_then(Path::parent) {

@@ -59,6 +59,7 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
         listener: TcpListener::bind("127.0.0.1:0").expect("bind"),
         adjust: None,
         env_source: &env,
+        temp_dir: dir.path(),
     })
     .await
     .expect("the proxy starts");
@@ -103,6 +104,18 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
         &url("/socks"),
     ]);
     assert_eq!(socks.0, "000", "{socks:?}");
+
+    // srt's scratch files (its trust bundle, which it never removes) went into the TMPDIR the
+    // runner gave it, which the job's cleanup removes, not into the runner's /tmp.
+    let scratch: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        scratch.iter().any(|n| n.starts_with("srt-ca-")),
+        "{scratch:?}"
+    );
 
     let summary = proxy.stop().await;
     let seen = seen.lock().expect("lock").clone();

@@ -72,6 +72,10 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     drop(ws);
     assert!(!p.checkout.exists());
     assert!(!p.temp_dir.exists());
+    assert!(
+        !p.helper_tmp.exists(),
+        "srt's scratch dir goes with the job"
+    );
     assert!(!p.worktree_admin.exists());
     assert!(
         p.bare_clone.exists(),
@@ -115,6 +119,7 @@ async fn sweep_cleans_what_a_killed_runner_left() {
     assert_eq!(sweep_abandoned(&state), 1);
     assert!(!p.checkout.exists());
     assert!(!p.temp_dir.exists());
+    assert!(!p.helper_tmp.exists());
 }
 
 /// Closes every descriptor of this process open on `path`, as process death would.

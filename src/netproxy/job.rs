@@ -20,6 +20,8 @@ pub struct JobNet<'a> {
     pub result_dir: &'a Path,
     /// The runner's files for the job: the proxy's own stderr goes there.
     pub job_dir: &'a Path,
+    /// A private directory removed with the job's workspace: the proxy's TMPDIR.
+    pub temp_dir: &'a Path,
     pub bind: Option<&'a BindListener>,
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
     pub env_source: &'a [(String, String)],
@@ -67,6 +69,7 @@ pub async fn start(
         listener,
         adjust: net.adjust,
         env_source: net.env_source,
+        temp_dir: net.temp_dir,
     })?;
     policy.proxy_port = Some(proxy.port);
     Ok(Some(proxy))

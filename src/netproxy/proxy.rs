@@ -98,6 +98,9 @@ pub struct ProxySpec<'a> {
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
     /// The runner's environment, from which the proxy keeps what it needs upstream.
     pub env_source: &'a [(String, String)],
+    /// The proxy's TMPDIR: srt writes its trust bundle (~0.4 MB) into a fresh directory there
+    /// and never removes it, so it must be a directory the job's cleanup removes.
+    pub temp_dir: &'a Path,
 }
 
 /// Variables of the runner's that the proxy keeps: its `node` on `PATH`, a parent proxy for
@@ -212,6 +215,7 @@ impl JobProxy {
                     .filter(|(k, _)| PROXY_ENV.contains(&k.as_str()))
                     .map(|(k, v)| (k.as_str(), v.as_str())),
             )
+            .env("TMPDIR", spec.temp_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
