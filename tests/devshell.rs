@@ -301,11 +301,7 @@ fn cancel_mid_build(signal: i32) {
         processes_with(&token).is_empty(),
         "a process of the build survived"
     );
-    let build_dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(&token))
-        .collect();
+    let build_dirs = nix_scratch_left(&token);
     assert!(build_dirs.is_empty(), "nix build dir left: {build_dirs:?}");
     runner.assert_nothing_cached();
 }

@@ -846,6 +846,10 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     .unwrap();
     // Checked at the end, so the rest is checked too.
     let builders_left = survivors(&format!("sleep-{token}"));
+    // A nix killed outright cannot remove its build directory; the runner removes the
+    // private TMPDIR it gave that nix.
+    let build_dirs = nix_scratch_left(&token);
+    assert!(build_dirs.is_empty(), "nix build dir left: {build_dirs:?}");
     assert_clean(&runner, "n");
     for sub in ["entries", "roots", "tmp"] {
         assert!(

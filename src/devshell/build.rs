@@ -112,6 +112,14 @@ async fn build_shell(
     ])
     .arg(&root)
     .arg(&installable);
+    // Nix puts build directories and its git fetcher's checkouts in TMPDIR and removes them
+    // itself, unless it is killed outright. Its own TMPDIR, removed when this returns, leaves
+    // nothing behind either way.
+    let scratch = tempfile::Builder::new()
+        .prefix("quest-nix-")
+        .tempdir()
+        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
+    cmd.env("TMPDIR", scratch.path());
     tracing::info!(%installable, "nix print-dev-env");
     let what = format!("nix print-dev-env {installable}");
     let out = process::run_captured(cmd, "nix")

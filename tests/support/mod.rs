@@ -246,6 +246,36 @@ pub fn processes_with(token: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Nix build directories (and fetcher checkouts) named with `token` that are still on disk:
+/// in /tmp itself, or in the private TMPDIR the runner gives each nix run (`quest-nix-*`).
+pub fn nix_scratch_left(token: &str) -> Vec<PathBuf> {
+    let tmp = std::env::temp_dir();
+    let listing = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut left = Vec::new();
+    for entry in listing(&tmp) {
+        let name = entry
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if name.contains(token) {
+            left.push(entry.clone());
+        }
+        if name.starts_with("quest-nix-") {
+            left.extend(
+                listing(&entry)
+                    .into_iter()
+                    .filter(|p| p.to_string_lossy().contains(token)),
+            );
+        }
+    }
+    left
+}
+
 pub fn unique_token() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
     let nanos = SystemTime::now()
