@@ -104,6 +104,12 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
         &url("/socks"),
     ]);
     assert_eq!(socks.0, "000", "{socks:?}");
+    // Hosts off the allowlist: refused by the proxy itself, before any decider is asked, and
+    // still logged (from the proxy's own report of them).
+    let unlisted = curl(&["-x", &via, "http://unlisted.invalid/p?token=secret"]);
+    assert_eq!(unlisted.0, "403", "{unlisted:?}");
+    let unlisted_tls = curl(&["-x", &via, "https://unlisted.invalid/"]);
+    assert!(unlisted_tls.1.contains("403"), "{unlisted_tls:?}");
 
     // srt's scratch files (its trust bundle, which it never removes) went into the TMPDIR the
     // runner gave it, which the job's cleanup removes, not into the runner's /tmp.
@@ -139,10 +145,23 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
     }
     assert!(has("GET registry.invalid:443 /tls-path allowed"), "{log}");
     assert!(
+        has("- unlisted.invalid:80 - refused 403 host_not_allowed"),
+        "{log}"
+    );
+    assert!(
+        has("CONNECT unlisted.invalid:443 - refused 403 host_not_allowed"),
+        "{log}"
+    );
+    assert!(
         !log.contains("secret"),
         "queries stay out of the log: {log}"
     );
-    assert_eq!((summary.allowed, summary.refused), (3, 4), "{log}");
+    let stderr = std::fs::read_to_string(dir.path().join("proxy.stderr")).expect("stderr");
+    assert!(
+        stderr.contains("srt proxy: serving") && !stderr.contains("secret"),
+        "the proxy's stderr keeps its own lines, not its debug lines (full URLs): {stderr}"
+    );
+    assert_eq!((summary.allowed, summary.refused), (3, 6), "{log}");
     assert_eq!(summary.log, log_path);
     // Stopped: no process is left.
     assert!(

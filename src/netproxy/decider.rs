@@ -66,7 +66,7 @@ struct Req {
 pub async fn serve(
     mut stream: tokio::net::UnixStream,
     rules: NetRules,
-    mut log: NetLog,
+    log: Arc<NetLog>,
     counts: Arc<Counts>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) -> Result<(), DeciderError> {

@@ -1,5 +1,7 @@
-//! The per-job network log: one line per request the decider was asked about, written as it
-//! is decided, so a job killed midway still leaves what it did.
+//! The per-job network log: one line per request, written as it is decided, so a job killed
+//! midway still leaves what it did. Most lines are the decider's; requests for hosts off the
+//! job's allowlist are refused by srt's proxy before any decider is asked, and their lines
+//! come from the proxy's own report of them ([`proxy_refusal`]).
 //!
 //! ```text
 //! 2025-11-30T10:00:00.123Z GET registry.npmjs.org:443 /react allowed
@@ -33,9 +35,10 @@ impl Counts {
     }
 }
 
+/// Shared by the decider and the reader of the proxy's stderr.
 pub struct NetLog {
     path: PathBuf,
-    file: std::fs::File,
+    file: std::sync::Mutex<std::fs::File>,
 }
 
 impl NetLog {
@@ -50,7 +53,7 @@ impl NetLog {
             .open(path)?;
         Ok(NetLog {
             path: path.to_path_buf(),
-            file,
+            file: std::sync::Mutex::new(file),
         })
     }
 
@@ -59,9 +62,10 @@ impl NetLog {
     }
 
     /// Appends one line. A failed write is reported, not fatal: the decision stands.
-    pub fn record(&mut self, at: SystemTime, req: &Entry<'_>, decision: &Decision) {
+    pub fn record(&self, at: SystemTime, req: &Entry<'_>, decision: &Decision) {
         let line = line(at, req, decision);
-        if let Err(e) = self.file.write_all(line.as_bytes()) {
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = file.write_all(line.as_bytes()) {
             tracing::warn!("writing the network log {}: {e}", self.path.display());
         }
     }
@@ -106,6 +110,33 @@ fn escape(s: &str) -> String {
     out
 }
 
+/// srt's proxy refuses a host off the allowlist itself and, with `SRT_DEBUG` set, says so on
+/// stderr: `[SandboxDebug] Connection blocked to HOST:PORT` for a CONNECT and `[SandboxDebug]
+/// HTTP request blocked to HOST:PORT` for a plain request (whose method and path it does not
+/// say: they are logged as `-`). Those two lines, as the pinned srt words them, become log
+/// entries; `tests/netproxy.rs` fails if a new srt words them otherwise.
+pub fn proxy_refusal(stderr_line: &str) -> Option<(&'static str, &str, u16)> {
+    let rest = stderr_line.strip_prefix(SRT_DEBUG_PREFIX)?;
+    let (method, target) = if let Some(t) = rest.strip_prefix("Connection blocked to ") {
+        ("CONNECT", t)
+    } else {
+        ("-", rest.strip_prefix("HTTP request blocked to ")?)
+    };
+    let (host, port) = target.rsplit_once(':')?;
+    Some((method, host, port.parse().ok()?))
+}
+
+/// How srt's debug lines start.
+pub const SRT_DEBUG_PREFIX: &str = "[SandboxDebug] ";
+
+/// The decision srt's proxy made for a host off the allowlist (it answers 403).
+pub fn proxy_refused() -> Decision {
+    Decision::Deny {
+        status: 403,
+        reason: "host_not_allowed: not on this job's allowlist (refused by the proxy)".into(),
+    }
+}
+
 /// Counts `decision` in `counts`.
 pub fn count(counts: &Counts, decision: &Decision) {
     let which = match decision {
@@ -143,5 +174,25 @@ mod tests {
         assert_eq!(l.lines().count(), 1);
         let l = line(at, &e, &Decision::Allow);
         assert!(l.ends_with(" allowed\n"), "{l}");
+    }
+
+    #[test]
+    fn the_proxys_own_refusals_are_read_from_its_stderr() {
+        assert_eq!(
+            proxy_refusal("[SandboxDebug] Connection blocked to evil.example:443"),
+            Some(("CONNECT", "evil.example", 443))
+        );
+        assert_eq!(
+            proxy_refusal("[SandboxDebug] HTTP request blocked to ::1:8080"),
+            Some(("-", "::1", 8080))
+        );
+        for other in [
+            "Connection blocked to evil.example:443",
+            "[SandboxDebug] [request-filter] allow GET http://a/",
+            "[SandboxDebug] Connection blocked to evil.example",
+            "[SandboxDebug] Connection blocked to evil.example:http",
+        ] {
+            assert_eq!(proxy_refusal(other), None, "{other}");
+        }
     }
 }

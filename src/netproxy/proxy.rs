@@ -26,7 +26,7 @@ use tokio::io::AsyncBufReadExt;
 
 use super::ca::JobCa;
 use super::decider::{self, DeciderError};
-use super::log::{Counts, NetLog};
+use super::log::{self, Counts, NetLog};
 use super::rules::NetRules;
 
 /// How long the proxy may take to start (Node's start-up, the hello) before the job fails.
@@ -216,6 +216,9 @@ impl JobProxy {
                     .map(|(k, v)| (k.as_str(), v.as_str())),
             )
             .env("TMPDIR", spec.temp_dir)
+            // Only with it does the proxy report the requests it refuses without asking the
+            // decider (hosts off the allowlist); see `copy_stderr`.
+            .env("SRT_DEBUG", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -232,7 +235,7 @@ impl JobProxy {
         // The proxy holds these now; the runner keeps only its ends.
         drop((spec.listener, theirs, lifeline_r, ca_r));
 
-        let log = NetLog::create(&spec.log).map_err(io("creating the network log"))?;
+        let log = Arc::new(NetLog::create(&spec.log).map_err(io("creating the network log"))?);
         let counts = Arc::new(Counts::default());
         ours.set_nonblocking(true)
             .map_err(io("setting up the decider's socket"))?;
@@ -242,7 +245,7 @@ impl JobProxy {
         let decider = tokio::spawn(decider::serve(
             stream,
             spec.rules,
-            log,
+            log.clone(),
             counts.clone(),
             hello_tx,
         ));
@@ -251,6 +254,7 @@ impl JobProxy {
             child.stderr.take(),
             spec.stderr_log.clone(),
             served_tx,
+            (log, counts.clone()),
         ));
         // Serving means: hellos exchanged, CA accepted, listening. `served` fails when the
         // proxy's stderr ends, that is when it exited, with all of its stderr in the log.
@@ -342,10 +346,14 @@ fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 4]) {
 }
 
 /// Copies the proxy's stderr into `path`, and reports when it says it serves.
+/// Copies the proxy's stderr to `path`, says when the proxy serves, and logs the requests the
+/// proxy refused itself. Its debug lines are otherwise dropped: they name every request's full
+/// URL, query (and any token in it) included.
 async fn copy_stderr(
     stderr: Option<tokio::process::ChildStderr>,
     path: PathBuf,
     served: tokio::sync::oneshot::Sender<()>,
+    (log, counts): (Arc<NetLog>, Arc<Counts>),
 ) {
     let Some(stderr) = stderr else { return };
     let mut file = match std::fs::File::create(&path) {
@@ -362,6 +370,21 @@ async fn copy_stderr(
             if let Some(tx) = served.take() {
                 let _ = tx.send(());
             }
+        }
+        if let Some((method, host, port)) = log::proxy_refusal(&line) {
+            let refused = log::proxy_refused();
+            log::count(&counts, &refused);
+            let entry = log::Entry {
+                method,
+                host,
+                port,
+                path: "-",
+            };
+            log.record(std::time::SystemTime::now(), &entry, &refused);
+            continue;
+        }
+        if line.starts_with(log::SRT_DEBUG_PREFIX) {
+            continue;
         }
         if let Some(f) = file.as_mut() {
             let _ = writeln!(f, "{line}");
