@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::state::StateDir;
-use quest_runner::workspace::{sweep_abandoned, Workspace};
+use quest_runner::workspace::{bare_clone_path, sweep_abandoned, Workspace};
 use support::*;
 
 fn job(id: &str, repo: &Path, rev: &str) -> Job {
@@ -133,6 +133,15 @@ fn release_locks_of(path: &Path) {
     }
 }
 
+/// A state dir whose bare clone of `repo` exists, as on a runner that has run one job.
+async fn state_after_one_job(repo: &Repo, rev: &str) -> (tempfile::TempDir, StateDir) {
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let first = Workspace::prepare(&state, &job("first", &repo.src(), rev)).await;
+    drop(first.unwrap());
+    (state_dir, state)
+}
+
 /// Jobs of one repository start and end side by side (serve's concurrency): git writes a new
 /// worktree's administrative files one by one and every `worktree add` reads all the others',
 /// so unserialized adds and removals fail with "failed to read …/commondir". Rounds of
@@ -141,14 +150,7 @@ fn release_locks_of(path: &Path) {
 async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
     let repo = Repo::new();
     let rev = repo.commit(&[("a", "a")]);
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    // The bare clone exists before the rounds, as on a runner that has run one job.
-    drop(
-        Workspace::prepare(&state, &job("first", &repo.src(), &rev))
-            .await
-            .unwrap(),
-    );
+    let (_state_dir, state) = state_after_one_job(&repo, &rev).await;
     for round in 0..10 {
         let mut tasks = Vec::new();
         for n in 0..8 {
@@ -171,12 +173,7 @@ async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
             assert_eq!(head, rev);
         }
     }
-    let bare = std::fs::read_dir(state_dir.path().join("repos"))
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().extension().is_some_and(|x| x == "git"))
-        .unwrap()
-        .path();
+    let bare = bare_clone_path(&state, &repo.src().to_string_lossy());
     let left: Vec<_> = std::fs::read_dir(bare.join("worktrees"))
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
@@ -192,13 +189,7 @@ async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
 async fn fetching_a_new_revision_while_other_jobs_come_and_go() {
     let repo = Repo::new();
     let first = repo.commit(&[("a", "0")]);
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    drop(
-        Workspace::prepare(&state, &job("first", &repo.src(), &first))
-            .await
-            .unwrap(),
-    );
+    let (_state_dir, state) = state_after_one_job(&repo, &first).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut churn = Vec::new();
     for c in 0..3 {
