@@ -161,7 +161,9 @@ async fn opencode_timeout_stops_its_detached_commands() {
     let job = serde_json::json!({
         "id": "oc-timeout", "repo": repo.src().to_string_lossy(), "rev": rev, "ref": "main",
         "trust": "trusted", "agent": "opencode", "account": "oc", "prompt": "hang",
-        "timeout": "12s",
+        // Long enough for opencode's start-up (~3 s alone) and its first sandboxed command
+        // on a loaded 2-core machine (12 s was seen to fall short once); the test waits it out.
+        "timeout": "20s",
     });
     let mut cmd = run_command(&runner, &server, secrets.path(), &job);
     // Proof that the command really ran: watch for it while the job runs.
