@@ -113,9 +113,7 @@ impl Workspace {
 
         let bare_path = bare_clone_path(state, &job.repo);
         let bare = fetch(&bare_path, job).await?;
-        let nix_ref = format!("quest/rev/{}", job.rev);
-        bare.output(&["update-ref", &format!("refs/heads/{nix_ref}"), &job.rev])
-            .await?;
+        let nix_ref = nix_ref(&job.rev);
 
         // Both are removed by their guards until the record that names them is written.
         let temp_guard = tempfile::Builder::new()
@@ -393,8 +391,16 @@ pub async fn ensure_bare_clone(state: &StateDir, job: &Job) -> Result<PathBuf, W
     Ok(path)
 }
 
-/// Makes sure the bare clone has the job's revision: clones on first use, then fetches the
-/// job's ref (which Nix and a human can name) or the bare revision.
+/// The branch that names a job's revision in the bare clone, for Nix releases that cannot fetch
+/// a bare revision.
+fn nix_ref(rev: &str) -> String {
+    format!("quest/rev/{rev}")
+}
+
+/// Makes sure the bare clone has the job's revision, and the branch [`nix_ref`] naming it:
+/// clones on first use, then fetches the job's ref (which Nix and a human can name) or the bare
+/// revision. The branch is made under the lock too: two jobs at one revision would otherwise
+/// race for its ref lock.
 async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
     let _lock = lock_bare(bare_path).await?;
     let bare = Git::for_fetch(bare_path)?;
@@ -442,6 +448,13 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
     }
     write_exclude(bare_path)?;
     let local = Git::new(bare_path)?;
+    let branch = format!("refs/heads/{}", nix_ref(&job.rev));
+    // Usually there already, as a loose ref file. Set again when a gc packed it, or when a
+    // job's agent (which may write the clone's refs) moved it.
+    let current = std::fs::read_to_string(bare_path.join(&branch)).unwrap_or_default();
+    if current.trim() != job.rev {
+        local.output(&["update-ref", &branch, &job.rev]).await?;
+    }
     if !fetched.is_empty() {
         // git's default thresholds, in the foreground so it ends before the lock is released.
         local

@@ -62,6 +62,22 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     // sandbox); the runner runs it after fetching.
     assert_eq!(git(&p.bare_clone, &["config", "gc.auto"]), "0");
     assert_eq!(git(&p.bare_clone, &["config", "maintenance.auto"]), "false");
+    // An agent may write the clone's refs: a moved branch is set back by the next job.
+    let other = repo.commit(&[("README.md", "other\n")]);
+    git(&p.bare_clone, &["fetch", "-q", "origin", &other]);
+    git(
+        &p.bare_clone,
+        &["update-ref", &format!("refs/heads/{}", ws.nix_ref), &other],
+    );
+    let again = Workspace::prepare(&state, &job("w1-again", &repo.src(), &rev))
+        .await
+        .unwrap();
+    drop(again);
+    let named = git(
+        &p.bare_clone,
+        &["rev-parse", &format!("refs/heads/{}", ws.nix_ref)],
+    );
+    assert_eq!(named, rev);
     // A second job with the same id is refused.
     let again = Workspace::prepare(&state, &job("w1", &repo.src(), &rev)).await;
     assert!(again.is_err());
