@@ -250,6 +250,7 @@ impl Runner {
             crate::netproxy::ca::warm_up();
         }
         workspace::sweep_abandoned(&self.state);
+        crate::devshell::scratch::sweep(&std::env::temp_dir());
         let ws = match Workspace::prepare(&self.state, job).await {
             Ok(ws) => ws,
             Err(e) => return refuse(result, Outcome::Error, e.to_string()),

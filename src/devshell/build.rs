@@ -112,12 +112,8 @@ async fn build_shell(
     ])
     .arg(&root)
     .arg(&installable);
-    // Nix puts build directories and its git fetcher's checkouts in TMPDIR and removes them
-    // itself, unless it is killed outright. Its own TMPDIR, removed when this returns, leaves
-    // nothing behind either way.
-    let scratch = tempfile::Builder::new()
-        .prefix("quest-nix-")
-        .tempdir()
+    // Removed when this returns, however nix ended (see `scratch`).
+    let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
     cmd.env("TMPDIR", scratch.path());
     tracing::info!(%installable, "nix print-dev-env");

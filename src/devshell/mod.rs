@@ -18,6 +18,7 @@ pub mod key;
 mod maintenance;
 pub mod nix_version;
 pub mod render;
+pub mod scratch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,44 @@
+use super::*;
+
+use std::time::SystemTime;
+
+/// A directory `name` in `parent` with a file in it, last modified a minute ago.
+fn old_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("nix-build-x.drv-0"), "partial").unwrap();
+    let minute_ago = SystemTime::now() - Duration::from_secs(60);
+    File::open(&dir).unwrap().set_modified(minute_ago).unwrap();
+    dir
+}
+
+#[test]
+fn sweep_removes_only_abandoned_scratch_dirs() {
+    let parent = tempfile::tempdir().unwrap();
+    let abandoned = old_dir(parent.path(), "quest-nix-abandoned");
+    let held = old_dir(parent.path(), "quest-nix-held");
+    let lock = File::open(&held).unwrap();
+    rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).unwrap();
+    let other = old_dir(parent.path(), "not-ours");
+    let young = parent.path().join("quest-nix-young");
+    std::fs::create_dir(&young).unwrap();
+
+    assert_eq!(sweep(parent.path()), vec![abandoned.clone()]);
+    assert!(!abandoned.exists());
+    assert!(held.exists(), "a run in progress keeps its dir");
+    assert!(other.exists());
+    assert!(young.exists(), "a dir not yet locked is left alone");
+    drop(lock);
+    assert_eq!(sweep(parent.path()), vec![held]);
+}
+
+#[test]
+fn a_scratch_dir_is_locked_while_it_lives_and_removed_after() {
+    let scratch = Scratch::create().unwrap();
+    let path = scratch.path().to_path_buf();
+    let probe = File::open(&path).unwrap();
+    assert!(rustix::fs::flock(&probe, FlockOperation::NonBlockingLockExclusive).is_err());
+    drop(probe);
+    drop(scratch);
+    assert!(!path.exists());
+}
