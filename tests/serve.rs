@@ -247,6 +247,33 @@ fn wait_for_process(token: &str, serve: &Serve) {
     }
 }
 
+/// After a fault, the queue goes on: job `id` at `rev` is submitted, succeeds within `limit_s`
+/// seconds, and leaves a clean workspace.
+async fn next_job_succeeds(
+    runner: Runner,
+    serve: Serve,
+    keys: &Path,
+    (repo, rev, id): (&Repo, &str, &str),
+    limit_s: u64,
+) -> (Runner, Serve) {
+    submit_ok(
+        &runner,
+        keys,
+        &job(repo, rev, serde_json::json!({ "id": id })),
+    );
+    let waited_for = id.to_string();
+    let (runner, serve) = tokio::task::spawn_blocking(move || {
+        let limit = Duration::from_secs(limit_s);
+        let v = wait_state(&runner, &waited_for, "done", &serve, limit);
+        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
+        (runner, serve)
+    })
+    .await
+    .unwrap();
+    assert_clean(&runner, id);
+    (runner, serve)
+}
+
 fn assert_clean(runner: &Runner, id: &str) {
     let job_dir = runner.state().join("jobs").join(id);
     assert!(!job_dir.join("checkout").exists(), "{id}: worktree left");
@@ -778,19 +805,8 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     assert!(!temp.exists(), "temp dir {} left", temp.display());
 
     server.set_script(vec![]);
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "b"})),
-    );
-    let (runner, mut serve) = tokio::task::spawn_blocking(move || {
-        let v = wait_state(&runner, "b", "done", &serve, Duration::from_secs(120));
-        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
-        (runner, serve)
-    })
-    .await
-    .unwrap();
-    assert_clean(&runner, "b");
+    let next = (&repo, rev.as_str(), "b");
+    let (_runner, mut serve) = next_job_succeeds(runner, serve, keys.path(), next, 120).await;
     let (status, _) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     cgroup.assert_removed_by(&serve);
@@ -860,19 +876,8 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     }
 
     let quick_rev = repo.commit(&[("flake.nix", &flake(r#"QUICK = "1";"#))]);
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &quick_rev, serde_json::json!({"id": "m"})),
-    );
-    let (runner, mut serve) = tokio::task::spawn_blocking(move || {
-        let v = wait_state(&runner, "m", "done", &serve, Duration::from_secs(180));
-        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
-        (runner, serve)
-    })
-    .await
-    .unwrap();
-    assert_clean(&runner, "m");
+    let next = (&repo, quick_rev.as_str(), "m");
+    let (runner, mut serve) = next_job_succeeds(runner, serve, keys.path(), next, 180).await;
     assert_eq!(
         runner.listing("entries").len(),
         1,
@@ -1016,19 +1021,8 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
 
     // Room again: the queue keeps working.
     std::fs::remove_file(&filler).unwrap();
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "f3"})),
-    );
-    let (runner, serve) = tokio::task::spawn_blocking(move || {
-        let v = wait_state(&runner, "f3", "done", &serve, Duration::from_secs(120));
-        assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
-        (runner, serve)
-    })
-    .await
-    .unwrap();
-    assert_clean(&runner, "f3");
+    let next = (&repo, rev.as_str(), "f3");
+    let (runner, serve) = next_job_succeeds(runner, serve, keys.path(), next, 120).await;
     if first["state"] == "queued" {
         let v = show(&runner, "f1");
         assert_eq!(v["state"], "done", "f1 ran once there was room: {v}");
