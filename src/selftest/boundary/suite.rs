@@ -54,6 +54,16 @@ pub struct ControlReport {
     pub detail: String,
 }
 
+impl ControlReport {
+    fn new(name: &str, passed: bool, detail: String) -> ControlReport {
+        ControlReport {
+            name: name.into(),
+            passed,
+            detail,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteReport {
     pub agent: AgentKind,
@@ -685,11 +695,7 @@ fn after_job_controls(
     controls: &mut Vec<ControlReport>,
 ) {
     let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport {
-            name: name.into(),
-            passed,
-            detail,
-        });
+        controls.push(ControlReport::new(name, passed, detail));
     };
     add(
         "the job ran to the end",
@@ -988,11 +994,7 @@ fn registry_controls(
 ) {
     use crate::selftest::npm_registry::{PACKAGE, VERSION};
     let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport {
-            name: name.into(),
-            passed,
-            detail,
-        });
+        controls.push(ControlReport::new(name, passed, detail));
     };
     let reads = outputs.get(&2).cloned().unwrap_or_default();
     let tarball = format!("GET /{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz");
