@@ -144,12 +144,15 @@ impl Workspace {
         std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
         let checkout_arg = checkout.to_string_lossy().into_owned();
         {
-            // Released before `partial` can clean up, which takes it again.
+            // Only the registration holds the lock (released before `partial` can clean up,
+            // which takes it again); writing the files, the slow part in a large repository,
+            // happens below, so jobs of one repository do not start one by one.
             let _bare = lock_bare(&bare_path).await?;
             bare.output(&[
                 "worktree",
                 "add",
                 "--detach",
+                "--no-checkout",
                 "--quiet",
                 &checkout_arg,
                 &job.rev,
@@ -159,6 +162,9 @@ impl Workspace {
         let worktree_admin = worktree_admin_of(&checkout)?;
         record.worktree_admin = Some(worktree_admin.clone());
         write_record(&job_root, &record)?;
+        Git::new(&worktree_admin)?
+            .output(&["--work-tree", &checkout_arg, "reset", "--hard", "--quiet"])
+            .await?;
         let mut partial = partial;
         partial.armed = false;
 

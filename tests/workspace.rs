@@ -55,6 +55,10 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     assert!(p.worktree_admin.starts_with(&p.bare_clone));
     let head = git(&p.checkout, &["rev-parse", "HEAD"]);
     assert_eq!(head, rev);
+    assert!(
+        ws.uncommitted().await.unwrap().is_empty(),
+        "a clean checkout"
+    );
     // Nix 2.8 can fetch the revision by this branch.
     let listed = git(&p.bare_clone, &["branch", "--list", &ws.nix_ref]);
     assert!(!listed.is_empty());
