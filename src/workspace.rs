@@ -6,6 +6,7 @@
 //! <state>/jobs/<id>/job.json           the validated job
 //! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
 //! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
+//! <state>/jobs/<id>/proxy-tmp/         the network proxy's TMPDIR (removed when the job ends)
 //! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
 //! /tmp/quest-job-XXXXXX/               HOME and TMPDIR (removed when the job ends)
 //! ```
@@ -142,6 +143,8 @@ impl Workspace {
             armed: true,
         };
         std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
+        let proxy_tmp = proxy_tmp_of(&job_root);
+        std::fs::create_dir(&proxy_tmp).map_err(io("creating", &proxy_tmp))?;
         let checkout_arg = checkout.to_string_lossy().into_owned();
         {
             // Only the registration holds the lock (released before `partial` can clean up,
@@ -210,6 +213,14 @@ impl Workspace {
 }
 
 impl Workspace {
+    /// The network proxy's TMPDIR (srt writes its trust bundle there and never removes it).
+    /// Not one of the job's private dirs on purpose: a process whose environment names those
+    /// is one of the job's, and the runner stops those when the agent ends — before it stops
+    /// the proxy through its lifeline.
+    pub fn proxy_tmp(&self) -> PathBuf {
+        proxy_tmp_of(&self.job_root)
+    }
+
     /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.
     pub async fn uncommitted(&self) -> Result<Vec<String>, WorkspaceError> {
         let checkout = self.paths.checkout.to_string_lossy().into_owned();
@@ -274,6 +285,7 @@ fn clean(job_root: &Path) {
     remove(&record.checkout);
     remove(&record.temp_dir);
     remove(&record.helper_tmp);
+    remove(&proxy_tmp_of(job_root));
     if let Some(admin) = &record.worktree_admin {
         // `<bare>/worktrees/<name>`: other jobs' git reads it while it exists.
         match admin.parent().and_then(Path::parent) {
@@ -294,6 +306,10 @@ fn clean(job_root: &Path) {
     if ok {
         let _ = std::fs::remove_file(&record_path);
     }
+}
+
+fn proxy_tmp_of(job_root: &Path) -> PathBuf {
+    job_root.join("proxy-tmp")
 }
 
 fn remove_tree(dir: &Path) -> std::io::Result<()> {

@@ -99,7 +99,8 @@ pub struct ProxySpec<'a> {
     /// The runner's environment, from which the proxy keeps what it needs upstream.
     pub env_source: &'a [(String, String)],
     /// The proxy's TMPDIR: srt writes its trust bundle (~0.4 MB) into a fresh directory there
-    /// and never removes it, so it must be a directory the job's cleanup removes.
+    /// and never removes it, so it must be a directory the job's cleanup removes — and not one
+    /// of the job's private dirs, whose processes the runner stops before the proxy.
     pub temp_dir: &'a Path,
 }
 
