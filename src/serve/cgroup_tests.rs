@@ -423,12 +423,17 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
     for pid in detached.iter().chain([&agent_pid]) {
         assert_eq!(group_of(*pid), expected, "{} is outside", cmdline(*pid));
     }
-    // The setsid one left the agent's session; the double-forked one lost its parent.
+    // The setsid one leaves the agent's session (found by its command line, it may not have
+    // called setsid() yet); the double-forked one lost its parent.
     let sid = |pid: u32| unsafe { libc::getsid(pid as i32) };
-    assert_ne!(sid(detached[0]), sid(agent_pid));
-    // Every member, the sleeps included: 4 shells, 4 sleeps.
+    wait_until("the setsid one to leave the agent's session", || {
+        sid(detached[0]) != sid(agent_pid)
+    });
+    // Every member, the sleeps included: 4 shells, 4 sleeps (which may still be starting).
+    wait_until("4 shells and 4 sleeps in the group", || {
+        members(&job_dir).len() >= 8
+    });
     let members = members(&job_dir);
-    assert!(members.len() >= 8, "members: {members:?}");
     for pid in &members {
         assert_eq!(group_of(*pid), expected);
     }
