@@ -20,6 +20,7 @@ pub mod netproxy;
 pub mod preflight;
 pub mod process;
 pub mod procfs;
+pub mod remove;
 pub mod run;
 pub mod sandbox;
 pub mod selftest;

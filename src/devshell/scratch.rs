@@ -20,8 +20,7 @@ const MIN_AGE: Duration = Duration::from_secs(10);
 
 /// A locked scratch directory, removed (still locked) when dropped.
 pub struct Scratch {
-    // Dropped before the lock (fields drop in order): removal happens while it is held.
-    dir: tempfile::TempDir,
+    dir: PathBuf,
     _lock: File,
 }
 
@@ -30,11 +29,23 @@ impl Scratch {
         let dir = tempfile::Builder::new().prefix(PREFIX).tempdir()?;
         let lock = File::open(dir.path())?;
         rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive)?;
-        Ok(Scratch { dir, _lock: lock })
+        Ok(Scratch {
+            dir: dir.keep(),
+            _lock: lock,
+        })
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.dir
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Before the lock goes (fields drop after this): a sweep never sees it half removed.
+        if let Err(e) = crate::remove::remove_tree(&self.dir) {
+            tracing::warn!(path = %self.dir.display(), "could not remove: {e}");
+        }
     }
 }
 
@@ -62,7 +73,7 @@ pub fn sweep(parent: &Path) -> Vec<PathBuf> {
         if rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_err() {
             continue; // a run in progress
         }
-        match std::fs::remove_dir_all(&path) {
+        match crate::remove::remove_tree(&path) {
             Ok(()) => {
                 tracing::info!(path = %path.display(), "removed the scratch dir of a nix run whose runner died");
                 removed.push(path);

@@ -7,6 +7,14 @@ fn old_dir(parent: &Path, name: &str) -> PathBuf {
     let dir = parent.join(name);
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("nix-build-x.drv-0"), "partial").unwrap();
+    // A build's read-only directory (a Go module cache's, say) must not stop the removal.
+    // (As root, as CI runs, it would not anyway; `remove`'s own test checks the chmod.)
+    let read_only = dir.join("pkg/mod");
+    std::fs::create_dir_all(&read_only).unwrap();
+    std::fs::write(read_only.join("go.mod"), "module x").unwrap();
+    for d in [read_only.as_path(), read_only.parent().unwrap()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    }
     let minute_ago = SystemTime::now() - Duration::from_secs(60);
     File::open(&dir).unwrap().set_modified(minute_ago).unwrap();
     dir

@@ -777,12 +777,7 @@ impl FsQueue {
                         crate::workspace::job_root(&self.state, id),
                         self.sub("serve/attempts").join(id),
                     ] {
-                        match std::fs::remove_dir_all(&path) {
-                            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                                return Err(io("removing", &path)(e))
-                            }
-                            _ => {}
-                        }
+                        crate::remove::remove_tree(&path).map_err(io("removing", &path))?;
                     }
                     let _ = std::fs::remove_file(self.cancel_path(id));
                 }
