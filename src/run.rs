@@ -325,7 +325,7 @@ impl Runner {
                 timeout: job.timeout,
                 result_dir: &workspace::job_root(&self.state, &job.id),
                 job_dir: &paths.job_dir,
-                temp_dir: &ws.proxy_tmp(),
+                temp_dir: &ws.proxy_tmp,
                 bind: self.hooks.proxy_listener.as_deref(),
                 adjust: self.hooks.agent_command.as_deref(),
                 env_source: &self.env_source,

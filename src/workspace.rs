@@ -6,9 +6,10 @@
 //! <state>/jobs/<id>/job.json           the validated job
 //! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
 //! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
-//! <state>/jobs/<id>/proxy-tmp/         the network proxy's TMPDIR (removed when the job ends)
 //! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
 //! /tmp/quest-job-XXXXXX/               HOME and TMPDIR (removed when the job ends)
+//! /tmp/quest-srt-XXXXXX/               srt's scratch dir (removed when the job ends)
+//! /tmp/quest-proxy-XXXXXX/             the network proxy's TMPDIR (removed when the job ends)
 //! ```
 //!
 //! The worktree and temp dir are removed on every exit path by [`Workspace`]'s drop. A runner
@@ -23,6 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::git::{Git, GitError};
 use crate::job::Job;
 use crate::lockfile::LockFile;
+use crate::remove::remove_tree;
 use crate::sandbox::WorkspacePaths;
 use crate::state::{StateDir, StateError};
 
@@ -70,6 +72,9 @@ struct Record {
     worktree_admin: Option<PathBuf>,
     temp_dir: PathBuf,
     helper_tmp: PathBuf,
+    /// Absent in records written before it existed.
+    #[serde(default)]
+    proxy_tmp: Option<PathBuf>,
 }
 
 /// A prepared workspace. Dropping it removes the worktree and the temp dir.
@@ -78,6 +83,11 @@ pub struct Workspace {
     /// The git ref Nix can fetch the revision by (Nix 2.8 needs one).
     pub nix_ref: String,
     pub job_root: PathBuf,
+    /// The network proxy's TMPDIR (srt writes its trust bundle there and never removes it).
+    /// Not one of the directories that mark a process as the job's (see `run::job_markers`
+    /// and `serve::procs::markers`): the runner stops those with the agent, before it stops
+    /// the proxy through its lifeline.
+    pub proxy_tmp: PathBuf,
     bare: Git,
     _lock: LockFile,
 }
@@ -116,17 +126,19 @@ impl Workspace {
         let bare = fetch(&bare_path, job).await?;
         let nix_ref = nix_ref(&job.rev);
 
-        // Both are removed by their guards until the record that names them is written.
-        let temp_guard = tempfile::Builder::new()
-            .prefix(TEMP_PREFIX)
-            .tempdir_in(TEMP_PARENT)
-            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?;
-        let helper_guard = tempfile::Builder::new()
-            .prefix("quest-srt-")
-            .tempdir_in(TEMP_PARENT)
-            .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))?;
+        // Removed by their guards until the record that names them is written.
+        let temp_in = |prefix: &str| {
+            tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir_in(TEMP_PARENT)
+                .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))
+        };
+        let temp_guard = temp_in(TEMP_PREFIX)?;
+        let helper_guard = temp_in("quest-srt-")?;
+        let proxy_guard = temp_in("quest-proxy-")?;
         let temp_dir = temp_guard.path().to_path_buf();
         let helper_tmp = helper_guard.path().to_path_buf();
+        let proxy_tmp = proxy_guard.path().to_path_buf();
         let checkout = job_root.join("checkout");
         let runner_dir = job_root.join("runner");
         let mut record = Record {
@@ -134,17 +146,16 @@ impl Workspace {
             worktree_admin: None,
             temp_dir: temp_dir.clone(),
             helper_tmp: helper_tmp.clone(),
+            proxy_tmp: Some(proxy_tmp.clone()),
         };
         write_record(&job_root, &record)?;
-        let _ = (temp_guard.keep(), helper_guard.keep());
+        let _ = (temp_guard.keep(), helper_guard.keep(), proxy_guard.keep());
         // From here on, dropping `partial` cleans up whatever exists.
         let partial = Cleanup {
             job_root: job_root.clone(),
             armed: true,
         };
         std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
-        let proxy_tmp = proxy_tmp_of(&job_root);
-        std::fs::create_dir(&proxy_tmp).map_err(io("creating", &proxy_tmp))?;
         let checkout_arg = checkout.to_string_lossy().into_owned();
         {
             // Only the registration holds the lock (released before `partial` can clean up,
@@ -184,6 +195,7 @@ impl Workspace {
             },
             nix_ref,
             job_root,
+            proxy_tmp,
             bare,
             _lock: lock,
         })
@@ -213,14 +225,6 @@ impl Workspace {
 }
 
 impl Workspace {
-    /// The network proxy's TMPDIR (srt writes its trust bundle there and never removes it).
-    /// Not one of the job's private dirs on purpose: a process whose environment names those
-    /// is one of the job's, and the runner stops those when the agent ends — before it stops
-    /// the proxy through its lifeline.
-    pub fn proxy_tmp(&self) -> PathBuf {
-        proxy_tmp_of(&self.job_root)
-    }
-
     /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.
     pub async fn uncommitted(&self) -> Result<Vec<String>, WorkspaceError> {
         let checkout = self.paths.checkout.to_string_lossy().into_owned();
@@ -245,7 +249,7 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        clean(&self.job_root);
+        clean(&self.job_root, CLEANUP_LOCK_WAIT);
     }
 }
 
@@ -258,7 +262,7 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if self.armed {
-            clean(&self.job_root);
+            clean(&self.job_root, CLEANUP_LOCK_WAIT);
         }
     }
 }
@@ -266,7 +270,7 @@ impl Drop for Cleanup {
 /// Removes the worktree, its administrative directory and the temp dir of the job at
 /// `job_root`, then the record itself. Errors are logged: cleanup must not mask the job's
 /// own outcome, and a leftover is retried by the next sweep.
-fn clean(job_root: &Path) {
+fn clean(job_root: &Path, lock_wait: std::time::Duration) {
     let record_path = job_root.join("workspace.json");
     let Ok(bytes) = std::fs::read(&record_path) else {
         return;
@@ -285,11 +289,13 @@ fn clean(job_root: &Path) {
     remove(&record.checkout);
     remove(&record.temp_dir);
     remove(&record.helper_tmp);
-    remove(&proxy_tmp_of(job_root));
+    if let Some(dir) = &record.proxy_tmp {
+        remove(dir);
+    }
     if let Some(admin) = &record.worktree_admin {
         // `<bare>/worktrees/<name>`: other jobs' git reads it while it exists.
         match admin.parent().and_then(Path::parent) {
-            Some(bare) => match lock_bare_blocking(bare) {
+            Some(bare) => match lock_bare_blocking(bare, lock_wait) {
                 Ok(Some(_bare)) => remove(admin),
                 Ok(None) => {
                     tracing::warn!(path = %admin.display(), "the bare clone stayed locked; the next sweep removes this worktree entry");
@@ -308,17 +314,6 @@ fn clean(job_root: &Path) {
     }
 }
 
-fn proxy_tmp_of(job_root: &Path) -> PathBuf {
-    job_root.join("proxy-tmp")
-}
-
-fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
-}
-
 /// Cleans the workspaces of jobs whose runner died: a `workspace.json` whose job lock nobody
 /// holds. Returns how many were cleaned.
 pub fn sweep_abandoned(state: &StateDir) -> usize {
@@ -333,7 +328,9 @@ pub fn sweep_abandoned(state: &StateDir) -> usize {
         }
         if let Ok(Some(_lock)) = LockFile::try_acquire(&root.join("lock")) {
             tracing::info!(job = %root.display(), "cleaning the workspace of a job whose runner died");
-            clean(&root);
+            // No wait: a clone locked now is retried by the next sweep, and a runner
+            // sweeping many leftovers must not wait for each in turn.
+            clean(&root, std::time::Duration::ZERO);
             cleaned += 1;
         }
     }
@@ -365,17 +362,20 @@ async fn lock_bare(bare: &Path) -> Result<LockFile, WorkspaceError> {
 /// How long cleanup waits for the bare clone's lock before leaving the worktree's entry to the
 /// next sweep: long enough for any add or fetch of a small repository, short enough that a
 /// long fetch elsewhere cannot hold up a job's end (or a runner's shutdown) for minutes.
-const CLEANUP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const CLEANUP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The bare clone's lock for code that cannot await (cleanup in `Drop`, the suite's controls).
 /// The holder may be a task of this very runtime waiting on its git child; on a multi-thread
 /// runtime `block_in_place` hands this worker's tasks to another thread so that holder can
 /// finish. (On a current-thread runtime the wait simply times out; the runner prepares
 /// workspaces only on multi-thread runtimes.)
-pub fn lock_bare_blocking(bare: &Path) -> std::io::Result<Option<LockFile>> {
+pub fn lock_bare_blocking(
+    bare: &Path,
+    limit: std::time::Duration,
+) -> std::io::Result<Option<LockFile>> {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let path = bare_lock_path(bare);
-    let take = || LockFile::acquire_blocking_within(&path, CLEANUP_LOCK_WAIT);
+    let take = || LockFile::acquire_blocking_within(&path, limit);
     match Handle::try_current() {
         Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(take)
@@ -432,14 +432,9 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
         let init = Git::new(&staged)?;
         init.output(&["init", "--quiet", "--bare"]).await?;
         init.output(&["remote", "add", "origin", &job.repo]).await?;
-        // No automatic maintenance: git would start it after an agent's commit, inside the
-        // job's sandbox and without this lock, and the repack reads every worktree. The
-        // runner runs it itself after fetching, holding the lock.
-        init.output(&["config", "gc.auto", "0"]).await?;
-        init.output(&["config", "maintenance.auto", "false"])
-            .await?;
         std::fs::rename(&staged, bare_path).map_err(io("publishing", bare_path))?;
     }
+    set_up_clone(bare_path).await?;
     let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
     let mut fetched = Vec::new();
     if !has_rev(bare_path) {
@@ -468,30 +463,65 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
             what: fetched.join(", then "),
         });
     }
-    write_exclude(bare_path)?;
     let local = Git::new(bare_path)?;
     let branch = format!("refs/heads/{}", nix_ref(&job.rev));
     // Usually there already, as a loose ref file. Set again when a gc packed it, or when a
-    // job's agent (which may write the clone's refs) moved it.
-    let current = std::fs::read_to_string(bare_path.join(&branch)).unwrap_or_default();
-    if current.trim() != job.rev {
-        local.output(&["update-ref", &branch, &job.rev]).await?;
+    // job's agent (which may write the clone's refs) moved it or put something else there.
+    let ref_file = bare_path.join(&branch);
+    if read_ref_file(&ref_file).as_deref() != Some(job.rev.as_str()) {
+        remove_non_file(&ref_file).map_err(io("removing", &ref_file))?;
+        local
+            .output(&["update-ref", "--no-deref", &branch, &job.rev])
+            .await?;
     }
     if !fetched.is_empty() {
         // git's default thresholds, in the foreground so it ends before the lock is released.
-        local
-            .output(&[
-                "-c",
-                "gc.auto=6700",
-                "-c",
-                "gc.autoDetach=false",
-                "gc",
-                "--auto",
-                "--quiet",
-            ])
-            .await?;
+        // A failure is not the job's: any job's agent can write its own worktree's HEAD and
+        // index, which gc reads.
+        let gc = [
+            "-c",
+            "gc.auto=6700",
+            "-c",
+            "gc.autoDetach=false",
+            "gc",
+            "--auto",
+            "--quiet",
+        ];
+        if let Err(e) = local.output(&gc).await {
+            tracing::warn!(clone = %bare_path.display(), "git gc --auto: {e}");
+        }
     }
     Ok(local)
+}
+
+/// The trimmed content of a ref file, read without following a symlink or waiting on a FIFO
+/// (agents may write the clone's `refs/`), and at most a few hundred bytes of it.
+fn read_ref_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(256).read_to_string(&mut text).ok()?;
+    Some(text.trim().to_string())
+}
+
+/// Removes whatever is at `path` unless it is a regular file (a symlink, FIFO or directory an
+/// agent put where git expects a ref file).
+fn remove_non_file(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(m) if !m.is_file() => std::fs::remove_file(path),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Paths the sandbox covers with a read-only `/dev/null` (or an empty directory) while a
@@ -510,20 +540,36 @@ fn sandbox_stubs() -> Vec<&'static str> {
     names
 }
 
-const EXCLUDE_MARK: &str = "# quest-runner: sandbox mount points (v2)";
+/// Marks a clone set up by this version of [`set_up_clone`]: its `info/exclude` ends with the
+/// marked block (the sandbox cannot write `info/`, so an agent cannot fake it).
+const SETUP_MARK: &str = "# quest-runner: sandbox mount points (v3)";
+const MARK_PREFIX: &str = "# quest-runner: sandbox mount points";
 
-fn write_exclude(bare: &Path) -> Result<(), WorkspaceError> {
+/// Once per clone (and again when this version changes what it sets up): no automatic
+/// maintenance — git would start it after an agent's commit, inside the job's sandbox and
+/// without the clone's lock, and its repack reads every worktree; the runner runs it itself
+/// after fetching, holding the lock — and the sandbox's stubs excluded from git.
+async fn set_up_clone(bare: &Path) -> Result<(), WorkspaceError> {
     let path = bare.join("info").join("exclude");
     let current = std::fs::read_to_string(&path).unwrap_or_default();
-    if current.contains(EXCLUDE_MARK) {
+    if current.contains(SETUP_MARK) {
         return Ok(());
     }
+    let local = Git::new(bare)?;
+    local.output(&["config", "gc.auto", "0"]).await?;
+    local
+        .output(&["config", "maintenance.auto", "false"])
+        .await?;
     std::fs::create_dir_all(bare.join("info")).map_err(io("creating", &bare.join("info")))?;
-    let mut text = current;
+    // An older version's block is the file's tail: replaced, not repeated.
+    let mut text = match current.find(MARK_PREFIX) {
+        Some(at) => current[..at].to_string(),
+        None => current,
+    };
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    text.push_str(EXCLUDE_MARK);
+    text.push_str(SETUP_MARK);
     text.push('\n');
     for name in sandbox_stubs() {
         text.push_str(name);

@@ -36,6 +36,8 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         .await
         .unwrap();
     let p = ws.paths.clone();
+    let proxy_tmp = ws.proxy_tmp.clone();
+    assert!(proxy_tmp.is_dir());
     assert_eq!(
         std::fs::read_to_string(p.checkout.join("README.md")).unwrap(),
         "hello\n"
@@ -82,6 +84,53 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         &["rev-parse", &format!("refs/heads/{}", ws.nix_ref)],
     );
     assert_eq!(named, rev);
+    // Nor can a FIFO (the runner would wait on it) or a symlink to an endless file (it would
+    // read forever) where the ref file should be hang the next job.
+    let ref_file = p.bare_clone.join("refs/heads").join(&ws.nix_ref);
+    for trap in ["fifo", "symlink"] {
+        std::fs::remove_file(&ref_file).unwrap();
+        match trap {
+            "fifo" => assert!(std::process::Command::new("mkfifo")
+                .arg(&ref_file)
+                .status()
+                .unwrap()
+                .success()),
+            _ => std::os::unix::fs::symlink("/dev/zero", &ref_file).unwrap(),
+        }
+        let next_job = job(&format!("w1-{trap}"), &repo.src(), &rev);
+        let next = Workspace::prepare(&state, &next_job);
+        let next = tokio::time::timeout(Duration::from_secs(30), next)
+            .await
+            .unwrap_or_else(|_| panic!("the {trap} at the ref hung the next job"))
+            .unwrap();
+        drop(next);
+        assert!(
+            std::fs::symlink_metadata(&ref_file).unwrap().is_file(),
+            "{trap}"
+        );
+        let named = git(
+            &p.bare_clone,
+            &["rev-parse", &format!("refs/heads/{}", ws.nix_ref)],
+        );
+        assert_eq!(named, rev, "{trap}");
+    }
+    // A clone set up by an older version (v2 exclude block, git's maintenance on) is set up
+    // again: maintenance off, one current block.
+    git(&p.bare_clone, &["config", "--unset", "gc.auto"]);
+    let exclude = p.bare_clone.join("info/exclude");
+    let text = std::fs::read_to_string(&exclude).unwrap();
+    std::fs::write(&exclude, text.replace("(v3)", "(v2)")).unwrap();
+    drop(
+        Workspace::prepare(&state, &job("w1-old-clone", &repo.src(), &rev))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(git(&p.bare_clone, &["config", "gc.auto"]), "0");
+    let text = std::fs::read_to_string(&exclude).unwrap();
+    assert!(
+        !text.contains("(v2)") && text.matches("(v3)").count() == 1,
+        "{text}"
+    );
     // A second job with the same id is refused.
     let again = Workspace::prepare(&state, &job("w1", &repo.src(), &rev)).await;
     assert!(again.is_err());
@@ -96,6 +145,7 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         !p.helper_tmp.exists(),
         "srt's scratch dir goes with the job"
     );
+    assert!(!proxy_tmp.exists(), "the proxy's TMPDIR goes with the job");
     assert!(!p.worktree_admin.exists());
     assert!(
         p.bare_clone.exists(),
@@ -128,6 +178,7 @@ async fn sweep_cleans_what_a_killed_runner_left() {
         .await
         .unwrap();
     let p = ws.paths.clone();
+    let proxy_tmp = ws.proxy_tmp.clone();
     // A live job is not swept.
     assert_eq!(sweep_abandoned(&state), 0);
     assert!(p.checkout.exists());
@@ -136,10 +187,19 @@ async fn sweep_cleans_what_a_killed_runner_left() {
     // The forgotten lock file handle still holds the lock in this process; a dead runner's
     // would be closed. Release it the way the kernel would.
     release_locks_of(&state_dir.path().join("jobs/w3/lock"));
-    assert_eq!(sweep_abandoned(&state), 1);
+    // A child that another test's thread forks holds a copy of the lock until it execs (the
+    // descriptor is close-on-exec), so the lock may still be taken for a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut swept = sweep_abandoned(&state);
+    while swept == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        swept = sweep_abandoned(&state);
+    }
+    assert_eq!(swept, 1);
     assert!(!p.checkout.exists());
     assert!(!p.temp_dir.exists());
     assert!(!p.helper_tmp.exists());
+    assert!(!proxy_tmp.exists());
 }
 
 /// Closes every descriptor of this process open on `path`, as process death would.

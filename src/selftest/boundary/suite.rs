@@ -394,7 +394,7 @@ fn run_controls(
     let checkout = world.path().join("control-checkout");
     let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
     let bare_lock = || {
-        crate::workspace::lock_bare_blocking(&t.bare)
+        crate::workspace::lock_bare_blocking(&t.bare, crate::workspace::CLEANUP_LOCK_WAIT)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("the bare clone {} stayed locked", t.bare.display()))
     };
