@@ -251,12 +251,21 @@ impl Runner {
         }
         workspace::sweep_abandoned(&self.state);
         crate::devshell::scratch::sweep(&std::env::temp_dir());
-        let ws = match Workspace::prepare(&self.state, job).await {
-            Ok(ws) => ws,
-            Err(e) => return refuse(result, Outcome::Error, e.to_string()),
+        // The job's timeout bounds all of it, not only the agent: a fetch or a devShell build
+        // that never ends must not hold the job (and its runner slot) for ever.
+        let deadline = tokio::time::Instant::from_std(started + job.timeout);
+        let ws = match tokio::time::timeout_at(deadline, Workspace::prepare(&self.state, job)).await
+        {
+            Ok(Ok(ws)) => ws,
+            Ok(Err(e)) => return refuse(result, Outcome::Error, e.to_string()),
+            Err(_) => {
+                let message =
+                    timed_out_while(job, "preparing the workspace (clone, fetch, worktree)");
+                return refuse(result, Outcome::TimedOut, message);
+            }
         };
         match self
-            .run_in_workspace(job, account, &ws, result, started)
+            .run_in_workspace(job, account, &ws, result, (started, deadline))
             .await
         {
             Ok(()) => {}
@@ -285,7 +294,7 @@ impl Runner {
         account: &crate::config::Account,
         ws: &Workspace,
         result: &mut JobResult,
-        started: Instant,
+        (started, deadline): (Instant, tokio::time::Instant),
     ) -> Result<(), String> {
         let mut paths = ws.paths.clone();
         let mut devshell_attr = None;
@@ -296,9 +305,15 @@ impl Runner {
                 git_ref: Some(ws.nix_ref.clone()),
                 attr: None,
             };
-            let shell = with_progress(self.devshells.get(&req), &job.rev)
-                .await
-                .map_err(|e| e.to_string())?;
+            let building = with_progress(self.devshells.get(&req), &job.rev);
+            let shell = match tokio::time::timeout_at(deadline, building).await {
+                Ok(shell) => shell.map_err(|e| e.to_string())?,
+                Err(_) => {
+                    result.outcome = Outcome::TimedOut;
+                    result.message = Some(timed_out_while(job, "building the devShell"));
+                    return Ok(());
+                }
+            };
             result.devshell = Some(DevShellSummary {
                 cache: shell.cache,
                 key: shell.key.clone(),
@@ -359,7 +374,7 @@ impl Runner {
             |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
         let ended = run_agent(
             &launch,
-            job.timeout,
+            deadline.saturating_duration_since(tokio::time::Instant::now()),
             self.hooks.agent_command.as_deref(),
             self.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
             spawned,
@@ -627,6 +642,14 @@ impl Drop for ProcessTree {
         }
         kill_descendants(&self.markers);
     }
+}
+
+/// The message of a job whose timeout ran out before its agent started.
+fn timed_out_while(job: &Job, what: &str) -> String {
+    format!(
+        "timed out after {} while {what}",
+        humantime::format_duration(job.timeout)
+    )
 }
 
 /// The job's private directories: its commands' HOME and TMPDIR, srt's scratch dir, and the

@@ -334,3 +334,77 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
     assert!(!temp.exists(), "temp dir {} left", temp.display());
     assert!(server.confined_processes().is_empty(), "processes left");
 }
+
+/// The job's timeout bounds its preparation too, not only the agent: a fetch that never ends
+/// (the source's `objects/info/alternates` is a FIFO its upload-pack waits on) and a devShell
+/// build that never ends each end the job as timed out, naming the phase, and leave nothing
+/// of theirs running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
+    let server = ModelServer::start_isolated(vec![]).expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let run = |job: serde_json::Value| {
+        let file = job_file(keys.path(), job);
+        let out = runner
+            .command()
+            .args(["run", "--job"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let result: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), result)
+    };
+
+    let stuck = Repo::new();
+    let stuck_rev = stuck.commit(&[("README.md", "x")]);
+    let alternates = stuck.src().join(".git/objects/info/alternates");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&alternates)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let upload_pack = stuck.src().to_string_lossy().into_owned();
+    let (code, result) = run(serde_json::json!({
+        "id": "stuck-fetch", "repo": upload_pack, "rev": stuck_rev, "timeout": "3s",
+    }));
+    assert_eq!(code, Some(5), "{result}");
+    assert_eq!(result["outcome"], "timed_out", "{result}");
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("while preparing the workspace"),
+        "{result}"
+    );
+    assert_gone(&upload_pack, "the stuck fetch");
+
+    let slow_repo = Repo::new();
+    let slow = SlowBuild::new();
+    let slow_rev = slow_repo.commit(&[("flake.nix", &flake(&slow.extra))]);
+    let (code, result) = run(serde_json::json!({
+        "id": "stuck-build", "repo": slow_repo.src().to_string_lossy(), "rev": slow_rev,
+        "timeout": "4s",
+    }));
+    assert!(
+        slow.marker.exists(),
+        "the slow build never started: {result}"
+    );
+    assert_eq!(code, Some(5), "{result}");
+    assert_eq!(result["outcome"], "timed_out", "{result}");
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(message.contains("while building the devShell"), "{result}");
+    assert_gone(&format!("sleep-{}", slow.token), "the devShell's builder");
+    assert!(server.exchanges().is_empty(), "no agent ran");
+}
+
+/// Waits a few seconds for every process whose command line has `token` to be gone.
+fn assert_gone(token: &str, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !processes_with(token).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} is still running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
