@@ -496,8 +496,9 @@ struct HungJob {
     keys: tempfile::TempDir,
     cgroup: StateCgroup,
     id: &'static str,
-    /// Kept for its directory: the job fetches from it.
-    _repo: Repo,
+    /// The job fetches from it.
+    repo: Repo,
+    rev: String,
 }
 
 impl HungJob {
@@ -522,7 +523,8 @@ impl HungJob {
             keys,
             cgroup,
             id,
-            _repo: repo,
+            repo,
+            rev,
         }
     }
 
@@ -567,7 +569,7 @@ impl HungJob {
             keys: _keys,
             cgroup,
             id,
-            _repo,
+            ..
         } = self;
         let (runner, mut serve, v) = tokio::task::spawn_blocking(move || {
             let v = wait_state(&runner, id, "done", &serve, Duration::from_secs(180));
@@ -756,19 +758,16 @@ fn assert_no_process_with(token: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_goes_on() {
-    let Hanging {
+    let HungJob {
         token,
+        server,
+        runner,
+        keys,
+        cgroup,
         repo,
         rev,
-        server,
-    } = Hanging::new();
-    let (runner, keys) = runner_for(&server, 1);
-    let cgroup = StateCgroup::of(&runner);
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "a"})),
-    );
+        ..
+    } = HungJob::submit("a");
     let serve = Serve::start_with(&runner, &server, keys.path(), &["--limit-nproc", "50000"]);
     wait_for_process(&format!("hang-{token}"), &serve);
     let agents: Vec<i32> = children_of(serve.pid())
@@ -1143,14 +1142,16 @@ fn cgroup_of(pid: u32) -> String {
 /// them): their enforcement is proven in the NixOS VM test (nix/vm-test.nix).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
-    let Hanging {
+    let HungJob {
         token,
-        repo,
-        rev,
         server,
-    } = Hanging::new();
-    let (runner, keys) = runner_for(&server, 1);
-    let cgroup = StateCgroup::of(&runner);
+        runner,
+        keys,
+        cgroup,
+        // Bound, so it lives on: the job fetches from it.
+        repo: _repo,
+        ..
+    } = HungJob::submit("cg");
     let Some(base) = jobs_cgroup(&runner) else {
         return;
     };
@@ -1165,11 +1166,6 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
             .unwrap();
         format!("/{}", dir.strip_prefix(mount).unwrap().display())
     };
-    submit_ok(
-        &runner,
-        keys.path(),
-        &job(&repo, &rev, serde_json::json!({"id": "cg"})),
-    );
     let log_dir = keys.path().to_path_buf();
     let group = base.join("job-cg");
     {
