@@ -341,6 +341,7 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
 /// of theirs running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
+    const FIVE_S: std::time::Duration = std::time::Duration::from_secs(5);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
@@ -376,7 +377,7 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
         message.contains("while preparing the workspace"),
         "{result}"
     );
-    assert_gone(&upload_pack, "the stuck fetch");
+    assert_no_process_with(&upload_pack, "the stuck fetch", FIVE_S);
 
     let slow_repo = Repo::new();
     let slow = SlowBuild::new();
@@ -393,18 +394,7 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     assert_eq!(result["outcome"], "timed_out", "{result}");
     let message = result["message"].as_str().unwrap_or_default();
     assert!(message.contains("while building the devShell"), "{result}");
-    assert_gone(&format!("sleep-{}", slow.token), "the devShell's builder");
+    let builder = format!("sleep-{}", slow.token);
+    assert_no_process_with(&builder, "the devShell's builder", FIVE_S);
     assert!(server.exchanges().is_empty(), "no agent ran");
-}
-
-/// Waits a few seconds for every process whose command line has `token` to be gone.
-fn assert_gone(token: &str, what: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !processes_with(token).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what} is still running"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }

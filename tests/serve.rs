@@ -731,31 +731,6 @@ fn children_of(parent: i32) -> Vec<i32> {
         .collect()
 }
 
-fn cmdline(pid: i32) -> String {
-    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-        .replace('\0', " ")
-}
-
-/// Waits (at most 10 s) until no process's command line mentions `token`; returns the
-/// survivors after SIGKILLing them (so that a failing test leaves nothing behind).
-fn survivors(token: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_with(token).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left: Vec<u32> = processes_with(token);
-    let described = left.iter().map(|p| cmdline(*p as i32)).collect();
-    for pid in left {
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
-    described
-}
-
-fn assert_no_process_with(token: &str, what: &str) {
-    let left = survivors(token);
-    assert!(left.is_empty(), "{what} survived: {left:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_goes_on() {
     let HungJob {
@@ -799,7 +774,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     })
     .await
     .unwrap();
-    assert_no_process_with(&token, "the agent's command");
+    assert_no_process_with(&token, "the agent's command", Duration::from_secs(10));
     assert_clean(&runner, "a");
     assert!(!temp.exists(), "temp dir {} left", temp.display());
 
@@ -860,7 +835,7 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     .await
     .unwrap();
     // Checked at the end, so the rest is checked too.
-    let builders_left = survivors(&format!("sleep-{token}"));
+    let builders_left = survivors(&format!("sleep-{token}"), Duration::from_secs(10));
     // A nix killed outright cannot remove its build directory; the runner removes the
     // private TMPDIR it gave that nix.
     let build_dirs = nix_scratch_left(&token);

@@ -235,6 +235,32 @@ pub fn runs(count_file: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Process `pid`'s command line, its arguments joined by spaces.
+pub fn cmdline(pid: i32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
+/// Waits (at most `within`) until no process's command line mentions `token`; returns the
+/// survivors after SIGKILLing them (so that a failing test leaves nothing behind).
+pub fn survivors(token: &str, within: std::time::Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + within;
+    while !processes_with(token).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left: Vec<u32> = processes_with(token);
+    let described = left.iter().map(|p| cmdline(*p as i32)).collect();
+    for pid in left {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    described
+}
+
+pub fn assert_no_process_with(token: &str, what: &str, within: std::time::Duration) {
+    let left = survivors(token, within);
+    assert!(left.is_empty(), "{what} survived: {left:?}");
+}
+
 /// Pids of processes whose command line contains `token`.
 pub fn processes_with(token: &str) -> Vec<u32> {
     quest_runner::procfs::pids()
