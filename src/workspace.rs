@@ -516,7 +516,7 @@ fn read_ref_file(path: &Path) -> Option<String> {
 /// agent put where git expects a ref file).
 fn remove_non_file(path: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() => remove_tree(path),
         Ok(m) if !m.is_file() => std::fs::remove_file(path),
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
