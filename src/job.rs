@@ -238,14 +238,21 @@ fn check_repo(repo: &str) -> Result<(), JobError> {
             format!("{repo:?} is not a repository URL or path"),
         ));
     }
-    if let Some((scheme, _)) = repo.split_once("://") {
-        return match scheme {
-            "https" | "http" | "ssh" | "git" | "file" => Ok(()),
-            other => Err(field(
+    if let Some((scheme, rest)) = repo.split_once("://") {
+        if !matches!(scheme, "https" | "http" | "ssh" | "git" | "file") {
+            return Err(field(
                 "repo",
-                format!("the {other}:// transport is not allowed"),
-            )),
+                format!("the {scheme}:// transport is not allowed"),
+            ));
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (user, host) = match authority.rsplit_once('@') {
+            Some((user, host)) => (Some(user), host),
+            None => (None, authority),
         };
+        let host = host.trim_start_matches('[');
+        let port = host.rsplit_once(':').map(|(_, port)| port);
+        return no_option_like(repo, [user, Some(host), port, Some(path)]);
     }
     if repo.contains("::") {
         return Err(field(
@@ -260,16 +267,32 @@ fn check_repo(repo: &str) -> Result<(), JobError> {
         return Ok(());
     }
     // scp-like syntax: [user@]host:path
-    if repo
+    if let Some((authority, path)) = repo
         .split_once(':')
-        .is_some_and(|(host, _)| !host.is_empty() && !host.contains('/'))
+        .filter(|(host, _)| !host.is_empty() && !host.contains('/'))
     {
-        return Ok(());
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        return no_option_like(repo, [Some(host.trim_start_matches('[')), Some(path)]);
     }
     Err(field(
         "repo",
         format!("{repo:?} is not a repository URL or absolute path"),
     ))
+}
+
+/// Refuses a URL whose user, host, port or path starts with `-`: git hands the host to ssh as an
+/// argument, so `ssh://-oProxyCommand=...` would be an ssh option that runs a program (git
+/// itself blocks it too, but only when the fetch runs; a job is refused at validation).
+fn no_option_like<const N: usize>(repo: &str, parts: [Option<&str>; N]) -> Result<(), JobError> {
+    match parts.into_iter().flatten().find(|p| p.starts_with('-')) {
+        Some(part) => Err(field(
+            "repo",
+            format!(
+                "{repo:?}: {part:?} starts with '-', which ssh and git would read as an option"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 mod humantime_secs {

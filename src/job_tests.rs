@@ -76,10 +76,31 @@ fn repository_forms() {
     for ok in [
         "https://github.com/o/r.git",
         "ssh://git@host/o/r",
+        "ssh://git@host:2222/o/r",
+        "ssh://git@[::1]:22/o/r",
         "git@github.com:o/r.git",
         "file:///srv/r.git",
         "/tmp",
     ] {
         assert!(check_repo(ok).is_ok(), "{ok}");
+    }
+    // A user, host or path that starts with '-' is an option to ssh or git, not a name.
+    for bad in [
+        "ssh://-oProxyCommand=touch${IFS}/tmp/pwned/x",
+        "ssh://git@-oProxyCommand=x/r",
+        "ssh://-l@host/r",
+        "ssh://host:-p/r",
+        "ssh://[-oProxyCommand=x]/r",
+        "git://host/-r",
+        "https://host/-u",
+        "file://-x/r",
+        "git@-oProxyCommand=x:r",
+        "host:-u/r",
+    ] {
+        let err = check_repo(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("\"repo\"") && err.contains("starts with '-'"),
+            "{bad}: {err}"
+        );
     }
 }
