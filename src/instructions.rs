@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const NAMES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
-/// Larger instruction files are cut here: a prompt is not the place for a book.
+/// The root files together are cut here: a prompt is not the place for a book.
 pub const MAX_BYTES: u64 = 64 * 1024;
 /// How deep and how many nested files are listed.
 const MAX_DEPTH: usize = 8;
@@ -20,6 +20,9 @@ const MAX_NESTED: usize = 100;
 pub struct Instructions {
     /// (name, content) of the root files that are regular files.
     pub root: Vec<(String, String)>,
+    /// Root files with the same text as one in `root` (a copy or a hard link of it, as
+    /// repositories keep `CLAUDE.md` beside `AGENTS.md`), and which: sent once.
+    pub same_as: Vec<(String, String)>,
     /// Root files that were refused, with the reason.
     pub refused: Vec<(String, String)>,
     /// Nested instruction files (relative paths), regular files only.
@@ -29,12 +32,25 @@ pub struct Instructions {
 pub fn read(checkout: &Path) -> Instructions {
     let mut out = Instructions {
         root: Vec::new(),
+        same_as: Vec::new(),
         refused: Vec::new(),
         nested: Vec::new(),
     };
+    let mut budget = MAX_BYTES;
     for name in NAMES {
-        match read_regular(&checkout.join(name)) {
-            Ok(Some(text)) => out.root.push((name.to_string(), text)),
+        if budget == 0 {
+            let why = format!("the instruction files' limit of {MAX_BYTES} bytes is used up");
+            out.refused.push((name.to_string(), why));
+            continue;
+        }
+        match read_regular(&checkout.join(name), budget) {
+            Ok(Some(read)) => match out.root.iter().find(|(_, t)| read.whole && *t == read.text) {
+                Some((first, _)) => out.same_as.push((name.to_string(), first.clone())),
+                None => {
+                    budget = budget.saturating_sub(read.text.len() as u64);
+                    out.root.push((name.to_string(), read.text));
+                }
+            },
             Ok(None) => {}
             Err(why) => {
                 tracing::warn!(file = name, "instruction file refused: {why}");
@@ -47,8 +63,17 @@ pub fn read(checkout: &Path) -> Instructions {
     out
 }
 
-/// The file's text if it is a regular file; `Ok(None)` if it does not exist.
-pub fn read_regular(path: &Path) -> Result<Option<String>, String> {
+/// What [`read_regular`] read.
+#[derive(Debug)]
+pub struct FileText {
+    pub text: String,
+    /// The text is the whole file (not cut at the limit).
+    pub whole: bool,
+}
+
+/// The file's text, at most `limit` bytes of it, if it is a regular file; `Ok(None)` if it
+/// does not exist.
+pub fn read_regular(path: &Path, limit: u64) -> Result<Option<FileText>, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = match std::fs::OpenOptions::new()
         .read(true)
@@ -69,14 +94,17 @@ pub fn read_regular(path: &Path) -> Result<Option<String>, String> {
         return Err("it is not a regular file".to_string());
     }
     let mut bytes = Vec::new();
-    file.take(MAX_BYTES)
+    file.take(limit)
         .read_to_end(&mut bytes)
         .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
-    if meta.len() > MAX_BYTES {
-        text.push_str(&format!("\n[... cut at {MAX_BYTES} bytes ...]\n"));
+    let whole = meta.len() <= limit;
+    if !whole {
+        text.push_str(&format!(
+            "\n[... cut at {limit} bytes: the instruction files together are limited to {MAX_BYTES} ...]\n"
+        ));
     }
-    Ok(Some(text))
+    Ok(Some(FileText { text, whole }))
 }
 
 fn collect_nested(root: &Path, dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
@@ -114,6 +142,9 @@ impl Instructions {
                 "\n## Repository instructions: {name}\n\n{}\n",
                 text.trim_end()
             ));
+        }
+        for (name, first) in &self.same_as {
+            s.push_str(&format!("\n({name} is the same as {first}.)\n"));
         }
         for (name, why) in &self.refused {
             s.push_str(&format!("\n({name} was not read: {why}.)\n"));
@@ -164,18 +195,56 @@ mod tests {
             0,
         )
         .unwrap();
-        assert!(read_regular(&fifo)
+        assert!(read_regular(&fifo, MAX_BYTES)
             .unwrap_err()
             .contains("not a regular file"));
     }
 
     #[test]
-    fn large_files_are_cut() {
+    fn large_files_are_cut_to_one_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("AGENTS.md");
-        std::fs::write(&path, "x".repeat(MAX_BYTES as usize + 10)).unwrap();
-        let text = read_regular(&path).unwrap().unwrap();
-        assert!(text.contains("cut at"));
-        assert!(text.len() < MAX_BYTES as usize + 100);
+        std::fs::write(
+            dir.path().join("AGENTS.md"),
+            "a".repeat(MAX_BYTES as usize - 1000),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("CLAUDE.md"), "c".repeat(5000)).unwrap();
+        let found = read(dir.path());
+        assert_eq!(found.root.len(), 2);
+        assert!(found.root[1].1.contains("cut at 1000 bytes"));
+        let section = found.prompt_section();
+        assert!(
+            section.len() < MAX_BYTES as usize + 500,
+            "{}",
+            section.len()
+        );
+    }
+
+    /// A `CLAUDE.md` that is a copy or a hard link of `AGENTS.md` (symbolic links are refused
+    /// above) is sent once, and so is one that differs only past the cut.
+    #[test]
+    fn the_same_text_under_both_names_is_sent_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("AGENTS.md");
+        std::fs::write(&agents, "Use tabs. MARK-1\n").unwrap();
+        std::fs::hard_link(&agents, dir.path().join("CLAUDE.md")).unwrap();
+        let section = read(dir.path()).prompt_section();
+        assert_eq!(section.matches("MARK-1").count(), 1, "{section}");
+        assert!(
+            section.contains("CLAUDE.md is the same as AGENTS.md"),
+            "{section}"
+        );
+
+        std::fs::remove_file(dir.path().join("CLAUDE.md")).unwrap();
+        let big = "b".repeat(2 * MAX_BYTES as usize);
+        std::fs::write(&agents, &big).unwrap();
+        std::fs::write(dir.path().join("CLAUDE.md"), &big).unwrap();
+        let section = read(dir.path()).prompt_section();
+        assert!(
+            section.len() < MAX_BYTES as usize + 500,
+            "{}",
+            section.len()
+        );
+        assert!(section.contains("(CLAUDE.md was not read: the instruction files' limit"));
     }
 }

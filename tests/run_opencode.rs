@@ -71,7 +71,12 @@ fn run_command(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_job_uses_the_devshell_and_commits() {
     let repo = Repo::new();
-    let rev = repo.commit(&[("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#))]);
+    let rev = repo.commit(&[
+        ("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#)),
+        ("AGENTS.md", "Always be brief. INSTRUCTION-MARK\n"),
+        // A copy, as repositories keep one for each agent: sent once.
+        ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
+    ]);
     let server = ModelServer::start_isolated(vec![Step::bash(
         "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )])
@@ -142,6 +147,17 @@ async fn opencode_job_uses_the_devshell_and_commits() {
             "the key reached the model"
         );
     }
+    // The instructions, once, in each request that carries the system prompt (opencode's
+    // first is its title request, which has none).
+    let counts: Vec<usize> = server
+        .requests()
+        .iter()
+        .map(|b| b.to_string().matches("INSTRUCTION-MARK").count())
+        .collect();
+    assert!(
+        counts.contains(&1) && counts.iter().all(|c| *c <= 1),
+        "instructions per request: {counts:?}"
+    );
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     assert!(server.confined_processes().is_empty(), "no process left");
 }
