@@ -18,8 +18,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0    success (for run: the agent exited 0)
   1    the work failed (a Nix error; for run: the agent failed or the job could not run)
-  2    bad input: usage, a bad argument or job field, a path that is not a repository
-  3    the host is not ready: a missing binary, an unusable state directory, a bad config file
+  2    bad input: usage, a bad argument or job field, a path that is not a repository, a
+       config file that is missing (when named), unreadable, empty or invalid
+  3    the host is not ready: a missing binary, an unusable state directory
   4    run: the job was refused (untrusted revision, unknown account, host not ready)
   5    run: the job timed out
   130  interrupted by SIGINT
@@ -264,12 +265,29 @@ fn subcommand_of(args: &[std::ffi::OsString]) -> Option<&str> {
     None
 }
 
+/// Writes `text` and a newline to stdout. Every command's data goes through here, not
+/// `println!`, which panics when stdout cannot be written (a full disk, a closed pipe).
+pub(crate) fn out(text: impl std::fmt::Display) -> Result<(), Failure> {
+    out_raw(format_args!("{text}\n"))
+}
+
+/// [`out`] without the newline.
+pub(crate) fn out_raw(text: impl std::fmt::Display) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+}
+
 fn exit(result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             if !f.message.is_empty() {
-                eprintln!("quest-runner: {}", f.message);
+                // Not eprintln!, which panics when stderr cannot be written either.
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "quest-runner: {}", f.message);
             }
             ExitCode::from(f.code)
         }
@@ -306,7 +324,8 @@ fn context(cli: &Globals) -> Result<Context, Failure> {
         Some(path) => (path.clone(), true),
         None => (state.config_file(), false),
     };
-    let config = Config::load(&config_path, required).map_err(|e| Failure::new(3, e))?;
+    // Any bad config is bad input, like a bad job: the operator fixes the file.
+    let config = Config::load(&config_path, required).map_err(|e| Failure::new(2, e))?;
     let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
     Ok(Context {
         state,
@@ -389,7 +408,7 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     }
     let spec = JobSpec::from_json(&value.to_string()).map_err(bad)?;
     let default_timeout = humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(3, format!("config default_timeout: {e}")))?;
+        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))?;
     spec.validate(default_timeout).map_err(bad)
 }
 
@@ -417,10 +436,18 @@ fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         };
         Ok::<_, Failure>(runner.run(&job, cancel).await)
     })?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&result).unwrap_or_default()
-    );
+    // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
+    // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the
+    // job, so it is reported and the exit code stays the job's.
+    if let Err(e) = out(serde_json::to_string_pretty(&result).unwrap_or_default()) {
+        let kept = crate::workspace::job_root(&runner.state, &result.job_id).join("result.json");
+        let kept = match kept.is_file() {
+            true => format!("the result is kept in {}", kept.display()),
+            false => "the job got no directory, so no result file".to_string(),
+        };
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "quest-runner: {}; {kept}", e.message);
+    }
     let code = match (result.outcome, result.message.as_deref()) {
         (Outcome::Cancelled, Some(m)) if m.contains("SIGTERM") => 143,
         (outcome, _) => outcome.exit_code(),
@@ -465,9 +492,8 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         }
         None => serde_json::json!(null),
     };
-    let out = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
-    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-    Ok(())
+    let shown = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
+    out(serde_json::to_string_pretty(&shown).unwrap_or_default())
 }
 
 fn doctor() -> Result<(), Failure> {
@@ -475,9 +501,9 @@ fn doctor() -> Result<(), Failure> {
     let mut failed = 0;
     for c in &checks {
         let mark = if c.ok { "ok  " } else { "FAIL" };
-        println!("{mark} {:<40} {}", c.name, c.detail);
+        out(format_args!("{mark} {:<40} {}", c.name, c.detail))?;
         if let (false, Some(fix)) = (c.ok, &c.fix) {
-            println!("     fix: {fix}");
+            out(format_args!("     fix: {fix}"))?;
         }
         failed += usize::from(!c.ok);
     }
@@ -539,7 +565,7 @@ fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure> {
     match command {
         CacheCommand::Ls => {
             for entry in shells.list()? {
-                println!("{}", serde_json::to_string(&entry).unwrap_or_default());
+                out(serde_json::to_string(&entry).unwrap_or_default())?;
             }
         }
         CacheCommand::Gc {
@@ -550,7 +576,7 @@ fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure> {
                 max_entries,
                 older_than,
             })?;
-            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            out(serde_json::to_string(&report).unwrap_or_default())?;
         }
     }
     Ok(())

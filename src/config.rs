@@ -170,6 +170,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("invalid config {path}: it is empty (write {{}} for the defaults)")]
+    Empty { path: PathBuf },
     #[error("invalid config {path}: {source}")]
     Parse {
         path: PathBuf,
@@ -207,6 +209,11 @@ impl Config {
                 })
             }
         };
+        if text.trim().is_empty() {
+            return Err(ConfigError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
         let config: Config = serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,

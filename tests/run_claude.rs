@@ -85,6 +85,11 @@ async fn refusals_name_their_reason() {
             2,
             "unknown field `colour`",
         ),
+        (
+            serde_json::json!({"repo": "ssh://-oProxyCommand=touch${IFS}/tmp/qr-pwned/r", "rev": rev}),
+            2,
+            "starts with '-'",
+        ),
     ];
     for (job, code, needle) in cases {
         let file = job_file(keys.path(), job.clone());
@@ -99,6 +104,86 @@ async fn refusals_name_their_reason() {
         assert!(stderr.contains(needle), "{job}: {stderr}");
     }
     assert!(server.exchanges().is_empty(), "no agent ran");
+
+    // Any bad config is bad input (2), named: empty, unreadable (a directory), invalid JSON,
+    // and a named file that is missing.
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"repo": repo_path, "rev": rev}),
+    );
+    let configs = keys.path().join("configs");
+    std::fs::create_dir(&configs).unwrap();
+    let empty = configs.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let invalid = configs.join("invalid.json");
+    std::fs::write(&invalid, "{\"accounts\": ").unwrap();
+    let dir = configs.join("dir.json");
+    std::fs::create_dir(&dir).unwrap();
+    for (config, needle) in [
+        (&empty, "it is empty"),
+        (&invalid, "EOF while parsing"),
+        (&dir, "Is a directory"),
+        (&configs.join("absent.json"), "No such file"),
+    ] {
+        let out = runner
+            .command()
+            .arg("--config")
+            .arg(config)
+            .args(["run", "--job"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", config.display());
+        assert!(
+            stderr.contains(&config.display().to_string()) && stderr.contains(needle),
+            "{}: {stderr}",
+            config.display()
+        );
+    }
+}
+
+/// stdout that cannot be written (here /dev/full, as on a full disk) does not lose the
+/// result or panic: the result is in the job's directory, stderr says so, and the exit code
+/// is the job's own.
+#[test]
+fn a_stdout_that_cannot_be_written_keeps_the_result_on_disk() {
+    let keys = tempfile::tempdir().unwrap();
+    let runner = Runner::new();
+    let key = keys.path().join("key");
+    std::fs::write(&key, "sk-unused").unwrap();
+    let config =
+        serde_json::json!({"accounts": {"main": {"agent": "claude", "api_key_file": key}}});
+    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    // The fetch fails: an error after the job's directory exists (exit 1).
+    let absent = keys.path().join("no-such-repo");
+    std::fs::create_dir(&absent).unwrap();
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "full-stdout", "repo": absent.to_string_lossy()}),
+    );
+    let out = runner
+        .command()
+        .args(["run", "--job"])
+        .arg(&file)
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let kept = runner.state().join("jobs/full-stdout/result.json");
+    assert!(
+        stderr.contains("writing to stdout") && stderr.contains(&kept.display().to_string()),
+        "{stderr}"
+    );
+    let result: Value = serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    assert_eq!(result["outcome"], "error", "{result}");
 }
 
 /// A job whose one command hangs, stopped by its timeout or by a signal: either way the
@@ -183,7 +268,9 @@ async fn claude_job_uses_the_devshell_and_commits() {
     let repo = Repo::new();
     let rev = repo.commit(&[
         ("flake.nix", &flake(r#"DEVSHELL_VAR = "from-the-flake";"#)),
-        ("AGENTS.md", "Always be brief.\n"),
+        ("AGENTS.md", "Always be brief. INSTRUCTION-MARK\n"),
+        // A copy, as repositories keep one for each agent: sent once.
+        ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
     let server = ModelServer::start_isolated(vec![Step::bash(
         "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
@@ -250,6 +337,12 @@ async fn claude_job_uses_the_devshell_and_commits() {
         diagnostics()
     );
 
+    let first = server.requests()[0].to_string();
+    assert_eq!(
+        first.matches("INSTRUCTION-MARK").count(),
+        1,
+        "the instructions once in the first request: {first}"
+    );
     // The key never reached the model in a request body, and nothing is left behind.
     for body in server.requests() {
         assert!(

@@ -84,13 +84,13 @@ pub fn systemd_unit_command(args: &SystemdUnitArgs) -> Result<(), Failure> {
         group: args.group.clone().unwrap_or_else(|| args.user.clone()),
         environment_file: args.environment_file.clone(),
     })?;
-    print!("{unit}");
+    crate::cli::out_raw(&unit)?;
     Ok(())
 }
 
 /// Prints the AppArmor profile for the bwrap this installation resolves.
 pub fn apparmor_profile_command() -> Result<(), Failure> {
     let bwrap = apparmor::resolved_bwrap()?;
-    print!("{}", apparmor::render(&bwrap)?);
+    crate::cli::out_raw(apparmor::render(&bwrap)?)?;
     Ok(())
 }

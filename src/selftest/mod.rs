@@ -42,7 +42,10 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
             trusts.push(crate::job::Trust::Untrusted);
         }
         for trust in trusts {
-            println!("\n== boundary suite: {} ({trust:?})", agent.name());
+            crate::cli::out(format_args!(
+                "\n== boundary suite: {} ({trust:?})",
+                agent.name()
+            ))?;
             let cfg = boundary::SuiteConfig {
                 agent: *agent,
                 trust,
@@ -53,15 +56,15 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
                 .block_on(boundary::run(&cfg))
                 .map_err(|e| Failure::new(1, format!("the boundary suite could not run: {e}")))?;
             for line in report.lines() {
-                println!("{line}");
+                crate::cli::out(&line)?;
             }
-            println!("{}", report.summary());
+            crate::cli::out(report.summary())?;
             if !report.holds() {
                 failures.push(format!("{} ({trust:?})", agent.name()));
             }
         }
         if opts.mutations {
-            println!("\n== mutation checks: {}", agent.name());
+            crate::cli::out(format_args!("\n== mutation checks: {}", agent.name()))?;
             let mut caught = 0;
             for m in boundary::Mutation::ALL {
                 let cfg = boundary::SuiteConfig {
@@ -78,25 +81,25 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
                     .iter()
                     .any(|a| a.id == m.caught_by() && a.escaped);
                 caught += usize::from(hit);
-                println!(
+                crate::cli::out(format_args!(
                     "{:<8} {:<22} must free {}",
                     if hit { "caught" } else { "MISSED" },
                     m.name(),
                     m.caught_by()
-                );
+                ))?;
                 if !hit {
                     failures.push(format!("{} mutation {}", agent.name(), m.name()));
                 }
             }
-            println!(
+            crate::cli::out(format_args!(
                 "{}: {caught}/{} mutations caught",
                 agent.name(),
                 boundary::Mutation::ALL.len()
-            );
+            ))?;
         }
     }
     if failures.is_empty() {
-        println!("\nselftest: the boundary holds");
+        crate::cli::out("\nselftest: the boundary holds")?;
         Ok(())
     } else {
         Err(Failure::new(
@@ -118,7 +121,10 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     let system = devshell::nix_version::current_system();
     let bare = make_sample_repo(work.path(), &SAMPLE_FLAKE.replace("@SYSTEM@", &system))?;
     let rev = git_stdout(&bare, &["rev-parse", "HEAD"])?;
-    println!("sample repository: {} at {rev}", bare.display());
+    crate::cli::out(format_args!(
+        "sample repository: {} at {rev}",
+        bare.display()
+    ))?;
 
     let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
     let req = devshell::Request {
@@ -135,13 +141,13 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
             devshell::CacheStatus::Hit => "hit",
             devshell::CacheStatus::Miss => "miss",
         };
-        println!(
+        crate::cli::out(format_args!(
             "{attempt} request: cache {cache} in {:.1?}",
             started.elapsed()
-        );
+        ))?;
         if attempt == "second" {
-            println!("{}", shell_json(&shell));
-            println!("--- cached env script ---");
+            crate::cli::out(shell_json(&shell))?;
+            crate::cli::out("--- cached env script ---")?;
             print_shell(&shell, Format::Script)?;
         }
     }

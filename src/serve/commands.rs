@@ -90,7 +90,7 @@ fn failure(e: QueueError) -> Failure {
 
 fn open(ctx: &Context) -> Result<FsQueue, Failure> {
     let timeout = humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(3, format!("config default_timeout: {e}")))?;
+        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))?;
     FsQueue::open(&ctx.state, timeout).map_err(failure)
 }
 
@@ -163,7 +163,7 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
     };
     let queue = open(&ctx)?;
     let job = queue.submit(spec, &ctx.config).map_err(failure)?;
-    println!("{}", job.id);
+    crate::cli::out(job.id)?;
     Ok(())
 }
 
@@ -206,10 +206,10 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
     value["id"] = args.id.clone().into();
     value["state"] = state.name().into();
     value["dir"] = queue.job_dir(&args.id).display().to_string().into();
-    println!(
+    crate::cli::out(format_args!(
         "{}",
         serde_json::to_string_pretty(&value).unwrap_or_default()
-    );
+    ))?;
     Ok(())
 }
 
@@ -266,8 +266,11 @@ fn copy_from(path: &Path, offset: u64, out: &mut impl Write) -> std::io::Result<
 /// `quest-runner cancel ID`.
 pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
     match open(&ctx)?.cancel(&args.id).map_err(failure)? {
-        CancelOutcome::Dequeued => println!("{}: cancelled", args.id),
-        CancelOutcome::Requested => println!("{}: cancel requested; its runner stops it", args.id),
+        CancelOutcome::Dequeued => crate::cli::out(format_args!("{}: cancelled", args.id))?,
+        CancelOutcome::Requested => crate::cli::out(format_args!(
+            "{}: cancel requested; its runner stops it",
+            args.id
+        ))?,
     }
     Ok(())
 }
@@ -275,6 +278,9 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 /// `quest-runner gc --older-than D`: prints the removed jobs' ids as JSON.
 pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
     let removed = open(&ctx)?.gc(args.older_than).map_err(failure)?;
-    println!("{}", serde_json::json!({ "removed": removed }));
+    crate::cli::out(format_args!(
+        "{}",
+        serde_json::json!({ "removed": removed })
+    ))?;
     Ok(())
 }
