@@ -199,7 +199,13 @@ impl Config {
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            // ENOTDIR: a part of the default path is no directory, so there is no file
+            // either; the state directory's own check names that (exit 3, not bad input).
+            Err(e)
+                if !required
+                    && (e.kind() == std::io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ENOTDIR)) =>
+            {
                 return Ok(Config::default())
             }
             Err(source) => {
