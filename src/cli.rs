@@ -469,10 +469,12 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         checkout: job_root.join("checkout"),
         worktree_admin: bare.join("worktrees/checkout"),
         bare_clone: bare,
-        temp_dir: PathBuf::from(crate::workspace::TEMP_PARENT)
+        temp_dir: runner
+            .temp_parent
+            .path
             .join(format!("{}XXXXXX", crate::workspace::TEMP_PREFIX)),
         job_dir: job_root.join("runner"),
-        helper_tmp: PathBuf::from(crate::workspace::TEMP_PARENT).join("quest-srt-XXXXXX"),
+        helper_tmp: runner.temp_parent.path.join("quest-srt-XXXXXX"),
         devshell_script: (job.trust == crate::job::Trust::Trusted)
             .then(|| job_root.join("runner/devshell.sh")),
     };

@@ -232,6 +232,21 @@ pub fn doctor() -> Vec<Check> {
                 .into()
         }),
     });
+    let temp = crate::workspace::temp_parent();
+    all.push(Check {
+        name: "job temp dirs".into(),
+        ok: true,
+        detail: match &temp.why_not_tmpdir {
+            None => format!("in {}", temp.path.display()),
+            Some(why) => format!("in {}: {why}", temp.path.display()),
+        },
+        fix: temp.why_not_tmpdir.as_ref().map(|_| {
+            format!(
+                "optional: a TMPDIR of at most {} characters",
+                crate::workspace::TMPDIR_MAX
+            )
+        }),
+    });
     let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
     let exists = shared.exists();
     all.push(Check {

@@ -112,6 +112,8 @@ pub struct Runner {
     /// The per-job part of the agent's start and end (see [`JobAgentHook`]): `serve`'s
     /// per-job cgroups. Not in [`RunHooks`], which are the boundary suite's seams.
     pub job_agent: Option<JobAgentHook>,
+    /// Where jobs' private temp dirs are made ([`workspace::temp_parent`]).
+    pub temp_parent: workspace::TempParent,
 }
 
 /// Adjusts the agent's command before it starts.
@@ -146,6 +148,13 @@ pub struct RunHooks {
 impl Runner {
     pub fn new(state: StateDir, config: Config) -> Runner {
         let devshells = Arc::new(DevShells::new(&state, &config));
+        let temp_parent = workspace::temp_parent();
+        if let Some(why) = &temp_parent.why_not_tmpdir {
+            tracing::warn!(
+                "jobs' temp dirs go in {}: {why}",
+                temp_parent.path.display()
+            );
+        }
         Runner {
             state,
             config,
@@ -155,6 +164,7 @@ impl Runner {
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
             config_file: None,
             job_agent: None,
+            temp_parent,
         }
     }
 
@@ -254,8 +264,8 @@ impl Runner {
         // The job's timeout bounds all of it, not only the agent: a fetch or a devShell build
         // that never ends must not hold the job (and its runner slot) for ever.
         let deadline = tokio::time::Instant::from_std(started + job.timeout);
-        let ws = match tokio::time::timeout_at(deadline, Workspace::prepare(&self.state, job)).await
-        {
+        let preparing = Workspace::prepare_in(&self.state, job, &self.temp_parent.path);
+        let ws = match tokio::time::timeout_at(deadline, preparing).await {
             Ok(Ok(ws)) => ws,
             Ok(Err(e)) => return refuse(result, Outcome::Error, e.to_string()),
             Err(_) => {

@@ -7,10 +7,13 @@
 //! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
 //! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
 //! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
-//! /tmp/quest-job-XXXXXX/               HOME and TMPDIR (removed when the job ends)
-//! /tmp/quest-srt-XXXXXX/               srt's scratch dir (removed when the job ends)
-//! /tmp/quest-proxy-XXXXXX/             the network proxy's TMPDIR (removed when the job ends)
+//! $TMPDIR/quest-job-XXXXXX/            HOME and TMPDIR (removed when the job ends)
+//! $TMPDIR/quest-srt-XXXXXX/            srt's scratch dir (removed when the job ends)
+//! $TMPDIR/quest-proxy-XXXXXX/          the network proxy's TMPDIR (removed when the job ends)
 //! ```
+//!
+//! `$TMPDIR` is the runner's when it is short enough for Claude Code (see [`temp_parent`]),
+//! else `/tmp`.
 //!
 //! The worktree and temp dir are removed on every exit path by [`Workspace`]'s drop. A runner
 //! killed outright leaves `workspace.json` behind with its job lock released, and the next
@@ -28,10 +31,66 @@ use crate::remove::remove_tree;
 use crate::sandbox::WorkspacePaths;
 use crate::state::{StateDir, StateError};
 
-/// The parent of every private temp dir. Fixed, and short: Claude Code ignores a
-/// `CLAUDE_CODE_TMPDIR` of 36 characters or more.
+/// The parent of the private temp dirs when the runner's `TMPDIR` cannot be used.
 pub const TEMP_PARENT: &str = "/tmp";
 pub const TEMP_PREFIX: &str = "quest-job-";
+/// Claude Code ignores a `CLAUDE_CODE_TMPDIR` longer than this (and falls back to the shared
+/// `/tmp/claude-<uid>`); the job's temp dir is that variable.
+pub const CLAUDE_TMPDIR_MAX: usize = 35;
+/// What a temp dir's name adds to its parent: `/quest-job-XXXXXX`.
+const TEMP_NAME_LEN: usize = 1 + TEMP_PREFIX.len() + 6;
+/// The longest `TMPDIR` (resolved) jobs' temp dirs can go in.
+pub const TMPDIR_MAX: usize = CLAUDE_TMPDIR_MAX - TEMP_NAME_LEN;
+
+/// Where a job's private temp dirs are made, and why there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TempParent {
+    pub path: PathBuf,
+    /// Why the runner's `TMPDIR` was not used, when it was set.
+    pub why_not_tmpdir: Option<String>,
+}
+
+/// The runner's `TMPDIR` (resolved), so that jobs write where the operator put temporary
+/// files — often a larger disk than a RAM-backed `/tmp` — when a temp dir in it is short
+/// enough for Claude Code's `CLAUDE_CODE_TMPDIR`; else `/tmp`.
+pub fn temp_parent() -> TempParent {
+    choose_temp_parent(std::env::var_os("TMPDIR").map(PathBuf::from))
+}
+
+fn choose_temp_parent(tmpdir: Option<PathBuf>) -> TempParent {
+    let fallback = |why: String| TempParent {
+        path: PathBuf::from(TEMP_PARENT),
+        why_not_tmpdir: Some(why),
+    };
+    let Some(tmpdir) = tmpdir.filter(|t| !t.as_os_str().is_empty()) else {
+        return TempParent {
+            path: PathBuf::from(TEMP_PARENT),
+            why_not_tmpdir: None,
+        };
+    };
+    let shown = tmpdir.display();
+    let resolved = match std::fs::canonicalize(&tmpdir) {
+        Ok(p) if p.is_dir() => p,
+        Ok(_) => return fallback(format!("TMPDIR={shown} is not a directory")),
+        Err(e) => return fallback(format!("TMPDIR={shown}: {e}")),
+    };
+    let len = resolved.as_os_str().len();
+    if resolved.parent().is_none() {
+        return fallback(format!("TMPDIR={shown} is the root directory"));
+    }
+    if len > TMPDIR_MAX {
+        return fallback(format!(
+            "TMPDIR={} is {len} characters; a job's temp dir in it would be longer than the \
+             {CLAUDE_TMPDIR_MAX} Claude Code accepts for CLAUDE_CODE_TMPDIR (at most \
+             {TMPDIR_MAX} for TMPDIR)",
+            resolved.display(),
+        ));
+    }
+    TempParent {
+        path: resolved,
+        why_not_tmpdir: None,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -106,8 +165,18 @@ pub fn job_root(state: &StateDir, id: &str) -> PathBuf {
 }
 
 impl Workspace {
-    /// Fetches the revision into the repository's bare clone and lays out the job's files.
+    /// Fetches the revision into the repository's bare clone and lays out the job's files,
+    /// its temp dirs in [`temp_parent`].
     pub async fn prepare(state: &StateDir, job: &Job) -> Result<Workspace, WorkspaceError> {
+        Self::prepare_in(state, job, &temp_parent().path).await
+    }
+
+    /// [`Workspace::prepare`] with the temp dirs in `temp_parent`.
+    pub async fn prepare_in(
+        state: &StateDir,
+        job: &Job,
+        temp_parent: &Path,
+    ) -> Result<Workspace, WorkspaceError> {
         let jobs = state.ensure_dir(Path::new("jobs"))?;
         state.ensure_dir(Path::new("repos"))?;
         let job_root = jobs.join(&job.id);
@@ -130,8 +199,8 @@ impl Workspace {
         let temp_in = |prefix: &str| {
             tempfile::Builder::new()
                 .prefix(prefix)
-                .tempdir_in(TEMP_PARENT)
-                .map_err(io("creating a directory in", Path::new(TEMP_PARENT)))
+                .tempdir_in(temp_parent)
+                .map_err(io("creating a directory in", temp_parent))
         };
         let temp_guard = temp_in(TEMP_PREFIX)?;
         let helper_guard = temp_in("quest-srt-")?;
@@ -577,3 +646,7 @@ async fn set_up_clone(bare: &Path) -> Result<(), WorkspaceError> {
     }
     std::fs::write(&path, text).map_err(io("writing", &path))
 }
+
+#[cfg(test)]
+#[path = "workspace_tests.rs"]
+mod tests;

@@ -273,7 +273,7 @@ async fn claude_job_uses_the_devshell_and_commits() {
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
     let server = ModelServer::start_isolated(vec![Step::bash(
-        "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
+        "echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
@@ -291,11 +291,18 @@ async fn claude_job_uses_the_devshell_and_commits() {
     let job_file = keys.path().join("job.json");
     std::fs::write(&job_file, job.to_string()).unwrap();
 
+    // The runner's TMPDIR, short enough for Claude Code's CLAUDE_CODE_TMPDIR: the job's
+    // temp dir goes there.
+    let tmpdir = tempfile::Builder::new()
+        .prefix("qr")
+        .tempdir_in("/tmp")
+        .unwrap();
     let mut cmd = runner.command();
     cmd.env(
         "QUEST_RUNNER_CLAUDE",
         agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
     )
+    .env("TMPDIR", tmpdir.path())
     .args(["run", "--job"])
     .arg(&job_file);
     server.confine(&mut cmd);
@@ -330,6 +337,14 @@ async fn claude_job_uses_the_devshell_and_commits() {
         .path();
     let content = git(&bare, &["show", &format!("{head}:devshell.txt")]);
     assert_eq!(content, "from-the-flake");
+    let job_tmp = git(&bare, &["show", &format!("{head}:tmpdir.txt")]);
+    // (Claude Code gives commands a directory of its own inside CLAUDE_CODE_TMPDIR.)
+    let in_tmpdir = Path::new(job_tmp.trim()).strip_prefix(tmpdir.path());
+    assert!(
+        in_tmpdir.is_ok_and(|p| p.to_string_lossy().starts_with("quest-job-")),
+        "the commands' TMPDIR {job_tmp} is not a job temp dir in {}",
+        tmpdir.path().display()
+    );
     let results = server.tool_results();
     assert!(
         results.iter().any(|r| r.text.contains("COMMITTED")),

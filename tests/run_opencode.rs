@@ -78,7 +78,7 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
     let server = ModelServer::start_isolated(vec![Step::bash(
-        "echo \"$DEVSHELL_VAR\" > devshell.txt && git add devshell.txt && git commit -qm 'agent commit' && echo COMMITTED",
+        "echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )])
     .expect("model server");
     let secrets = tempfile::tempdir().unwrap();
@@ -94,7 +94,14 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         "prompt": "Record the devShell variable and commit it.",
         "timeout": "3m",
     });
+    // The runner's TMPDIR, short enough for CLAUDE_CODE_TMPDIR (srt reads it too): the job's
+    // temp dir goes there.
+    let tmpdir = tempfile::Builder::new()
+        .prefix("qr")
+        .tempdir_in("/tmp")
+        .unwrap();
     let mut cmd = run_command(&runner, &server, secrets.path(), &job);
+    cmd.env("TMPDIR", tmpdir.path());
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
@@ -137,6 +144,8 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         git(&bare, &["show", &format!("{head}:devshell.txt")]),
         "from-the-flake"
     );
+    let job_tmp = git(&bare, &["show", &format!("{head}:tmpdir.txt")]);
+    assert_eq!(Path::new(job_tmp.trim()).parent(), Some(tmpdir.path()));
     assert!(server
         .tool_results()
         .iter()

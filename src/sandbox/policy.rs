@@ -270,9 +270,16 @@ fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
 /// Builds the policy. Pure but for resolving the private files' links.
 pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     let mut deny_read = system_denied_reads(inputs.platform);
-    for extra in [Some(&inputs.state_dir), inputs.operator_home.as_ref()]
-        .into_iter()
-        .flatten()
+    // The temp dirs' parent holds other jobs' temp dirs: `/tmp` is denied above, a `TMPDIR`
+    // elsewhere is denied here (the job's own is allowed below).
+    let temp_parent = ws.temp_dir.parent().filter(|p| p.parent().is_some());
+    for extra in [
+        Some(&inputs.state_dir),
+        inputs.operator_home.as_ref(),
+        temp_parent.map(Path::to_path_buf).as_ref(),
+    ]
+    .into_iter()
+    .flatten()
     {
         push_unique(&mut deny_read, extra.clone());
     }

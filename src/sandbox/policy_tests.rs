@@ -27,6 +27,20 @@ fn inputs(trust: Trust) -> PolicyInputs {
     }
 }
 
+/// With the runner's `TMPDIR` elsewhere than `/tmp`, the other jobs' temp dirs beside this
+/// one's are denied as they are in `/tmp`.
+#[test]
+fn other_jobs_temp_dirs_are_denied_wherever_tmpdir_is() {
+    let mut paths = ws();
+    paths.temp_dir = "/scratch/quest-job-x1".into();
+    paths.helper_tmp = "/scratch/quest-srt-x1".into();
+    let p = plan(&paths, &inputs(Trust::Trusted));
+    assert!(p.may_read(Path::new("/scratch/quest-job-x1/file")));
+    assert!(p.may_write(Path::new("/scratch/quest-job-x1/file")));
+    assert!(!p.may_read(Path::new("/scratch/quest-job-other/secret")));
+    assert!(!p.may_read(Path::new("/scratch/unrelated")));
+}
+
 #[test]
 fn reads_are_confined_to_the_workspace_and_the_system() {
     let p = plan(&ws(), &inputs(Trust::Trusted));

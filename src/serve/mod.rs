@@ -374,6 +374,7 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         operator_home: current.operator_home.clone(),
         config_file: current.config_file.clone(),
         job_agent: current.job_agent.clone(),
+        temp_parent: current.temp_parent.clone(),
     })
 }
 

@@ -28,8 +28,15 @@ fn recorded_temp_dir(job_root: &Path) -> Option<PathBuf> {
     value
         .get("temp_dir")
         .and_then(|v| v.as_str())
-        .filter(|p| p.starts_with(crate::workspace::TEMP_PARENT) && p.len() > 5)
         .map(PathBuf::from)
+        // Only what the runner makes: an absolute `…/quest-job-*` (a damaged record must not
+        // make a marker such as `/` that every process matches).
+        .filter(|p| {
+            p.is_absolute()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(crate::workspace::TEMP_PREFIX))
+        })
 }
 
 /// SIGKILLs every process of job `id` (by [`markers`]), again until none is left or two

@@ -382,6 +382,9 @@ pub fn claude_job_temp_dir(job_dir: &Path) -> PathBuf {
         .unwrap()
         .iter()
         .map(|v| PathBuf::from(v.as_str().unwrap()))
-        .find(|p| p.to_string_lossy().starts_with("/tmp/quest-job-"))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("quest-job-"))
+        })
         .expect("a quest-job temp dir")
 }
