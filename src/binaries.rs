@@ -18,6 +18,10 @@ pub enum Tool {
     Srt,
     Claude,
     Opencode,
+    /// A statically linked bash: the builder of the devShells the runner makes itself (the
+    /// selftest's sample and hostile repositories), which Nix's build sandbox runs with
+    /// nothing of the host. Debian's `bash-static` is on `PATH` under this name.
+    BashStatic,
 }
 
 impl Tool {
@@ -31,6 +35,7 @@ impl Tool {
             Tool::Srt => "srt",
             Tool::Claude => "claude",
             Tool::Opencode => "opencode",
+            Tool::BashStatic => "bash-static",
         }
     }
 
@@ -44,6 +49,7 @@ impl Tool {
             Tool::Srt => "QUEST_RUNNER_SRT",
             Tool::Claude => "QUEST_RUNNER_CLAUDE",
             Tool::Opencode => "QUEST_RUNNER_OPENCODE",
+            Tool::BashStatic => "QUEST_RUNNER_BASH_STATIC",
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod git_objects;
 pub mod instructions;
 pub mod job;
 pub mod lockfile;
+pub mod nar;
 pub mod netproxy;
 pub mod preflight;
 pub mod process;

@@ -2,12 +2,14 @@
 //! holds, with nothing but what the binary carries: a sample repository for the devShell
 //! cache, and the boundary suite's hostile repository and scripted model.
 //!
-//! The sample is committed with fixed author, committer and dates, so its revision is the same
-//! on every run and on every machine: a second run is a cache hit.
+//! The sample is committed with fixed author, committer and dates, and its static bash (see
+//! [`static_bash`]) is kept in the state directory, so its revision is the same on every run
+//! with the same state directory and bash: a second run is a cache hit.
 
 pub mod boundary;
 pub mod model_server;
 pub mod npm_registry;
+pub mod static_bash;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -119,7 +121,16 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
         .tempdir()
         .map_err(|e| Failure::new(3, format!("creating a temporary directory: {e}")))?;
     let system = devshell::nix_version::current_system();
-    let bare = make_sample_repo(work.path(), &SAMPLE_FLAKE.replace("@SYSTEM@", &system))?;
+    let bash_dir = ctx
+        .state
+        .ensure_dir(Path::new("selftest"))
+        .map_err(|e| Failure::new(3, e))?
+        .join("bash");
+    let bash = static_bash::BuilderInput::install(&bash_dir).map_err(|e| Failure::new(3, e))?;
+    let flake = SAMPLE_FLAKE
+        .replace("@SYSTEM@", &system)
+        .replace("@BASH_DIR@", &bash.dir().display().to_string());
+    let bare = make_sample_repo(work.path(), &flake, &bash.lock_file())?;
     let rev = git_stdout(&bare, &["rev-parse", "HEAD"])?;
     crate::cli::out(format_args!(
         "sample repository: {} at {rev}",
@@ -154,17 +165,18 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     Ok(())
 }
 
-fn make_sample_repo(dir: &Path, flake: &str) -> Result<std::path::PathBuf, Failure> {
+fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::PathBuf, Failure> {
     let src = dir.join("sample");
     std::fs::create_dir_all(&src).map_err(|e| Failure::new(1, e))?;
     std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(src.join("flake.lock"), lock).map_err(|e| Failure::new(1, e))?;
     std::fs::write(
         src.join("AGENTS.md"),
         "# Sample\nA repository for quest-runner selftest.\n",
     )
     .map_err(|e| Failure::new(1, e))?;
     git_stdout(&src, &["init", "-q", "-b", "main"])?;
-    git_stdout(&src, &["add", "flake.nix", "AGENTS.md"])?;
+    git_stdout(&src, &["add", "flake.nix", "flake.lock", "AGENTS.md"])?;
     git_stdout(
         &src,
         &["commit", "-q", "-m", "quest-runner selftest sample"],

@@ -21,14 +21,17 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
     let marker = |name: &str| escapes.join(name).display().to_string();
     let system = crate::devshell::nix_version::current_system();
     let token = &world.token;
+    let bash = crate::selftest::static_bash::BuilderInput::install(&base.join("bash"))
+        .map_err(|e| e.to_string())?;
 
     let flake = format!(
         r#"{{
-  outputs = {{ self }}: {{
+  {inputs}
+  outputs = {{ self, bash }}: {{
     devShells.{system}.default = derivation {{
       name = "hostile-shell";
       system = "{system}";
-      builder = "/bin/bash";
+      builder = "{builder}";
       outputs = [ "out" ];
       args = [ "-c" "echo > $out" ];
       BOUNDARY_VAR = "devshell-ok";
@@ -41,6 +44,8 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
   }};
 }}
 "#,
+        inputs = bash.flake_inputs(),
+        builder = crate::selftest::static_bash::BUILDER,
         outside = marker("shellhook")
     );
     let claude_settings = serde_json::json!({
@@ -67,8 +72,9 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
 
     std::fs::create_dir_all(repo.join(".claude")).map_err(io)?;
     std::fs::create_dir_all(repo.join(".opencode/plugin")).map_err(io)?;
-    let files: [(&str, String); 7] = [
+    let files: [(&str, String); 8] = [
         ("flake.nix", flake),
+        ("flake.lock", bash.lock_file()),
         (
             "README.md",
             "A repository that attacks its runner.\n".into(),

@@ -1,0 +1,202 @@
+//! The builder of every devShell the project makes itself: the selftest's sample, the boundary
+//! suite's hostile repository, and the tests' and benches' fixtures.
+//!
+//! Nix builds in a sandbox (on by default on Linux, on NixOS, with the official installer)
+//! that holds nothing of the host but the store paths a derivation names: no `/bin/bash`
+//! (NixOS has none at all) and no library. And `nix print-dev-env` takes only a builder whose
+//! file name is `bash`. With no nixpkgs reachable, these flakes therefore take a directory
+//! holding `bin/bash`, a copy of a statically linked bash, as a `path:` input (`flake = false`)
+//! and build with `"${bash}/bin/bash"`. The lock pins the directory's NAR hash, computed here:
+//! no `nix flake lock` run is needed, the runner passes `--no-update-lock-file` as it does for
+//! every repository, and Nix refuses the input if the copy changed.
+//!
+//! The bash comes from `QUEST_RUNNER_BASH_STATIC`, else `bash-static` on `PATH` (Debian's and
+//! Ubuntu's `bash-static` package); the Nix package points the variable at nixpkgs' static bash.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::binaries::{self, BinaryError, Tool};
+
+/// The flake input's name, and the builder the flake's derivations name.
+pub const INPUT: &str = "bash";
+pub const BUILDER: &str = "${bash}/bin/bash";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StaticBashError {
+    #[error("no static bash for the devShells the runner builds itself: {0} (Debian and Ubuntu: apt-get install bash-static)")]
+    NotFound(#[from] BinaryError),
+    #[error(
+        "{path} is dynamically linked, and Nix's build sandbox holds no library for it: point \
+         QUEST_RUNNER_BASH_STATIC at a statically linked bash (Debian and Ubuntu: apt-get install bash-static)"
+    )]
+    Dynamic { path: PathBuf },
+    #[error(
+        "{path} cannot be a Nix path input: only letters, digits and / . _ + - are allowed \
+         (Nix reads a path: URL without decoding it); choose a directory with a plainer name"
+    )]
+    UnsafePath { path: PathBuf },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A directory holding `bin/bash`, with the NAR hash its lock entry needs.
+#[derive(Debug, Clone)]
+pub struct BuilderInput {
+    dir: PathBuf,
+    nar_hash: String,
+}
+
+impl BuilderInput {
+    /// Puts a copy of the static bash (see the module doc) at `dir/bin/bash`.
+    pub fn install(dir: &Path) -> Result<BuilderInput, StaticBashError> {
+        BuilderInput::install_from(&binaries::find(Tool::BashStatic)?, dir)
+    }
+
+    /// Puts a copy of `bash`, which must be statically linked, at `dir/bin/bash`. An identical
+    /// copy already there is kept (the selftest's sample keeps its revision from run to run);
+    /// any other is replaced whole, by a rename, so a reader never sees half a file.
+    pub fn install_from(bash: &Path, dir: &Path) -> Result<BuilderInput, StaticBashError> {
+        let dir = std::path::absolute(dir).map_err(io("resolving", dir))?;
+        if !dir
+            .to_string_lossy()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._+-".contains(c))
+        {
+            return Err(StaticBashError::UnsafePath { path: dir });
+        }
+        let bytes = std::fs::read(bash).map_err(io("reading", bash))?;
+        if is_dynamic_elf(&bytes) {
+            return Err(StaticBashError::Dynamic {
+                path: bash.to_path_buf(),
+            });
+        }
+        let bin = dir.join("bin");
+        let target = bin.join("bash");
+        if std::fs::read(&target).ok().as_deref() != Some(&bytes[..]) {
+            std::fs::create_dir_all(&bin).map_err(io("creating", &bin))?;
+            // The temporary copy sits beside `dir`, not in it: a copy left by a killed run must
+            // not become part of the input.
+            let parent = dir.parent().unwrap_or(Path::new("/"));
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".quest-bash-")
+                .tempfile_in(parent)
+                .map_err(io("creating a file in", parent))?;
+            std::io::Write::write_all(&mut tmp, &bytes).map_err(io("writing", tmp.path()))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o555))
+                .map_err(io("setting the mode of", tmp.path()))?;
+            tmp.persist(&target)
+                .map_err(|e| io("writing", &target)(e.error))?;
+        }
+        let nar_hash = crate::nar::nar_hash(&dir).map_err(io("hashing", &dir))?;
+        Ok(BuilderInput { dir, nar_hash })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The input's URL: `path:<dir>`.
+    pub fn url(&self) -> String {
+        format!("path:{}", self.dir.display())
+    }
+
+    /// The flake's `inputs` entry; the flake's `outputs` then takes `{ self, bash }`.
+    pub fn flake_inputs(&self) -> String {
+        format!(
+            "inputs.{INPUT} = {{ url = \"{}\"; flake = false; }};",
+            self.url()
+        )
+    }
+
+    /// The `flake.lock` that goes beside a `flake.nix` with [`flake_inputs`](Self::flake_inputs)
+    /// and no other input.
+    pub fn lock_file(&self) -> String {
+        let dir = self.dir.to_string_lossy();
+        let lock = serde_json::json!({
+            "nodes": {
+                INPUT: {
+                    "flake": false,
+                    "locked": { "narHash": self.nar_hash, "path": dir, "type": "path" },
+                    "original": { "path": dir, "type": "path" },
+                },
+                "root": { "inputs": { INPUT: INPUT } },
+            },
+            "root": "root",
+            "version": 7,
+        });
+        // serde_json's map keeps keys sorted, as Nix writes them.
+        let mut text = serde_json::to_string_pretty(&lock).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+fn io<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> StaticBashError + 'a {
+    move |source| StaticBashError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Whether `bytes` is a 64-bit little-endian ELF executable that names a program interpreter
+/// (the dynamic loader). Anything else — a static ELF, another format — is let through: Nix
+/// reports a builder it cannot run itself.
+fn is_dynamic_elf(bytes: &[u8]) -> bool {
+    const PT_INTERP: u32 = 3;
+    let field = |at: usize, len: usize| bytes.get(at..at.checked_add(len)?);
+    let u16_at = |at| {
+        field(at, 2)
+            .and_then(|b| b.try_into().ok())
+            .map(u16::from_le_bytes)
+    };
+    let u32_at = |at| {
+        field(at, 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+    };
+    let u64_at = |at| {
+        field(at, 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    // Magic, ELFCLASS64, ELFDATA2LSB.
+    if bytes.get(..6) != Some(&[0x7f, b'E', b'L', b'F', 2, 1][..]) {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    (0..usize::from(phnum)).any(|i| {
+        usize::try_from(phoff)
+            .ok()
+            .and_then(|off| off.checked_add(i * usize::from(phentsize)))
+            .and_then(u32_at)
+            == Some(PT_INTERP)
+    })
+}
+
+/// Whether the file at `path` is a dynamically linked ELF executable (see [`is_dynamic_elf`]);
+/// reads only its headers.
+pub fn is_dynamically_linked(path: &Path) -> std::io::Result<bool> {
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)?
+        .take(4096)
+        .read_to_end(&mut head)?;
+    Ok(is_dynamic_elf(&head))
+}
+
+#[cfg(test)]
+#[path = "static_bash_tests.rs"]
+mod tests;
