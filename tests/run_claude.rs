@@ -490,14 +490,12 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     let slow_repo = Repo::new();
     let slow = SlowBuild::new();
     let slow_rev = slow_repo.commit(&[("flake.nix", &flake(&slow.extra))]);
+    let watch = slow.watch();
     let (code, result) = run(serde_json::json!({
         "id": "stuck-build", "repo": slow_repo.src().to_string_lossy(), "rev": slow_rev,
         "timeout": "4s",
     }));
-    assert!(
-        slow.marker.exists(),
-        "the slow build never started: {result}"
-    );
+    assert!(watch.seen(), "the slow build never started: {result}");
     assert_eq!(code, Some(5), "{result}");
     assert_eq!(result["outcome"], "timed_out", "{result}");
     let message = result["message"].as_str().unwrap_or_default();

@@ -791,8 +791,8 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
 async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     let repo = Repo::new();
     let slow = SlowBuild::new();
-    let (token, marker, extra) = (slow.token.clone(), slow.marker.clone(), slow.extra.clone());
-    let slow_rev = repo.commit(&[("flake.nix", &flake(&extra))]);
+    let token = slow.token.clone();
+    let slow_rev = repo.commit(&[("flake.nix", &flake(&slow.extra))]);
     let server = ModelServer::start_isolated(vec![]).expect("model server");
     let (runner, keys) = runner_for(&server, 1);
     let cgroup = StateCgroup::of(&runner);
@@ -803,7 +803,7 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
     );
     let serve = Serve::start(&runner, &server, keys.path());
     let deadline = Instant::now() + Duration::from_secs(90);
-    while !marker.exists() {
+    while !slow.started() {
         assert!(
             Instant::now() < deadline,
             "the slow builder never started\n{}",

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use quest_runner::selftest::static_bash::{BuilderInput, BUILDER};
+
 /// A repository whose every commit has a devShell of its own (the commit's label is in the
 /// derivation), so each new revision is a real miss; with a bare clone of it beside.
 pub struct SampleRepo {
@@ -34,13 +36,17 @@ impl SampleRepo {
     /// Commits a flake whose devShell carries `label`; returns the revision.
     pub fn commit(&self, label: &str) -> String {
         let system = format!("{}-linux", std::env::consts::ARCH);
+        // Built by a static bash, as the tests' fixtures are (tests/support).
+        let bash = BuilderInput::install(&self.dir.join("bash")).expect("a static bash");
         let flake = format!(
-            r#"{{ outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
-  name = "bench-shell"; system = "{system}"; builder = "/bin/bash"; outputs = [ "out" ];
-  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#
+            r#"{{ {inputs} outputs = {{ self, bash }}: {{ devShells.{system}.default = derivation {{
+  name = "bench-shell"; system = "{system}"; builder = "{BUILDER}"; outputs = [ "out" ];
+  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#,
+            inputs = bash.flake_inputs(),
         );
         let src = self.src();
         std::fs::write(src.join("flake.nix"), flake).expect("write flake");
+        std::fs::write(src.join("flake.lock"), bash.lock_file()).expect("write lock");
         git(&src, &["add", "-A"]);
         git(&src, &["commit", "-q", "-m", label]);
         if self.bare().exists() {

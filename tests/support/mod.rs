@@ -9,6 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use quest_runner::selftest::static_bash::BuilderInput;
+
 pub fn system() -> String {
     format!("{}-linux", std::env::consts::ARCH)
 }
@@ -32,6 +34,33 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The static bash every fixture flake builds with (see `quest_runner::selftest::static_bash`),
+/// one copy per bash binary under Cargo's `target/tmp`: shared by the tests of a checkout and
+/// named by the binary's hash, so a run against another bash (the Debian 13 rootfs's) never
+/// swaps the file under a running test.
+pub fn fixture_bash() -> &'static BuilderInput {
+    static INPUT: std::sync::OnceLock<BuilderInput> = std::sync::OnceLock::new();
+    INPUT.get_or_init(|| {
+        use sha2::Digest;
+        let bash = quest_runner::binaries::find(quest_runner::binaries::Tool::BashStatic)
+            .expect("a static bash (apt-get install bash-static, or QUEST_RUNNER_BASH_STATIC)");
+        let digest = sha2::Sha256::digest(std::fs::read(&bash).unwrap());
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("static-bash-{}", &hex::encode(digest)[..16]));
+        BuilderInput::install_from(&bash, &dir).unwrap()
+    })
+}
+
+/// The builder of fixture derivations: in scope inside [`flake`]'s `outputs`.
+pub const BUILDER: &str = quest_runner::selftest::static_bash::BUILDER;
+
+/// A shell command for a fixture's builder that waits `secs` seconds. The build sandbox has
+/// no `sleep`: the static bash waits on a pipe nobody writes (`read -t`), a pipe it holds
+/// both ends of through `/dev/fd`.
+pub fn build_sleep(secs: u32) -> String {
+    format!("exec 3<> <(:); read -t {secs} -u 3")
 }
 
 /// A source repository with a working tree, and a bare clone of it (what the runner reads).
@@ -58,9 +87,15 @@ impl Repo {
         self.dir.path().join("bare.git")
     }
 
-    /// Commits `files` and refreshes the bare clone; returns the new revision.
+    /// Commits `files` and refreshes the bare clone; returns the new revision. With a
+    /// `flake.nix`, the lock of [`fixture_bash`] goes beside it.
     pub fn commit(&self, files: &[(&str, &str)]) -> String {
-        for (name, content) in files {
+        let lock = fixture_bash().lock_file();
+        let lock = files
+            .iter()
+            .any(|(name, _)| *name == "flake.nix")
+            .then_some(("flake.lock", lock.as_str()));
+        for (name, content) in files.iter().chain(&lock) {
             let path = self.src().join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();
@@ -82,8 +117,8 @@ impl Repo {
     }
 }
 
-/// A flake whose default devShell is a raw derivation (no nixpkgs is reachable), with
-/// `extra` spliced into the derivation's attributes.
+/// A flake whose default devShell is a raw derivation (no nixpkgs is reachable) built by
+/// [`fixture_bash`], with `extra` spliced into the derivation's attributes.
 pub fn flake(extra: &str) -> String {
     flake_with(extra, "")
 }
@@ -91,13 +126,15 @@ pub fn flake(extra: &str) -> String {
 /// Like [`flake`], with `more_shells` added to `devShells.<system>` (e.g. `other = ...;`).
 pub fn flake_with(extra: &str, more_shells: &str) -> String {
     let system = system();
+    let inputs = fixture_bash().flake_inputs();
     format!(
         r#"{{
-  outputs = {{ self }}: {{
+  {inputs}
+  outputs = {{ self, bash }}: {{
     devShells.{system}.default = derivation {{
       name = "test-shell";
       system = "{system}";
-      builder = "/bin/bash";
+      builder = "{BUILDER}";
       outputs = [ "out" ];
       args = [ "-c" "echo > $out" ];
       {extra}
@@ -105,7 +142,7 @@ pub fn flake_with(extra: &str, more_shells: &str) -> String {
     devShells.{system}.other = derivation {{
       name = "other-shell";
       system = "{system}";
-      builder = "/bin/bash";
+      builder = "{BUILDER}";
       outputs = [ "out" ];
       args = [ "-c" "echo > $out" ];
       OTHER_VAR = "other";
@@ -311,36 +348,93 @@ pub fn unique_token() -> String {
     format!("qrtok{}x{nanos}", std::process::id())
 }
 
-/// A devShell dependency whose build hangs: it writes `marker`, then sleeps 300 s as
-/// `sleep-<token>`, so a test can wait for the build to be under way and then interrupt it.
+/// A devShell dependency whose build hangs: its builder renames itself `sleep-<token>` and
+/// waits 300 s, so a test can wait for the build to be under way ([`SlowBuild::started`]) and
+/// then interrupt it. The build sandbox shows the build nothing of the host, so the test
+/// watches for the process, not for a file the build writes.
 pub struct SlowBuild {
     pub token: String,
-    pub marker: PathBuf,
     /// The attribute to splice into [`flake`].
     pub extra: String,
-    _dir: tempfile::TempDir,
 }
 
 impl SlowBuild {
     pub fn new() -> SlowBuild {
         let token = unique_token();
-        let dir = tempfile::tempdir().unwrap();
-        // Nix may build as an unprivileged build user: let it write the marker.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let marker = dir.path().join("started");
         let extra = format!(
-            r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "/bin/bash";
-          args = [ "-c" "echo started > {marker}; exec -a sleep-{token} /bin/sleep 300" ]; }};"#,
+            r#"slow = derivation {{ name = "slow-{token}"; system = "{system}"; builder = "{BUILDER}";
+          args = [ "-c" "exec -a sleep-{token} {BUILDER} -c '{wait}'" ]; }};"#,
             system = system(),
-            marker = marker.display()
+            wait = build_sleep(300),
         );
-        SlowBuild {
-            token,
-            marker,
-            extra,
-            _dir: dir,
+        SlowBuild { token, extra }
+    }
+
+    /// The builder's name once it waits.
+    pub fn builder_name(&self) -> String {
+        format!("sleep-{}", self.token)
+    }
+
+    /// Whether the build is under way: a process named [`Self::builder_name`] runs. (Its
+    /// command line is renamed by the `exec` itself, so this is never true a moment early.)
+    pub fn started(&self) -> bool {
+        !processes_named(&self.builder_name()).is_empty()
+    }
+
+    /// Watches, until the returned value is dropped, for the build to start: for a test that
+    /// cannot poll while the build runs.
+    pub fn watch(&self) -> BuildWatch {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let seen = std::sync::Arc::new(AtomicBool::new(false));
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (seen, done, name) = (seen.clone(), done.clone(), self.builder_name());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) && !seen.load(Ordering::Relaxed) {
+                    seen.store(!processes_named(&name).is_empty(), Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        };
+        BuildWatch {
+            seen,
+            done,
+            thread: Some(thread),
         }
     }
+}
+
+/// See [`SlowBuild::watch`].
+pub struct BuildWatch {
+    seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BuildWatch {
+    pub fn seen(&self) -> bool {
+        self.seen.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for BuildWatch {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Pids of processes whose `argv[0]` is `name`.
+pub fn processes_named(name: &str) -> Vec<u32> {
+    quest_runner::procfs::pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).next() == Some(name.as_bytes()))
+        })
+        .collect()
 }
 
 /// A one-commit repository and a scripted model whose one tool call starts a command named
