@@ -15,6 +15,7 @@
   claude-code,
   opencode,
   sandbox-runtime,
+  pkgsStatic,
   src,
 }:
 let
@@ -37,6 +38,9 @@ let
         "--set-default QUEST_RUNNER_CLAUDE $out/libexec/quest-runner/claude"
         "--set-default QUEST_RUNNER_BWRAP ${bubblewrap}/bin/bwrap"
         "--set-default QUEST_RUNNER_SOCAT ${socat}/bin/socat"
+        # The builder of the selftest's own devShells, run by Nix's build sandbox with nothing
+        # of the host: statically linked (src/selftest/static_bash.rs).
+        "--set-default QUEST_RUNNER_BASH_STATIC ${pkgsStatic.bash}/bin/bash"
       ]
     else
       [ "--set-default QUEST_RUNNER_CLAUDE ${claude-code}/bin/claude" ]
