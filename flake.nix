@@ -1,8 +1,9 @@
 {
   description = "quest-runner: AI coding-agent jobs on a pinned revision, in an OS sandbox, with that revision's own Nix devShell";
 
-  # The only input. nixos-25.11 has bubblewrap, socat, git, nix, claude-code and opencode;
-  # sandbox-runtime, which it lacks, is packaged in nix/sandbox-runtime.nix.
+  # The only input: bubblewrap, socat, git, Nix and the toolchain. Claude Code, opencode and srt
+  # are not taken from it but built from npm/package-lock.json, the releases the tests run
+  # (nix/npm-agent.nix, nix/sandbox-runtime.nix).
   inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 
   outputs =
@@ -21,8 +22,12 @@
         system:
         import nixpkgs {
           inherit system;
-          # Claude Code is unfree: allow that one package, nothing else.
-          config.allowUnfreePredicate = pkg: builtins.elem (lib.getName pkg) [ "claude-code" ];
+          # Claude Code is unfree: allow that one package, the one built from the lock, and
+          # nothing else (not even nixpkgs' claude-code).
+          config.allowUnfreePredicate =
+            pkg:
+            lib.getName pkg == "claude-code"
+            && (pkg.passthru.npmPackage or null) == "@anthropic-ai/claude-code";
           overlays = [ self.overlays.default ];
         }
       );
@@ -62,18 +67,22 @@
       );
     in
     {
-      overlays.default = final: prev: {
+      # Adds quest-runner only: the agents it pins are its own (passthru), so nixpkgs'
+      # claude-code, opencode and sandbox-runtime stay what they are for everything else.
+      overlays.default = final: _prev: {
         quest-runner = final.callPackage ./nix/package.nix {
           inherit src;
-          # nixpkgs' own when it has one (it does from 2026 on, not in 25.11).
-          sandbox-runtime = prev.sandbox-runtime or (final.callPackage ./nix/sandbox-runtime.nix { });
+          claude-code = final.callPackage ./nix/npm-agent.nix { agent = "claude-code"; };
+          opencode = final.callPackage ./nix/npm-agent.nix { agent = "opencode"; };
+          sandbox-runtime = final.callPackage ./nix/sandbox-runtime.nix { };
         };
       };
 
       packages = forAllSystems (pkgs: {
         default = pkgs.quest-runner;
+        quest-runner = pkgs.quest-runner;
         runner = pkgs.quest-runner;
-        inherit (pkgs.quest-runner.passthru) sandbox-runtime;
+        inherit (pkgs.quest-runner.passthru) claude-code opencode sandbox-runtime;
       });
 
       # nix run .#runner -- doctor

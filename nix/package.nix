@@ -1,6 +1,9 @@
-# quest-runner, built from Cargo.lock and wrapped so it finds pinned tools from the same
-# nixpkgs through its QUEST_RUNNER_* variables (src/binaries.rs): the operator's PATH is left
-# alone, and a variable set by the operator (or the NixOS module) still wins over the pin.
+# quest-runner, built from Cargo.lock and wrapped so it finds pinned tools through its
+# QUEST_RUNNER_* variables (src/binaries.rs): the operator's PATH is left alone, and a variable
+# set by the operator (or the NixOS module) still wins over the pin. git, Nix, bubblewrap and
+# socat come from nixpkgs; the agents and srt are the releases npm/package-lock.json pins, the
+# ones the tests run (nix/npm-agent.nix, nix/sandbox-runtime.nix), passed in by the flake's
+# overlay.
 {
   lib,
   stdenv,
@@ -22,34 +25,57 @@ let
   inherit (stdenv.hostPlatform) isLinux;
   cargo = lib.importTOML ../Cargo.toml;
 
+  # The version of each agent the wrapper pins, next to the lock's: `nix eval
+  # .#quest-runner.passthru.agentVersions`. Evaluation fails on a mismatch (an agent passed in
+  # from elsewhere, such as nixpkgs' claude-code), and the install check below runs each one.
+  lock = import ./npm-lock.nix ../npm/package-lock.json;
+  agentVersions =
+    lib.mapAttrs
+      (name: drv: {
+        lock = (lock.agents.${name} or lock.${name}).version;
+        # null where the lock holds no binary for this system (nix/npm-agent.nix).
+        wrapped = if drv.passthru.available or true then drv.version else null;
+      })
+      {
+        inherit claude-code opencode sandbox-runtime;
+      };
+  drifted = lib.filterAttrs (_: v: v.wrapped != null && v.wrapped != v.lock) agentVersions;
+
   # The wrapper's arguments. QUEST_RUNNER_EXE: `quest-runner systemd-unit` writes ExecStart from
   # it; without it the unit would start the unwrapped binary, which has none of these pins. PATH
   # gets ripgrep appended, never prepended: `doctor` and opencode jobs look for rg on the
   # runner's PATH (srt scans deny paths with it), and an operator's own rg still comes first.
+  agentPaths = {
+    # On Linux through the wrapper made in postInstall.
+    claude-code = if isLinux then "$out/libexec/quest-runner/claude" else lib.getExe claude-code;
+    opencode = lib.getExe opencode;
+    sandbox-runtime = lib.getExe sandbox-runtime;
+  };
   wrapperArgs = [
     "--set-default QUEST_RUNNER_GIT ${git}/bin/git"
     "--set-default QUEST_RUNNER_NIX ${nix}/bin/nix"
-    "--set-default QUEST_RUNNER_SRT ${sandbox-runtime}/bin/srt"
-    "--set-default QUEST_RUNNER_OPENCODE ${opencode}/bin/opencode"
+    "--set-default QUEST_RUNNER_SRT ${agentPaths.sandbox-runtime}"
+    "--set-default QUEST_RUNNER_OPENCODE ${agentPaths.opencode}"
+    "--set-default QUEST_RUNNER_CLAUDE ${agentPaths.claude-code}"
   ]
-  ++ (
-    if isLinux then
-      [
-        "--set-default QUEST_RUNNER_CLAUDE $out/libexec/quest-runner/claude"
-        "--set-default QUEST_RUNNER_BWRAP ${bubblewrap}/bin/bwrap"
-        "--set-default QUEST_RUNNER_SOCAT ${socat}/bin/socat"
-        # The builder of the selftest's own devShells, run by Nix's build sandbox with nothing
-        # of the host: statically linked (src/selftest/static_bash.rs).
-        "--set-default QUEST_RUNNER_BASH_STATIC ${pkgsStatic.bash}/bin/bash"
-      ]
-    else
-      [ "--set-default QUEST_RUNNER_CLAUDE ${claude-code}/bin/claude" ]
-  )
+  ++ lib.optionals isLinux [
+    "--set-default QUEST_RUNNER_BWRAP ${bubblewrap}/bin/bwrap"
+    "--set-default QUEST_RUNNER_SOCAT ${socat}/bin/socat"
+    # The builder of the selftest's own devShells, run by Nix's build sandbox with nothing
+    # of the host: statically linked (src/selftest/static_bash.rs).
+    "--set-default QUEST_RUNNER_BASH_STATIC ${pkgsStatic.bash}/bin/bash"
+  ]
   ++ [
     "--set QUEST_RUNNER_EXE $out/bin/quest-runner"
     "--suffix PATH : ${ripgrep}/bin"
   ];
 in
+assert lib.assertMsg (drifted == { }) (
+  "quest-runner wraps agents at other versions than npm/package-lock.json pins: "
+  + lib.concatStringsSep ", " (
+    lib.mapAttrsToList (name: v: "${name} ${v.wrapped} (lock: ${v.lock})") drifted
+  )
+);
 rustPlatform.buildRustPackage {
   pname = cargo.package.name;
   inherit (cargo.package) version;
@@ -59,8 +85,9 @@ rustPlatform.buildRustPackage {
 
   nativeBuildInputs = [ makeBinaryWrapper ];
 
-  # Only the unit tests (--lib) and tests/deploy.rs run inside the Nix build sandbox. The other
-  # integration tests are skipped because the sandbox has none of what they test against:
+  # Only the unit tests (--lib) and tests/deploy.rs run inside the Nix build sandbox, the latter
+  # evaluating the Nix files with this nix. The other integration tests are skipped because the
+  # sandbox has none of what they test against:
   #   devshell, devshell_inprocess  need a working `nix` with a store and daemon of its own;
   #   workspace                     needs git over real repositories in a writable HOME;
   #   run_claude, run_opencode, boundary, agents_smoke, serve
@@ -68,35 +95,58 @@ rustPlatform.buildRustPackage {
   #                                 root (for the network namespace of the scripted model)
   #                                 and the npm agents (Claude Code, opencode, srt).
   # scripts/test runs all of them on a real host, and checks.vm-test runs a job through the
-  # service on NixOS. tests/deploy.rs prints why it skips what needs nix-instantiate or
-  # systemd-analyze, which the sandbox lacks too.
+  # service on NixOS. tests/deploy.rs prints why it skips what needs systemd-analyze, which the
+  # sandbox lacks too.
   cargoTestFlags = [
     "--lib"
     "--test"
     "deploy"
   ];
-  # git for the unit tests of git objects; node for the syntax check of the opencode plugin.
+  # git for the unit tests of git objects; node for the syntax check of the opencode plugin;
+  # nix (nix-instantiate) for the evaluations of tests/deploy.rs.
   nativeCheckInputs = [
     git
     nodejs
+    nix
   ];
 
   postInstall =
     lib.optionalString isLinux ''
       # Claude Code's sandbox starts bwrap and socat by name: give the agent (and only the
       # agent) the same bwrap the runner uses, the one the AppArmor profile is attached to.
-      makeWrapper ${claude-code}/bin/claude $out/libexec/quest-runner/claude \
+      makeWrapper ${lib.getExe claude-code} $out/libexec/quest-runner/claude \
         --prefix PATH : ${bubblewrap}/bin:${socat}/bin
     ''
     + ''
       wrapProgram $out/bin/quest-runner ${lib.concatStringsSep " " wrapperArgs}
     '';
 
+  # Each agent as the runner starts it (the paths the wrapper's variables name) reports the
+  # version the lock pins.
+  doInstallCheck = true;
+  installCheckPhase = ''
+    runHook preInstallCheck
+    export HOME=$TMPDIR
+    reports() {
+      local reported
+      reported=$("$2" --version 2>&1) || { echo "$2 --version failed: $reported" >&2; exit 1; }
+      for word in $reported; do [ "$word" = "$3" ] && return; done
+      echo "$1: $2 --version says '$reported', but npm/package-lock.json pins $3" >&2
+      exit 1
+    }
+    ${lib.concatStrings (
+      lib.mapAttrsToList (
+        name: v: lib.optionalString (v.wrapped != null) "reports ${name} ${agentPaths.${name}} ${v.lock}\n"
+      ) agentVersions
+    )}
+    runHook postInstallCheck
+  '';
+
   passthru = {
     # The bwrap the runner and both agents use: the NixOS module attaches the AppArmor
     # profile to this binary.
     bwrap = if isLinux then "${bubblewrap}/bin/bwrap" else null;
-    inherit sandbox-runtime claude-code opencode;
+    inherit sandbox-runtime claude-code opencode agentVersions;
   };
 
   meta = {

@@ -1,12 +1,12 @@
 # srt (@anthropic-ai/sandbox-runtime): the sandbox opencode's commands run in.
 #
-# nixos-25.11 has no sandbox-runtime: nixpkgs added it on master in March 2026 (PR #504139),
-# after the 25.11 branch-off, and did not backport it. (Its `srt` attribute is an unrelated
-# video transport library.) So it is packaged here from the npm release pinned in
-# npm/package-lock.json, the version the test suite runs against, with the lockfile's integrity
-# hashes. The npm tarballs are already built (dist/ is JavaScript; vendor/ holds static
-# apply-seccomp binaries), so nothing is compiled: the tarballs are unpacked into one
-# node_modules tree and srt is wrapped with what it runs.
+# Always packaged here from the npm release pinned in npm/package-lock.json, the version the
+# test suite runs against, with the lockfile's integrity hashes — never nixpkgs' own
+# sandbox-runtime (master has one since March 2026, PR #504139; nixos-25.11 has none, and its
+# `srt` attribute is an unrelated video transport library), whose version the tests never saw.
+# The npm tarballs are already built (dist/ is JavaScript; vendor/ holds static apply-seccomp
+# binaries), so nothing is compiled: the tarballs are unpacked into one node_modules tree and
+# srt is wrapped with what it runs.
 {
   lib,
   stdenvNoCC,
@@ -19,10 +19,7 @@
   socat,
 }:
 let
-  pins = import ./npm-pins.nix {
-    lockFile = ../npm/package-lock.json;
-    package = "@anthropic-ai/sandbox-runtime";
-  };
+  pins = (import ./npm-lock.nix ../npm/package-lock.json).closure "@anthropic-ai/sandbox-runtime";
   srt = builtins.head pins;
   dependencies = builtins.tail pins;
   tarball = pin: fetchurl { inherit (pin) url hash; };

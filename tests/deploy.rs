@@ -12,9 +12,9 @@ use std::process::{Command, Output};
 
 use quest_runner::deploy::{apparmor, systemd};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+#[path = "support/nix_eval.rs"]
+mod nix_eval;
+use nix_eval::{eval as nix_eval, nix_instantiate, root};
 
 fn runner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_quest-runner"))
@@ -26,32 +26,6 @@ fn stdout(out: &Output) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `nix-instantiate`, or `None` after saying the check is skipped.
-fn nix_instantiate(check: &str) -> Option<PathBuf> {
-    match which::which("nix-instantiate") {
-        Ok(path) => Some(path),
-        Err(_) => {
-            eprintln!("SKIPPED {check}: nix-instantiate is not on PATH");
-            None
-        }
-    }
-}
-
-/// Evaluates `expr` (a function of `root`, the repository's path) strictly, as JSON.
-fn nix_eval(nix: &Path, expr: &str) -> serde_json::Value {
-    let out = Command::new(nix)
-        .args(["--eval", "--strict", "--json", "--readonly-mode"])
-        .arg("--argstr")
-        .arg("root")
-        .arg(root())
-        .arg("-E")
-        .arg(expr)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{expr}: {}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Templates among the .nix files: not Nix until quest-runner substitutes a placeholder.
@@ -110,7 +84,7 @@ fn every_nix_file_parses() {
             None => file.clone(),
         };
         let out = Command::new(&nix)
-            .arg("--parse")
+            .args(["--readonly-mode", "--store", "dummy://", "--parse"])
             .arg(&target)
             .output()
             .unwrap();
@@ -315,7 +289,7 @@ fn sandbox_runtime_is_fetched_at_the_npm_pins() {
     };
     let pins = nix_eval(
         &nix,
-        "{ root }: import (root + \"/nix/npm-pins.nix\") { lockFile = root + \"/npm/package-lock.json\"; package = \"@anthropic-ai/sandbox-runtime\"; }",
+        "{ root }: (import (root + \"/nix/npm-lock.nix\") (root + \"/npm/package-lock.json\")).closure \"@anthropic-ai/sandbox-runtime\"",
     );
     let lock: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("npm/package-lock.json")).unwrap(),
