@@ -2,6 +2,11 @@
 # launchd agent on macOS, a systemd user service on Linux — with the same options as the NixOS
 # module where they make sense (no user, group, AppArmor or system hardening: a user manager
 # cannot apply most of it, and on macOS the sandbox is Seatbelt).
+#
+# The configuration is a file of the user's (xdg.configFile), at a path that does not change:
+# a settings change then reloads the runner (SIGHUP) and its running jobs go on, where a new
+# path in the unit would restart it and kill them. Only `settings.limits`, read at start,
+# restart it.
 {
   config,
   lib,
@@ -14,21 +19,47 @@ let
   shared = import ./options.nix { inherit lib pkgs; };
   unit = import ../nix/service-settings.nix;
   configFile = shared.configFile cfg;
+  limitsFile = shared.limitsFile cfg;
   inherit (pkgs.stdenv.hostPlatform) isDarwin;
 
+  configName = "quest-runner/config.json";
   environment = {
     QUEST_RUNNER_STATE_DIR = cfg.stateDir;
-    QUEST_RUNNER_CONFIG = "${configFile}";
+    QUEST_RUNNER_CONFIG = "${config.xdg.configHome}/${configName}";
     # The system's own directories last: sandbox-exec on macOS, and whatever the host has.
     PATH = "${lib.makeBinPath (shared.basePackages ++ cfg.extraPackages)}:/usr/bin:/bin:/usr/sbin:/sbin";
   };
 
   logFile = "${config.home.homeDirectory}/Library/Logs/quest-runner.log";
+  # home-manager's label for launchd.agents.quest-runner.
+  label = config.launchd.agents.quest-runner.config.Label or "org.nix-community.home.quest-runner";
 
-  # The lifecycle part of the system unit's settings; the hardening keys need a system
-  # manager (or user namespaces a user manager would have to create around bwrap's own).
+  # launchd has no reload: after home-manager links a changed config, signal the agent as
+  # systemd's ExecReload would — unless its plist changed too (home-manager has restarted it
+  # with the new config already), or the limits did (read at start: restart it).
+  reloadOnDarwin = ''
+    service="gui/$(id -u)/${label}"
+    if /bin/launchctl print "$service" >/dev/null 2>&1; then
+      old="''${oldGenPath:-}/home-files/${config.xdg.configFile.${configName}.target}"
+      plist="LaunchAgents/${label}.plist"
+      limits() { ${lib.getExe pkgs.jq} -S '.limits // {}' "$1"; }
+      if [ -n "''${oldGenPath:-}" ] && ! cmp -s "$oldGenPath/$plist" "$newGenPath/$plist"; then
+        :
+      elif [ -e "$old" ] && [ "$(limits "$old")" != "$(limits ${configFile})" ]; then
+        run /bin/launchctl kickstart -k "$service"
+      else
+        run /bin/launchctl kill SIGHUP "$service"
+      fi
+    fi
+  '';
+
+  # The lifecycle part of the system unit's settings, readiness and watchdog included; the
+  # hardening keys need a system manager (or user namespaces a user manager would have to
+  # create around bwrap's own).
   lifecycle = lib.getAttrs [
     "Type"
+    "NotifyAccess"
+    "WatchdogSec"
     "Restart"
     "RestartSec"
     "KillMode"
@@ -38,8 +69,17 @@ let
     "TimeoutStopSec"
     "UMask"
   ] unit.service;
+
+  hidden =
+    (if isDarwin then shared.deniedReads.darwin else shared.deniedReads.linux)
+    ++ [
+      cfg.stateDir
+      config.home.homeDirectory
+    ];
 in
 {
+  imports = shared.imports;
+
   options.services.quest-runner = shared.options {
     defaultStateDir = "${config.xdg.stateHome}/quest-runner";
     defaultStateDirText = lib.literalExpression ''"''${config.xdg.stateHome}/quest-runner"'';
@@ -50,12 +90,19 @@ in
     lib.mkMerge [
       {
         assertions = shared.assertions cfg;
+        warnings = shared.accountWarnings cfg hidden;
         home.packages = [ cfg.package ];
+        xdg.configFile.${configName} = {
+          source = configFile;
+          onChange = lib.optionalString isDarwin reloadOnDarwin;
+        };
       }
 
       (mkIf isDarwin {
         launchd.agents.quest-runner = {
           enable = true;
+          # ProcessType is left to launchd (Standard); "Background" would throttle the jobs'
+          # builds. Set launchd.agents.quest-runner.config.ProcessType to change it.
           config = {
             ProgramArguments = [
               (lib.getExe cfg.package)
@@ -68,7 +115,6 @@ in
               Crashed = true;
               SuccessfulExit = false;
             };
-            ProcessType = "Background";
             StandardOutPath = logFile;
             StandardErrorPath = logFile;
           }
@@ -87,10 +133,13 @@ in
 
       (mkIf (!isDarwin) {
         systemd.user.services.quest-runner = {
+          # A user manager sees only its own units: no network-online.target or
+          # nix-daemon.socket to order after (the system unit's After=).
           Unit = {
             Description = unit.unit.Description;
-            After = unit.unit.After;
-            Wants = unit.unit.Wants;
+            # Only the config file changed: reload. The limits changed: restart.
+            X-Reload-Triggers = [ "${configFile}" ];
+            X-Restart-Triggers = [ "${limitsFile}" ];
           };
           Service =
             lifecycle

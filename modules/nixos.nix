@@ -21,20 +21,75 @@ let
   # StateDirectory= takes a name below /var/lib; the state directory option is a full path.
   stateDirName = lib.removePrefix "/var/lib/" cfg.stateDir;
 
-  # Places the sandbox hides from jobs' commands (src/sandbox/policy.rs), where account files
-  # belong. Only used for a warning.
-  hiddenPrefixes = [
-    "${cfg.stateDir}/"
-    "/var/lib/"
-    "/home/"
-    "/root/"
-    "/run/user/"
-  ];
-  exposedAccountFiles = lib.filter (
-    f: !lib.any (prefix: lib.hasPrefix prefix f.path) hiddenPrefixes
+  # The unit's settings as they end up, defaults and overrides merged.
+  service = config.systemd.services.quest-runner.serviceConfig;
+  enabled = v: v != false && v != "no";
+  # A unit setting as systemd reads it.
+  show =
+    v:
+    if v == true then
+      "true"
+    else if v == false then
+      "false"
+    else
+      toString v;
+  protectHome = service.ProtectHome or false;
+  writablePaths =
+    [
+      cfg.stateDir
+      "/var/cache/${unit.service.CacheDirectory}"
+      "/var/log/${unit.service.LogsDirectory}"
+      "/run/${unit.service.RuntimeDirectory}"
+    ]
+    ++ map (lib.removePrefix "-") (lib.toList (service.ReadWritePaths or [ ]));
+
+  # Account files the service itself cannot use, given its unit's sandbox. The file is read (and
+  # for a login, rewritten) by the agent, which runs as the service.
+  unusableAccountFile =
+    f:
+    let
+      at = "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}";
+      inHome = lib.any (dir: shared.within dir f.path) [
+        "/home"
+        "/root"
+        "/run/user"
+      ];
+      inTmp = lib.any (dir: shared.within dir f.path) [
+        "/tmp"
+        "/var/tmp"
+      ];
+      writeFix = ''services.quest-runner.serviceOverrides = { ProtectHome = false; ReadWritePaths = [ "${dirOf f.path}" ]; }'';
+    in
+    if inHome && lib.elem protectHome [ true "yes" "tmpfs" ] then
+      "${at}: the service cannot read it: its unit has ProtectHome=${show protectHome}, which hides /home, /root and /run/user from it. Keep the file under the state directory (${cfg.stateDir}), or set ${
+        if f.rewritten then writeFix else ''services.quest-runner.serviceOverrides.ProtectHome = "read-only"''
+      }."
+    else if inHome && f.rewritten && protectHome == "read-only" then
+      "${at}: the service cannot write it (ProtectHome=read-only), and the agent rewrites it when it refreshes the login. Keep the file under the state directory (${cfg.stateDir}), or set ${writeFix}."
+    else if inTmp && enabled (service.PrivateTmp or false) then
+      "${at}: the service cannot see it: its unit has PrivateTmp=${show service.PrivateTmp}, a /tmp and /var/tmp of its own. Keep the file under the state directory (${cfg.stateDir})."
+    else
+      null;
+
+  # A login the agent rewrites, where ProtectSystem=strict leaves it read-only to the service.
+  readOnlyLogins = lib.filter (
+    f:
+    f.rewritten
+    && (service.ProtectSystem or null) == "strict"
+    && !lib.any (dir: shared.within dir f.path) writablePaths
+    && unusableAccountFile f == null
   ) (shared.accountFiles cfg);
+
+  # What the sandbox policy hides from jobs (src/sandbox/policy.rs): its system list, the state
+  # directory and the home of the service's user.
+  hidden = shared.deniedReads.linux ++ [
+    cfg.stateDir
+    (config.users.users.${cfg.user}.home or cfg.stateDir)
+  ];
 in
 {
+  imports = shared.imports;
+
   options.services.quest-runner =
     shared.options {
       defaultStateDir = "/var/lib/quest-runner";
@@ -77,7 +132,13 @@ in
     };
 
   config = mkIf cfg.enable {
-    assertions = shared.assertions cfg ++ [
+    assertions =
+      shared.assertions cfg
+      ++ map (message: {
+        assertion = message == null;
+        inherit message;
+      }) (map unusableAccountFile (shared.accountFiles cfg))
+      ++ [
       {
         assertion = lib.hasPrefix "/var/lib/" cfg.stateDir && stateDirName != "";
         message = "services.quest-runner.stateDir must be below /var/lib (systemd's StateDirectory= creates and owns it), not ${cfg.stateDir}.";
@@ -92,10 +153,12 @@ in
       }
     ];
 
-    warnings = map (
-      f:
-      "services.quest-runner.accounts.${f.name}: ${f.path} is outside the directories the sandbox hides (the state directory, /var/lib, /home, /root, /run/user), so jobs' commands could read it."
-    ) exposedAccountFiles;
+    warnings =
+      shared.accountWarnings cfg hidden
+      ++ map (
+        f:
+        "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: the service cannot write it (ProtectSystem=strict; writable are ${lib.concatStringsSep ", " writablePaths}), and the agent rewrites it when it refreshes the login. Keep it under the state directory, or add its directory to services.quest-runner.serviceOverrides.ReadWritePaths."
+      ) readOnlyLogins;
 
     users.users = mkIf (cfg.user == "quest-runner") {
       quest-runner = {
@@ -108,7 +171,7 @@ in
     users.groups = mkIf (cfg.group == "quest-runner") { quest-runner = { }; };
 
     # In /etc rather than on the command line, so a change reloads the service (SIGHUP) instead
-    # of restarting it and its jobs.
+    # of restarting it and its jobs; limits, read at start only, restart it.
     environment.etc."quest-runner/config.json".source = configFile;
 
     systemd.services.quest-runner = {
@@ -130,6 +193,7 @@ in
       };
 
       reloadTriggers = [ configFile ];
+      restartTriggers = [ (shared.limitsFile cfg) ];
 
       serviceConfig =
         lib.mapAttrs (_: lib.mkDefault) unit.service

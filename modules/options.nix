@@ -1,20 +1,22 @@
 # What the NixOS module (modules/nixos.nix) and the home-manager module
-# (modules/home-manager.nix) share: their common options, and how both turn those options into
-# the runner's JSON configuration (the `Config` struct of src/config.rs).
+# (modules/home-manager.nix) share: their common options, how both turn those options into the
+# runner's JSON configuration (the `Config` struct of src/config.rs), and the checks of an
+# operator's accounts against the sandbox policy.
 #
 # Usage: shared = import ./options.nix { inherit lib pkgs; }; then
 #   options.services.quest-runner = shared.options { defaultStateDir = ...; ... };
+#   imports = shared.imports;
 { lib, pkgs }:
 let
   inherit (lib) mkOption types;
-  json = pkgs.formats.json { };
+  t = import ./types.nix { inherit lib; };
 
-  # A file the runner or the agent reads at run time. A string, never a Nix path: a path
-  # literal would copy the secret into the world-readable store.
+  # A file the runner or the agent reads at run time: a string, never a Nix path, which would
+  # copy the secret into the world-readable store.
   secretFile =
     description:
     mkOption {
-      type = types.nullOr (types.strMatching "/.*");
+      type = types.nullOr t.runtimePath;
       default = null;
       inherit description;
     };
@@ -42,22 +44,23 @@ let
         user for the same reason.
       '';
       baseUrl = mkOption {
-        type = types.nullOr types.str;
+        type = types.nullOr t.text;
         default = null;
         description = "Claude Code: the API endpoint (ANTHROPIC_BASE_URL), for gateways.";
       };
       model = mkOption {
-        type = types.nullOr types.str;
+        type = types.nullOr t.text;
         default = null;
         description = "The model (opencode: `provider/model`).";
       };
       config = mkOption {
-        type = types.nullOr json.type;
+        type = types.nullOr t.json;
         default = null;
         description = ''
           opencode: configuration merged under the runner's own (only `provider`, `model`,
           `small_model`, `enabled_providers` and `disabled_providers` are taken). May name
-          secret files with opencode's `{file:...}` syntax; never holds secrets itself.
+          secret files with opencode's `{file:...}` syntax (absolute paths); never holds
+          secrets itself.
         '';
       };
     };
@@ -97,9 +100,46 @@ let
     "model"
     "config"
   ];
+  fileFields = [
+    "apiKeyFile"
+    "credentialsFile"
+    "authFile"
+  ];
+  # The account files the agent rewrites (a refreshed login), and so must be able to write.
+  rewrittenFields = [
+    "credentialsFile"
+    "authFile"
+  ];
+
+  # Unset settings are left out of the file, as the runner's own defaults.
+  withoutNulls =
+    v:
+    if builtins.isAttrs v then
+      lib.mapAttrs (_: withoutNulls) (lib.filterAttrs (_: x: x != null) v)
+    else if builtins.isList v then
+      map withoutNulls v
+    else
+      v;
+
+  # Whether `path` is `dir` or inside it, component-wise as Rust's Path::starts_with.
+  within = dir: path: path == dir || lib.hasPrefix "${lib.removeSuffix "/" dir}/" path;
+
+  # Every string inside a JSON value.
+  strings =
+    v:
+    if builtins.isString v then
+      [ v ]
+    else if builtins.isAttrs v then
+      lib.concatMap strings (lib.attrValues v)
+    else if builtins.isList v then
+      lib.concatMap strings v
+    else
+      [ ];
+  # The files of opencode's `{file:PATH}` references in `s`.
+  fileRefs = s: map lib.head (lib.filter lib.isList (builtins.split "\\{file:([^}]*)}" s));
 in
 rec {
-  inherit json;
+  inherit withoutNulls within;
 
   options =
     {
@@ -113,12 +153,13 @@ rec {
       package = lib.mkPackageOption pkgs "quest-runner" {
         extraDescription = ''
           The flake's modules default to the flake's own package, which pins bubblewrap,
-          socat, sandbox-runtime, Claude Code, opencode, git and Nix.
+          socat, git and Nix, and the sandbox-runtime, Claude Code and opencode releases of
+          npm/package-lock.json (the ones the tests run).
         '';
       };
 
       stateDir = mkOption {
-        type = types.strMatching "/.*";
+        type = t.runtimePath;
         default = defaultStateDir;
         defaultText = if defaultStateDirText == null then defaultStateDir else defaultStateDirText;
         description = ''
@@ -128,39 +169,19 @@ rec {
       };
 
       settings = mkOption {
-        type = types.submodule {
-          freeformType = json.type;
-          options = {
-            default_timeout = mkOption {
-              type = types.str;
-              default = "1h";
-              description = "The timeout of a job that names none, e.g. `30m`.";
-            };
-            allow_untrusted = mkOption {
-              type = types.bool;
-              default = false;
-              description = "Run untrusted revisions (no network, no devShell) instead of refusing them.";
-            };
-            network.extra_hosts = mkOption {
-              type = types.listOf types.str;
-              default = [ ];
-              description = "Hosts trusted revisions may reach besides the package registries.";
-            };
-            nix.options = mkOption {
-              type = types.attrsOf types.str;
-              default = { };
-              example = {
-                substituters = "";
-              };
-              description = "Extra `--option NAME VALUE` pairs for every `nix` the runner starts.";
-            };
-          };
-        };
+        type = types.submodule (import ./settings.nix { inherit lib; });
         default = { };
+        example = {
+          default_timeout = "30m";
+          network.extra_hosts = [ "git.example.org" ];
+          limits.memory = "4G";
+        };
         description = ''
           The runner's configuration (src/config.rs), written as JSON to the file
-          QUEST_RUNNER_CONFIG names. It lands in the Nix store: put secrets in files named by
-          {option}`accounts`, never here.
+          QUEST_RUNNER_CONFIG names. Every key the runner reads is an option of its own; an
+          unknown key is an error. A change reloads the service (SIGHUP), except one of
+          `limits`, which are read at start: that restarts it. The file lands in the Nix store:
+          secrets belong in files named by {option}`accounts`, never here.
         '';
       };
 
@@ -175,28 +196,19 @@ rec {
           }
         '';
         description = ''
-          Logins jobs run under, merged into `settings.accounts`. Only paths are written to the
-          configuration; the files are read at run time by the agent. Keep them where the
-          sandbox hides them from jobs' commands: under the state directory, /var/lib, /home
-          or /root (see src/sandbox/policy.rs) — not under /run or /etc, which jobs can read.
+          Logins jobs run under, written to the configuration's `accounts`. Only paths are
+          written; the files are read at run time by the agent. Keep them under the state
+          directory: the sandbox hides that whole directory from jobs' commands, while a file
+          elsewhere is hidden by its name only (see the modules' warnings).
         '';
       };
 
       environmentFile = mkOption {
-        type = types.nullOr (types.strMatching "/.*");
+        type = types.nullOr t.runtimePath;
         default = null;
         description = ''
           A file of KEY=VALUE lines for the runner's environment (RUST_LOG, proxies). Read at
           start; not copied into the store.
-        '';
-      };
-
-      concurrency = mkOption {
-        type = types.nullOr types.ints.positive;
-        default = null;
-        description = ''
-          How many jobs `serve` runs at once (settings.concurrency). Null leaves the runner's
-          default: one per core.
         '';
       };
 
@@ -210,6 +222,14 @@ rec {
         '';
       };
     };
+
+  # `concurrency`, the older spelling, is `settings.concurrency`.
+  imports = [
+    (lib.mkAliasOptionModule
+      [ "services" "quest-runner" "concurrency" ]
+      [ "services" "quest-runner" "settings" "concurrency" ]
+    )
+  ];
 
   # The tools every job's commands may expect besides their devShell: a shell, the usual
   # text and file utilities, git (the agents commit) and curl.
@@ -230,16 +250,16 @@ rec {
     ripgrep
   ];
 
-  # The runner's config as a Nix value: settings, plus the accounts and concurrency options.
+  # The runner's config as a Nix value: the settings, and the accounts.
   finalSettings =
-    cfg:
-    cfg.settings
-    // {
-      accounts = (cfg.settings.accounts or { }) // lib.mapAttrs (_: accountJson) cfg.accounts;
-    }
-    // lib.optionalAttrs (cfg.concurrency != null) { inherit (cfg) concurrency; };
+    cfg: withoutNulls cfg.settings // { accounts = lib.mapAttrs (_: accountJson) cfg.accounts; };
 
-  configFile = cfg: json.generate "quest-runner-config.json" (finalSettings cfg);
+  configFile = cfg: pkgs.writeText "quest-runner-config.json" (builtins.toJSON (finalSettings cfg));
+
+  # What the runner reads only when it starts: the modules restart the service when this
+  # changes, where any other change of the config reloads it.
+  limitsFile =
+    cfg: pkgs.writeText "quest-runner-limits.json" (builtins.toJSON (withoutNulls cfg.settings.limits));
 
   assertions =
     cfg:
@@ -251,22 +271,102 @@ rec {
           message = "services.quest-runner.accounts.${name}: ${field} is not a field of a ${a.agent} account (those are ${lib.concatStringsSep ", " accountFields.${a.agent}}).";
         }) (lib.subtractLists accountFields.${a.agent} optionalFields)
       ) cfg.accounts
-    );
+    )
+    ++ map (name: {
+      # src/config.rs: a name starting with `-` would be read by nix as a flag.
+      assertion = builtins.match "[A-Za-z0-9_][A-Za-z0-9_-]*" name != null;
+      message = "services.quest-runner.settings.nix.options: \"${name}\" is not a Nix setting name (letters, digits, `-` and `_`, not starting with `-`).";
+    }) (lib.attrNames cfg.settings.nix.options);
 
-  # Every account file, for warnings about where it lives.
+  # Every account file: { name, field, path, rewritten }.
   accountFiles =
     cfg:
     lib.concatLists (
       lib.mapAttrsToList (
         name: a:
-        map (f: {
-          inherit name;
-          path = f;
-        }) (lib.filter (f: f != null) [
-          a.apiKeyFile
-          a.credentialsFile
-          a.authFile
-        ])
+        map (field: {
+          inherit name field;
+          path = a.${field};
+          rewritten = lib.elem field rewrittenFields;
+        }) (lib.filter (field: a.${field} != null) fileFields)
       ) cfg.accounts
     );
+
+  # What src/sandbox/policy.rs (system_denied_reads) hides from every job's commands besides
+  # the state directory and the runner's home. tests/deploy.rs checks these lists are the
+  # policy's.
+  deniedReads = {
+    linux = [
+      "/home"
+      "/root"
+      "/run/user"
+      "/tmp"
+      "/var/tmp"
+      "/var/lib"
+      "/var/log"
+      "/var/mail"
+      "/var/spool"
+      "/var/backups"
+      "/srv"
+      "/mnt"
+      "/media"
+      "/boot"
+      "/etc/shadow"
+      "/etc/gshadow"
+      "/etc/ssh"
+      "/etc/sudoers"
+      "/etc/sudoers.d"
+      "/etc/nix/netrc"
+      "/run/secrets"
+      "/run/credentials"
+      "/run/keys"
+      "/run/agenix"
+    ];
+    darwin = [
+      "/Users"
+      "/var/root"
+      "/private/tmp"
+      "/private/var/tmp"
+      "/private/var/folders"
+      "/private/var/db"
+      "/private/var/log"
+      "/Library/Keychains"
+      "/private/etc/ssh"
+      "/private/etc/sudoers"
+      "/Volumes"
+    ];
+  };
+
+  # Warnings about account files the sandbox does not hide as a directory. The policy denies
+  # each account file to jobs by its name, wherever it is; but a deny by name is a mount over
+  # that one file, lost in a running job's sandbox as soon as the file is replaced by another
+  # (a rename over it, as editors, secret managers and the agents' own login refresh do), and
+  # it leaves every file beside it readable. Files of opencode's `{file:...}` references are
+  # not denied by name at all. `hidden` is the list of directories the policy hides.
+  accountWarnings =
+    cfg: hidden:
+    let
+      isHidden = path: lib.any (dir: within dir path) hidden;
+      where = lib.concatStringsSep ", " hidden;
+      exposed = lib.filter (f: !isHidden f.path) (accountFiles cfg);
+      refs = lib.concatLists (
+        lib.mapAttrsToList (
+          name: a:
+          map (path: { inherit name path; }) (
+            lib.optionals (a.config != null) (lib.concatMap fileRefs (strings a.config))
+          )
+        ) cfg.accounts
+      );
+    in
+    map (
+      f:
+      "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: outside the directories the sandbox hides from jobs (${where}), so jobs' commands are denied this file by its name only: a job running while it is replaced (a rename over it, as editors, secret managers${lib.optionalString f.rewritten " and the agent's own login refresh"} do) can read the new one, and files beside it stay readable. Keep it under the state directory."
+    ) exposed
+    ++ map (
+      r:
+      if lib.hasPrefix "/" r.path then
+        "services.quest-runner.accounts.${r.name}.config names {file:${r.path}}: jobs' commands can read that file, which the sandbox does not hide (only account files are denied by name, and this is not one). Keep it under the state directory."
+      else
+        "services.quest-runner.accounts.${r.name}.config names {file:${r.path}}, which is not an absolute path: opencode resolves it against the job's private config directory, not yours."
+    ) (lib.filter (r: !(lib.hasPrefix "/" r.path && isHidden r.path)) refs);
 }

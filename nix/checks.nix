@@ -1,6 +1,7 @@
-# checks.<system>: what `nix flake check` builds. The package (with its unit tests), clippy,
-# rustfmt, nixfmt, an evaluation of each module with typical settings, and on Linux the NixOS
-# VM test (nix/vm-test.nix).
+# checks.<system>: what `nix flake check` builds. The package (with its unit tests and
+# tests/deploy.rs and tests/flake.rs, which evaluate the modules and package with nix), clippy,
+# rustfmt, nixfmt, the module cases of nix/eval/cases.nix against the real NixOS, the agents'
+# versions, and on Linux the NixOS VM test (nix/vm-test.nix).
 {
   pkgs,
   lib,
@@ -12,106 +13,57 @@ let
   inherit (pkgs.stdenv.hostPlatform) system isLinux;
   package = self.packages.${system}.default;
 
-  # Forces `value` (a Nix value, store paths taken as plain strings) and passes when every
-  # assertion holds, so the check costs an evaluation and no builds of what it names.
+  # Passes when every check holds, as a file of what was evaluated: the check costs an
+  # evaluation and no builds of what it names.
   evaluated =
-    name: assertions: value:
-    let
-      failed = lib.filter (a: !a.ok) assertions;
-    in
-    if failed != [ ] then
-      throw "${name}: ${lib.concatMapStringsSep "; " (a: a.what) failed}"
+    name: failures: value:
+    if failures != [ ] then
+      throw "${name}:\n  ${lib.concatStringsSep "\n  " failures}"
     else
       pkgs.writeText name (builtins.unsafeDiscardStringContext (builtins.toJSON value));
 
-  typicalSettings = {
-    enable = true;
-    concurrency = 2;
-    settings = {
-      default_timeout = "30m";
-      network.extra_hosts = [ "git.example.org" ];
-      nix.options.substituters = "";
+  # nix/eval: the cases of nix/eval/cases.nix and the home-manager stand-ins (home-manager is
+  # not an input of this flake: every user of the flake would fetch it).
+  eval = import ./eval {
+    inherit lib;
+    root = self.outPath;
+  };
+
+  # The NixOS cases against the real NixOS of the flake's nixpkgs, not the stand-ins.
+  nixosSystem =
+    caseSystem: module:
+    nixpkgs.lib.nixosSystem {
+      modules = [
+        self.nixosModules.default
+        {
+          nixpkgs.hostPlatform = caseSystem;
+          boot.loader.grub.enable = false;
+          fileSystems."/".device = "/dev/null";
+          system.stateVersion = "25.11";
+        }
+        module
+      ];
     };
-  };
+  realNixos = caseSystem: module: eval.summarizeNixos (nixosSystem caseSystem module).config;
 
-  nixos = nixpkgs.lib.nixosSystem {
-    modules = [
-      self.nixosModules.default
-      {
-        nixpkgs.hostPlatform = system;
-        services.quest-runner = typicalSettings // {
-          apparmor.enable = true;
-          accounts.work = {
-            agent = "claude";
-            apiKeyFile = "/var/lib/quest-runner/keys/anthropic";
-          };
-          accounts.oc = {
-            agent = "opencode";
-            authFile = "/var/lib/quest-runner/opencode/auth.json";
-            model = "anthropic/claude-sonnet-4-5";
-          };
-        };
-        security.apparmor.enable = true;
-        boot.loader.grub.enable = false;
-        fileSystems."/".device = "/dev/null";
-        system.stateVersion = "25.11";
-      }
-    ];
-  };
-
-  # home-manager is not an input of this flake (every user of the flake would fetch it), so
-  # its module is evaluated against stand-ins for the few home-manager options it sets.
-  homeManagerStandIns =
-    { lib, ... }:
+  # Every case; an error case must fail to evaluate (its text is checked by tests/flake.rs,
+  # which the package's check phase runs).
+  caseResult =
+    name:
     let
-      inherit (lib) mkOption types;
-      loose = mkOption {
-        type = types.attrsOf types.anything;
-        default = { };
-      };
+      case = eval.cases.${name};
+      result = eval.check (if case.module == "nixos" then realNixos else eval.home) name;
     in
-    {
-      options = {
-        home.homeDirectory = mkOption { type = types.str; };
-        home.packages = mkOption {
-          type = types.listOf types.package;
-          default = [ ];
-        };
-        xdg.stateHome = mkOption { type = types.str; };
-        launchd.agents = loose;
-        systemd.user.services = loose;
-        assertions = mkOption {
-          type = types.listOf types.attrs;
-          default = [ ];
-        };
-      };
-    };
-
-  home = lib.evalModules {
-    modules = [
-      self.homeModules.default
-      homeManagerStandIns
+    if case ? error then
       {
-        _module.args.pkgs = pkgs;
-        home.homeDirectory = if pkgs.stdenv.hostPlatform.isDarwin then "/Users/alice" else "/home/alice";
-        xdg.stateHome = "/home/alice/.local/state";
-        services.quest-runner = typicalSettings // {
-          accounts.work = {
-            agent = "claude";
-            credentialsFile = "/home/alice/.claude/.credentials.json";
-          };
-        };
+        inherit name;
+        ok = !(builtins.tryEval (builtins.deepSeq result.evaluated true)).success;
+        failures = [ "evaluates, but must fail: ${case.error}" ];
       }
-    ];
-  };
-
-  nixosUnit = nixos.config.systemd.units."quest-runner.service".text;
-  # The config the module writes, computed as the module does rather than read back from the
-  # store (which would build during evaluation).
-  nixosConfig = (import ../modules/options.nix { inherit lib pkgs; }).finalSettings nixos.config.services.quest-runner;
-  hm = home.config;
-  hmAgent = hm.launchd.agents.quest-runner.config or null;
-  hmService = hm.systemd.user.services.quest-runner or null;
+    else
+      result;
+  cases = map caseResult eval.caseNames;
+  typical = nixosSystem system eval.cases.nixos-typical.config;
 in
 {
   inherit package;
@@ -143,96 +95,21 @@ in
     touch $out
   '';
 
-  eval-home-manager =
-    evaluated "quest-runner-eval-home-manager"
-      (
-        if pkgs.stdenv.hostPlatform.isDarwin then
-          [
-            {
-              ok = lib.all (a: a.assertion) hm.assertions;
-              what = "the module's assertions";
-            }
-            {
-              ok =
-                hmAgent.KeepAlive == {
-                  Crashed = true;
-                  SuccessfulExit = false;
-                };
-              what = "launchd KeepAlive";
-            }
-            {
-              ok = hmAgent.StandardErrorPath == "/Users/alice/Library/Logs/quest-runner.log";
-              what = "launchd log path";
-            }
-            {
-              ok = lib.last hmAgent.ProgramArguments == "serve";
-              what = "launchd runs serve";
-            }
-          ]
-        else
-          [
-            {
-              ok = lib.all (a: a.assertion) hm.assertions;
-              what = "the module's assertions";
-            }
-            {
-              ok = lib.hasSuffix " serve" hmService.Service.ExecStart;
-              what = "systemd user service runs serve";
-            }
-            {
-              ok = hmService.Service.KillMode == "mixed";
-              what = "KillMode from nix/service-hardening.json";
-            }
-            {
-              ok = hmService.Service.Delegate == true;
-              what = "Delegate from nix/service-hardening.json (per-job cgroups)";
-            }
-            {
-              ok = hmService.Install.WantedBy == [ "default.target" ];
-              what = "WantedBy";
-            }
-          ]
-      )
+  # The modules, case by case (nix/eval/cases.nix): typos, Nix paths and unusable account
+  # files refused with an error naming them, warnings that match the sandbox policy, the units
+  # and config files right. And the typical system evaluates as a whole.
+  modules =
+    evaluated "quest-runner-modules"
+      (lib.concatMap (r: lib.optionals (!r.ok) (map (f: "${r.name}: ${f}") r.failures)) cases)
       {
-        launchd = hmAgent;
-        systemd = hmService;
-      };
-}
-// lib.optionalAttrs isLinux {
-  eval-nixos =
-    evaluated "quest-runner-eval-nixos"
-      [
-        {
-          ok = lib.hasInfix "ProtectSystem=strict" nixosUnit;
-          what = "hardening from nix/service-hardening.json";
-        }
-        {
-          ok = lib.hasInfix "/bin/quest-runner serve" nixosUnit;
-          what = "ExecStart runs serve";
-        }
-        {
-          ok = lib.hasInfix "Delegate=true" nixosUnit;
-          what = "Delegate= for per-job cgroups";
-        }
-        {
-          ok = nixosConfig.accounts.work.api_key_file == "/var/lib/quest-runner/keys/anthropic";
-          what = "accounts merged into the config";
-        }
-        {
-          ok = nixosConfig.concurrency == 2;
-          what = "concurrency in the config";
-        }
-        {
-          ok = nixos.config.security.apparmor.policies ? quest-runner-bwrap;
-          what = "AppArmor profile installed";
-        }
-      ]
-      {
-        unit = nixosUnit;
-        config = nixosConfig;
-        # Evaluating the whole system also checks the modules' assertions.
-        toplevel = nixos.config.system.build.toplevel.drvPath;
+        cases = map (r: r.name) cases;
+        toplevel = if isLinux then typical.config.system.build.toplevel.drvPath else null;
       };
 
+  # The agents the package wraps, next to npm/package-lock.json's (evaluating it fails on a
+  # mismatch); `nix eval .#quest-runner.passthru.agentVersions` prints the same.
+  agent-versions = evaluated "quest-runner-agent-versions" [ ] package.passthru.agentVersions;
+}
+// lib.optionalAttrs isLinux {
   vm-test = import ./vm-test.nix { inherit pkgs self; };
 }

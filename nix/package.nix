@@ -19,6 +19,8 @@
   opencode,
   sandbox-runtime,
   pkgsStatic,
+  # nixpkgs' own source: its lib/ for the module checks of tests/flake.rs.
+  path,
   src,
 }:
 let
@@ -85,8 +87,9 @@ rustPlatform.buildRustPackage {
 
   nativeBuildInputs = [ makeBinaryWrapper ];
 
-  # Only the unit tests (--lib) and tests/deploy.rs run inside the Nix build sandbox, the latter
-  # evaluating the Nix files with this nix. The other integration tests are skipped because the
+  # Only the unit tests (--lib), tests/deploy.rs and tests/flake.rs run inside the Nix build
+  # sandbox: the last two evaluate the Nix files and modules with this nix and nixpkgs' lib, so
+  # `nix flake check` catches what CI does. The other integration tests are skipped because the
   # sandbox has none of what they test against:
   #   devshell, devshell_inprocess  need a working `nix` with a store and daemon of its own;
   #   workspace                     needs git over real repositories in a writable HOME;
@@ -101,14 +104,17 @@ rustPlatform.buildRustPackage {
     "--lib"
     "--test"
     "deploy"
+    "--test"
+    "flake"
   ];
   # git for the unit tests of git objects; node for the syntax check of the opencode plugin;
-  # nix (nix-instantiate) for the evaluations of tests/deploy.rs.
+  # nix (nix-instantiate) for the evaluations of tests/deploy.rs and tests/flake.rs.
   nativeCheckInputs = [
     git
     nodejs
     nix
   ];
+  env.QUEST_RUNNER_TEST_NIXPKGS_LIB = "${path}/lib";
 
   postInstall =
     lib.optionalString isLinux ''

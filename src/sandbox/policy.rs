@@ -220,8 +220,10 @@ pub fn env_passes(patterns: &[String], name: &str) -> bool {
 }
 
 /// System places that hold other users' or services' data and secrets. Everything else of
-/// the system (`/usr`, `/nix/store`, `/etc`, `/opt`, ...) stays readable so tools work.
-fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
+/// the system (`/usr`, `/nix/store`, `/etc`, `/opt`, ...) stays readable so tools work. The
+/// Nix modules warn about account files outside these (modules/options.nix `deniedReads`,
+/// which tests/deploy.rs keeps equal to this list).
+pub fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
     let paths: &[&str] = match platform {
         Platform::Linux => &[
             "/home",

@@ -1,0 +1,76 @@
+# The runner's configuration file — the `Config` struct of src/config.rs — as typed options:
+# one option per field the runner reads, and no others. A misspelt key or a value of the wrong
+# kind fails evaluation, naming the option, instead of passing and crash-looping the service
+# at its next start ("unknown field"). Freeform only where the runner itself takes arbitrary
+# keys: nix.options. Accounts are not here but in the modules' `accounts` option (typed per
+# agent, paths only).
+#
+# Adding a field to src/config.rs? Add its option here, in the same place of the tree with the
+# same (snake_case) name: tests/deploy.rs compares the two and names what one has and the
+# other lacks, and checks the JSON written from a full set of options loads in the runner.
+{ lib }:
+let
+  inherit (lib) mkOption types;
+  t = import ./types.nix { inherit lib; };
+
+  optional =
+    type: description:
+    mkOption {
+      type = types.nullOr type;
+      default = null;
+      inherit description;
+    };
+in
+{
+  options = {
+    default_timeout = mkOption {
+      type = t.duration;
+      default = "1h";
+      description = "The timeout of a job that names none.";
+    };
+
+    allow_untrusted = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Run untrusted revisions (no network, no devShell) instead of refusing them.";
+    };
+
+    concurrency = optional types.ints.positive ''
+      How many jobs `serve` runs at once. Null leaves the runner's default: one per core.
+      Applied on reload.
+    '';
+
+    network = {
+      extra_hosts = mkOption {
+        type = types.listOf t.host;
+        default = [ ];
+        example = [ "git.example.org" ];
+        description = "Hosts trusted revisions may reach besides the package registries, for reads only (GET, HEAD).";
+      };
+      full_access_hosts = mkOption {
+        type = types.listOf t.host;
+        default = [ ];
+        description = "Hosts trusted revisions may reach with every method (PUT, POST, ...): where jobs may publish or push.";
+      };
+    };
+
+    nix.options = mkOption {
+      type = types.attrsOf t.text;
+      default = { };
+      example = {
+        substituters = "";
+      };
+      description = ''
+        Extra `--option NAME VALUE` pairs for every `nix` the runner starts. Names are Nix
+        setting names (letters, digits, `-`, `_`).
+      '';
+    };
+
+    # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
+    limits = {
+      memory = optional t.size "memory.max of each job.";
+      pids = optional types.ints.positive "pids.max of each job (RLIMIT_NPROC where there is no pids controller).";
+      cpus = optional t.cpus "cpu.max of each job, in CPUs: a job is throttled to that share.";
+    };
+  };
+}

@@ -1,0 +1,468 @@
+# What the modules must do with an operator's configuration, case by case: the good ones
+# evaluate to the expected unit and config file, the mistakes fail with an error naming them.
+# Run by tests/deploy.rs (nix-instantiate, error text included) and by the flake's checks.
+#
+# A case is { module = "nixos" | "home"; system ? "x86_64-linux"; } with either
+#   config = <module>  (or configs = { a = <module>; b = <module>; })  and
+#   checks = got: [ { ok = <bool>; what = "<what is wrong when not ok>"; } ]
+# over what nix/eval/default.nix reads back, or
+#   config = <module>; error = "<text the evaluation's error must contain>".
+{ lib }:
+let
+  check = ok: what: { inherit ok what; };
+  has = needle: haystack: lib.any (lib.hasInfix needle) haystack;
+  stateDir = "/var/lib/quest-runner";
+
+  # What an operator typically writes.
+  typical = {
+    services.quest-runner = {
+      enable = true;
+      concurrency = 2;
+      settings = {
+        default_timeout = "30m";
+        network.extra_hosts = [ "git.example.org" ];
+        nix.options.substituters = "";
+        limits.memory = "4G";
+      };
+      accounts.work = {
+        agent = "claude";
+        apiKeyFile = "${stateDir}/keys/anthropic";
+      };
+      accounts.oc = {
+        agent = "opencode";
+        authFile = "${stateDir}/opencode/auth.json";
+        model = "anthropic/claude-sonnet-4-5";
+        config.provider.anthropic.options.apiKey = "{file:${stateDir}/keys/anthropic}";
+      };
+    };
+  };
+  typicalHome = lib.recursiveUpdate typical {
+    services.quest-runner.accounts = {
+      work.apiKeyFile = "/home/alice/.local/state/quest-runner/keys/anthropic";
+      oc.authFile = "/home/alice/.local/share/opencode/auth.json";
+      oc.config.provider.anthropic.options.apiKey = "{file:/home/alice/.config/anthropic-key}";
+    };
+  };
+  # The typical configuration, with `settings` changed as given.
+  withSettings = base: settings: lib.recursiveUpdate base { services.quest-runner = { inherit settings; }; };
+  withAccount =
+    account:
+    lib.recursiveUpdate { services.quest-runner.enable = true; } {
+      services.quest-runner.accounts.x = account;
+    };
+
+  noComplaints = got: [
+    (check (got.failedAssertions == [ ]) "failed assertions: ${toString got.failedAssertions}")
+    (check (got.warnings == [ ]) "warnings: ${toString got.warnings}")
+  ];
+
+  # A NixOS configuration whose only failed assertion contains each of `needles`.
+  asserts =
+    needles: got:
+    [
+      (check (lib.length got.failedAssertions == 1) "one failed assertion, not ${toString got.failedAssertions}")
+    ]
+    ++ map (n: check (has n got.failedAssertions) "no failed assertion says ${n}: ${toString got.failedAssertions}") needles;
+  warns =
+    needles: got:
+    [
+      (check (got.failedAssertions == [ ]) "failed assertions: ${toString got.failedAssertions}")
+    ]
+    ++ map (n: check (has n got.warnings) "no warning says ${n}: ${toString got.warnings}") needles;
+
+  # The config file the typical configuration writes, as the runner reads it.
+  typicalConfig = accounts: {
+    default_timeout = "30m";
+    allow_untrusted = false;
+    concurrency = 2;
+    network = {
+      extra_hosts = [ "git.example.org" ];
+      full_access_hosts = [ ];
+    };
+    nix.options.substituters = "";
+    limits.memory = "4G";
+    inherit accounts;
+  };
+in
+{
+  # ---- NixOS --------------------------------------------------------------------------------
+
+  nixos-typical = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.apparmor.enable = true;
+      security.apparmor.enable = true;
+    };
+    checks =
+      got:
+      noComplaints got
+      ++ [
+        (check (
+          got.config == typicalConfig {
+            work = {
+              agent = "claude";
+              api_key_file = "${stateDir}/keys/anthropic";
+            };
+            oc = {
+              agent = "opencode";
+              auth_file = "${stateDir}/opencode/auth.json";
+              model = "anthropic/claude-sonnet-4-5";
+              config.provider.anthropic.options.apiKey = "{file:${stateDir}/keys/anthropic}";
+            };
+          }
+        ) "the config file: ${builtins.toJSON got.config}")
+        (check (got.service.reloadTriggers == [ got.configPath ]) "a config change reloads")
+        (check (lib.any (lib.hasSuffix "-quest-runner-limits.json") got.service.restartTriggers) "a limits change restarts")
+        (check (got.service.environment.QUEST_RUNNER_CONFIG == "/etc/quest-runner/config.json") "the config's path does not change")
+        (check (got.service.serviceConfig.ProtectHome == true) "ProtectHome from nix/service-hardening.json")
+        (check (got.service.serviceConfig.ProtectSystem == "strict") "ProtectSystem from nix/service-hardening.json")
+        (check (got.service.serviceConfig.Type == "notify" && got.service.serviceConfig.WatchdogSec == "60s") "readiness and watchdog")
+        (check (got.service.serviceConfig.Delegate == true) "Delegate= for per-job cgroups")
+        (check (lib.hasSuffix "/bin/quest-runner serve" got.service.serviceConfig.ExecStart) "ExecStart runs serve")
+        (check (lib.elem "network-online.target" got.service.after) "ordered after the network")
+        (check (got.user.home == stateDir) "the service's user lives in the state directory")
+        (check (got.apparmor ? quest-runner-bwrap) "AppArmor profile installed")
+      ];
+  };
+
+  # A change of the config reloads the service, one of its limits restarts it: the unit differs
+  # in its reload trigger only, or in its restart trigger too.
+  nixos-limits-restart = {
+    module = "nixos";
+    configs = {
+      before = typical;
+      reloaded = withSettings typical { network.extra_hosts = [ "git.example.com" ]; };
+      restarted = withSettings typical { limits.memory = "8G"; };
+    };
+    checks =
+      got:
+      let
+        unitBut = attr: a: b: removeAttrs a.service [ attr ] == removeAttrs b.service [ attr ];
+      in
+      [
+        (check (got.before.service.reloadTriggers != got.reloaded.service.reloadTriggers) "a settings change changes the reload trigger")
+        (check (unitBut "reloadTriggers" got.before got.reloaded) "a settings change changes nothing else of the unit")
+        (check (got.before.service.restartTriggers != got.restarted.service.restartTriggers) "a limits change changes the restart trigger")
+      ];
+  };
+
+  nixos-settings-typo = {
+    module = "nixos";
+    config = withSettings typical { concurency = 4; };
+    error = "The option `services.quest-runner.settings.concurency' does not exist";
+  };
+
+  nixos-settings-path-literal = {
+    module = "nixos";
+    config = withSettings typical { nix.options.netrc-file = ./cases.nix; };
+    error = "is not of type `string (not a Nix path: a file it names would be copied into the world-readable store)'";
+  };
+
+  nixos-settings-accounts = {
+    module = "nixos";
+    config = withSettings typical { accounts.x.api_key_file = "/var/lib/quest-runner/key"; };
+    error = "The option `services.quest-runner.settings.accounts' does not exist";
+  };
+
+  nixos-account-path-literal = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = ./cases.nix;
+    };
+    error = "services.quest-runner.accounts.x.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
+  };
+
+  nixos-account-store-string = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "${./cases.nix}";
+    };
+    error = "services.quest-runner.accounts.x.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
+  };
+
+  nixos-opencode-config-path-literal = {
+    module = "nixos";
+    config = withAccount {
+      agent = "opencode";
+      config.provider.anthropic.options.apiKey = "{file:${./cases.nix}}";
+    };
+    error = "services.quest-runner.accounts.x.config.provider.anthropic.options.apiKey' is not of type `JSON value (no Nix paths)'";
+  };
+
+  nixos-bad-timeout = {
+    module = "nixos";
+    config = withSettings typical { default_timeout = "soon"; };
+    error = "services.quest-runner.settings.default_timeout' is not of type `duration such as `30m` or `1h 30m`'";
+  };
+
+  nixos-bad-memory = {
+    module = "nixos";
+    config = withSettings typical { limits.memory = "4 gigs"; };
+    error = "services.quest-runner.settings.limits.memory' is not of type `null or size in bytes, or with a unit (`512M`, `4G`)'";
+  };
+
+  nixos-bad-cpus = {
+    module = "nixos";
+    config = withSettings typical { limits.cpus = 0; };
+    error = "services.quest-runner.settings.limits.cpus' is not of type `null or number of CPUs between 0.001 and 4096 (`1.5`)'";
+  };
+
+  nixos-bad-host = {
+    module = "nixos";
+    config = withSettings typical { network.extra_hosts = [ "https://git.example.org/" ]; };
+    error = "is not of type `host name (no scheme, path or spaces)'";
+  };
+
+  nixos-nix-option-name = {
+    module = "nixos";
+    config = withSettings typical { nix.options."--impure" = ""; };
+    checks = asserts [ "\"--impure\" is not a Nix setting name" ];
+  };
+
+  nixos-account-field = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      authFile = "${stateDir}/auth.json";
+    };
+    checks = asserts [ "accounts.x: authFile is not a field of a claude account" ];
+  };
+
+  # ProtectHome=true hides /home, /root and /run/user from the service: name the fix.
+  nixos-account-in-home = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "/home/alice/anthropic";
+    };
+    checks = asserts [
+      "accounts.x.apiKeyFile = /home/alice/anthropic: the service cannot read it"
+      "ProtectHome=true"
+      ''services.quest-runner.serviceOverrides.ProtectHome = "read-only"''
+    ];
+  };
+
+  nixos-login-in-root = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      credentialsFile = "/root/.claude/.credentials.json";
+    };
+    checks = asserts [
+      "accounts.x.credentialsFile = /root/.claude/.credentials.json: the service cannot read it"
+      ''services.quest-runner.serviceOverrides = { ProtectHome = false; ReadWritePaths = [ "/root/.claude" ]; }''
+    ];
+  };
+
+  nixos-login-in-run-user-read-only = {
+    module = "nixos";
+    config = lib.recursiveUpdate (withAccount {
+      agent = "opencode";
+      authFile = "/run/user/1000/opencode/auth.json";
+    }) { services.quest-runner.serviceOverrides.ProtectHome = "read-only"; };
+    checks = asserts [
+      "accounts.x.authFile = /run/user/1000/opencode/auth.json: the service cannot write it (ProtectHome=read-only)"
+    ];
+  };
+
+  # The operator took the fix: no assertion, and /home is hidden from jobs, so no warning.
+  nixos-account-in-home-protect-home-read-only = {
+    module = "nixos";
+    config = lib.recursiveUpdate (withAccount {
+      agent = "claude";
+      apiKeyFile = "/home/alice/anthropic";
+    }) { services.quest-runner.serviceOverrides.ProtectHome = "read-only"; };
+    checks = noComplaints;
+  };
+
+  nixos-account-in-tmp = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "/tmp/anthropic";
+    };
+    checks = asserts [ "the service cannot see it: its unit has PrivateTmp=true" ];
+  };
+
+  # Directories the policy hides as a whole: no warning.
+  nixos-account-in-run-secrets = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "/run/secrets/anthropic";
+    };
+    checks = noComplaints;
+  };
+
+  nixos-account-in-etc = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "/etc/quest-runner/anthropic";
+    };
+    checks = warns [
+      "accounts.x.apiKeyFile = /etc/quest-runner/anthropic: outside the directories the sandbox hides from jobs"
+      "denied this file by its name only"
+    ];
+  };
+
+  nixos-login-read-only = {
+    module = "nixos";
+    config = withAccount {
+      agent = "claude";
+      credentialsFile = "/etc/quest-runner/credentials.json";
+    };
+    checks = warns [
+      "accounts.x.credentialsFile = /etc/quest-runner/credentials.json: the service cannot write it (ProtectSystem=strict"
+      "the agent's own login refresh"
+    ];
+  };
+
+  nixos-opencode-file-refs = {
+    module = "nixos";
+    config = withAccount {
+      agent = "opencode";
+      config.provider = {
+        a.options.apiKey = "{file:/etc/opencode/key}";
+        b.options.apiKey = "{file:/run/secrets/key}";
+        c.options.apiKey = "{file:key}";
+      };
+    };
+    checks =
+      got:
+      warns [
+        "names {file:/etc/opencode/key}: jobs' commands can read that file"
+        "names {file:key}, which is not an absolute path"
+      ] got
+      ++ [ (check (!has "/run/secrets/key" got.warnings) "a warning about a hidden file") ];
+  };
+
+  nixos-concurrency-alias = {
+    module = "nixos";
+    config = {
+      services.quest-runner = {
+        enable = true;
+        concurrency = 3;
+      };
+    };
+    checks = got: noComplaints got ++ [ (check (got.config.concurrency == 3) "concurrency") ];
+  };
+
+  # ---- home-manager -------------------------------------------------------------------------
+
+  home-linux-typical = {
+    module = "home";
+    config = typicalHome;
+    checks =
+      got:
+      let
+        inherit (got.service) Unit Service;
+      in
+      noComplaints got
+      ++ [
+        (check (
+          got.config == typicalConfig {
+            work = {
+              agent = "claude";
+              api_key_file = "/home/alice/.local/state/quest-runner/keys/anthropic";
+            };
+            oc = {
+              agent = "opencode";
+              auth_file = "/home/alice/.local/share/opencode/auth.json";
+              model = "anthropic/claude-sonnet-4-5";
+              config.provider.anthropic.options.apiKey = "{file:/home/alice/.config/anthropic-key}";
+            };
+          }
+        ) "the config file: ${builtins.toJSON got.config}")
+        (check (got.configFile.target == ".config/quest-runner/config.json") "the config is a file of the user's")
+        (check (lib.elem "QUEST_RUNNER_CONFIG=/home/alice/.config/quest-runner/config.json" Service.Environment) "the unit names the config's stable path, not its store path")
+        (check (Unit.X-Reload-Triggers == [ got.configFile.source ]) "a config change reloads")
+        (check (lib.any (lib.hasSuffix "-quest-runner-limits.json") Unit.X-Restart-Triggers) "a limits change restarts")
+        (check (Service.Type == "notify" && Service.NotifyAccess == "main" && Service.WatchdogSec == "60s") "readiness and watchdog: Type=notify, NotifyAccess=main, WatchdogSec=60s")
+        (check (!(Unit ? After) && !(Unit ? Wants)) "no system units in a user unit: ${builtins.toJSON Unit}")
+        (check (Service.KillMode == "mixed" && Service.Delegate == true) "KillMode and Delegate from nix/service-hardening.json")
+        (check (lib.hasSuffix "/bin/quest-runner serve" (lib.head Service.ExecStart)) "ExecStart runs serve")
+        (check (got.service.Install.WantedBy == [ "default.target" ]) "WantedBy")
+      ];
+  };
+
+  home-reload-not-restart = {
+    module = "home";
+    configs = {
+      before = typicalHome;
+      reloaded = withSettings typicalHome { default_timeout = "2h"; };
+      restarted = withSettings typicalHome { limits.pids = 500; };
+    };
+    checks =
+      got:
+      let
+        unit = g: g.service.Unit;
+        sameBut =
+          key: a: b:
+          removeAttrs a.service [ "Unit" ] == removeAttrs b.service [ "Unit" ]
+          && removeAttrs (unit a) [ key ] == removeAttrs (unit b) [ key ];
+      in
+      [
+        (check (sameBut "X-Reload-Triggers" got.before got.reloaded) "a settings change changes the unit's reload trigger only")
+        (check ((unit got.before).X-Reload-Triggers != (unit got.reloaded).X-Reload-Triggers) "a settings change changes the reload trigger")
+        (check ((unit got.before).X-Restart-Triggers != (unit got.restarted).X-Restart-Triggers) "a limits change changes the restart trigger")
+      ];
+  };
+
+  home-settings-typo = {
+    module = "home";
+    config = withSettings typicalHome { concurency = 4; };
+    error = "The option `services.quest-runner.settings.concurency' does not exist";
+  };
+
+  home-account-outside = {
+    module = "home";
+    config = withAccount {
+      agent = "claude";
+      apiKeyFile = "/etc/anthropic";
+    };
+    checks = warns [ "accounts.x.apiKeyFile = /etc/anthropic: outside the directories the sandbox hides from jobs" ];
+  };
+
+  home-darwin-typical = {
+    module = "home";
+    system = "aarch64-darwin";
+    config = lib.recursiveUpdate typicalHome {
+      services.quest-runner.accounts = {
+        work.apiKeyFile = "/Users/alice/Library/quest-runner/anthropic";
+        oc.authFile = "/Users/alice/.local/share/opencode/auth.json";
+        oc.config.provider.anthropic.options.apiKey = "{file:/Users/alice/.config/anthropic-key}";
+      };
+    };
+    checks =
+      got:
+      noComplaints got
+      ++ [
+        (check (!(got.launchd ? ProcessType)) "ProcessType left to launchd: ${got.launchd.ProcessType or ""}")
+        (check (
+          got.launchd.KeepAlive == {
+            Crashed = true;
+            SuccessfulExit = false;
+          }
+        ) "launchd KeepAlive")
+        (check (got.launchd.StandardErrorPath == "/Users/alice/Library/Logs/quest-runner.log") "launchd log path")
+        (check (lib.last got.launchd.ProgramArguments == "serve") "launchd runs serve")
+        (check (got.launchd.EnvironmentVariables.QUEST_RUNNER_CONFIG == "/Users/alice/.config/quest-runner/config.json") "the agent names the config's stable path, not its store path")
+        (check (lib.hasInfix "launchctl kill SIGHUP" got.configFile.onChange) "a config change reloads the agent")
+        (check (lib.hasInfix "launchctl kickstart -k" got.configFile.onChange) "a limits change restarts the agent")
+      ];
+  };
+
+  home-darwin-process-type = {
+    module = "home";
+    system = "aarch64-darwin";
+    config = lib.recursiveUpdate typicalHome {
+      services.quest-runner.accounts.work.apiKeyFile = "/Users/alice/anthropic";
+      services.quest-runner.accounts.oc.authFile = "/Users/alice/auth.json";
+      launchd.agents.quest-runner.config.ProcessType = "Interactive";
+    };
+    checks = got: [ (check (got.launchd.ProcessType == "Interactive") "ProcessType can be set") ];
+  };
+}
