@@ -59,10 +59,12 @@ let
     runCommand "${agent}-absent-${pins.version}"
       {
         inherit passthru;
-        # A script of this project's, not the agent: neither its licence nor its provenance.
+        # A script of this project's, not the agent: neither its licence, its provenance nor
+        # its platforms (it is for the others).
         meta = removeAttrs meta [
           "license"
           "sourceProvenance"
+          "platforms"
         ]
         // {
           description = "${meta.description} (not pinned for ${system})";
