@@ -347,7 +347,8 @@ rec {
     cfg: hidden:
     let
       isHidden = path: lib.any (dir: within dir path) hidden;
-      where = lib.concatStringsSep ", " hidden;
+      # The state directory (where account files belong), then the first few of the policy's.
+      where = "${cfg.stateDir}, ${lib.concatStringsSep ", " (lib.take 3 hidden)}, ... as src/sandbox/policy.rs lists them";
       exposed = lib.filter (f: !isHidden f.path) (accountFiles cfg);
       refs = lib.concatLists (
         lib.mapAttrsToList (
@@ -360,7 +361,9 @@ rec {
     in
     map (
       f:
-      "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: outside the directories the sandbox hides from jobs (${where}), so jobs' commands are denied this file by its name only: a job running while it is replaced (a rename over it, as editors, secret managers${lib.optionalString f.rewritten " and the agent's own login refresh"} do) can read the new one, and files beside it stay readable. Keep it under the state directory."
+      "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: outside the directories the sandbox hides from jobs (${where}), so jobs' commands are denied this file by its name only: a job running while it is replaced (a rename over it, as editors, secret managers${
+        if f.rewritten then " and the agent's own login refresh" else " and key rotations"
+      } do) can read the new one, and files beside it stay readable. Keep it under the state directory."
     ) exposed
     ++ map (
       r:
