@@ -43,16 +43,18 @@ let
       };
   drifted = lib.filterAttrs (_: v: v.wrapped != null && v.wrapped != v.lock) agentVersions;
 
-  # The wrapper's arguments. QUEST_RUNNER_EXE: `quest-runner systemd-unit` writes ExecStart from
-  # it; without it the unit would start the unwrapped binary, which has none of these pins. PATH
-  # gets ripgrep appended, never prepended: `doctor` and opencode jobs look for rg on the
-  # runner's PATH (srt scans deny paths with it), and an operator's own rg still comes first.
+  # Where the runner starts each agent: on Linux Claude Code through the wrapper made in
+  # postInstall.
   agentPaths = {
-    # On Linux through the wrapper made in postInstall.
     claude-code = if isLinux then "$out/libexec/quest-runner/claude" else lib.getExe claude-code;
     opencode = lib.getExe opencode;
     sandbox-runtime = lib.getExe sandbox-runtime;
   };
+
+  # The wrapper's arguments. QUEST_RUNNER_EXE: `quest-runner systemd-unit` writes ExecStart from
+  # it; without it the unit would start the unwrapped binary, which has none of these pins. PATH
+  # gets ripgrep appended, never prepended: `doctor` and opencode jobs look for rg on the
+  # runner's PATH (srt scans deny paths with it), and an operator's own rg still comes first.
   wrapperArgs = [
     "--set-default QUEST_RUNNER_GIT ${git}/bin/git"
     "--set-default QUEST_RUNNER_NIX ${nix}/bin/nix"
