@@ -1,8 +1,23 @@
 //! Running git on repositories whose content the runner does not trust.
 //!
-//! A job's repository is written by whoever pushed it, and a bare clone's `config` is read by
-//! every git command run on it. So every git the runner starts ignores the system and global
-//! configuration, and overrides each key through which configuration can run a program.
+//! A job's repository is written by whoever pushed it, and a job's own git data (its objects,
+//! refs, HEAD and index) by the job. Every git the runner starts reads configuration from
+//! nowhere but the repository's own `config`, which the runner writes and no job can:
+//! - no system or global configuration (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`)
+//!   and none from the environment: every `GIT_*` variable of the runner's is dropped
+//!   (`GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_COUNT`, `GIT_DIR`, `GIT_INDEX_FILE`, ...), so
+//!   nothing the runner inherited points git elsewhere;
+//! - the git directory and, for a worktree, the common directory are the paths the runner
+//!   computed (`--git-dir`, `GIT_COMMON_DIR`), never what a worktree's `commondir` file says;
+//! - no submodule is entered: a submodule's git would read the submodule's own config, which
+//!   a job writes;
+//! - no replace refs (`GIT_NO_REPLACE_OBJECTS`), and attributes only from the tree itself
+//!   (`GIT_ATTR_NOSYSTEM`, `core.attributesFile=/dev/null`).
+//!
+//! Filters, textconv and diff or merge drivers run only when configuration defines them, and
+//! git has no switch that turns all of them off; with every configuration source the runner's,
+//! none is defined, so attributes naming one (`* filter=x` in a job's `.gitattributes`) do
+//! nothing. The keys below are set besides, for the places a program would run even so.
 
 use std::path::{Path, PathBuf};
 
@@ -11,29 +26,55 @@ use tokio::process::Command;
 use crate::binaries::{self, BinaryError, Tool};
 use crate::process;
 
-/// Configuration that would let a repository run code when git runs on it.
+/// Configuration that would let a repository run code when git runs on it, and the
+/// submodule and attribute sources the runner never reads.
 const NEUTRALISED: &[(&str, &str)] = &[
     ("core.hooksPath", "/dev/null"),
     ("core.fsmonitor", "false"),
     ("core.gitProxy", ""),
     ("core.pager", "cat"),
     ("core.editor", "false"),
+    ("core.attributesFile", "/dev/null"),
     ("diff.external", ""),
+    ("diff.ignoreSubmodules", "all"),
     ("gpg.program", "false"),
     ("protocol.ext.allow", "never"),
     ("protocol.file.allow", "always"),
     ("uploadpack.packObjectsHook", ""),
     ("filter.lfs.process", ""),
     ("filter.lfs.smudge", ""),
+    ("filter.lfs.clean", ""),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("status.submoduleSummary", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
     ("safe.bareRepository", "all"),
 ];
 
 /// Also neutralised where the operator's own configuration is not wanted either: ways to
-/// reach the network with the operator's credentials.
+/// reach the network with the operator's credentials, and every transport but local files.
 const NEUTRALISED_OFFLINE: &[(&str, &str)] = &[
     ("core.sshCommand", "false"),
     ("core.askPass", ""),
     ("credential.helper", ""),
+    ("protocol.allow", "never"),
+];
+
+/// Variables a fetch keeps from the runner's environment: how the operator reaches their
+/// remotes (SSH, HTTP proxies and CAs, askpass), and tracing. Every other `GIT_*` is dropped.
+const FETCH_ENV: &[&str] = &[
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH_VARIANT",
+    "GIT_ASKPASS",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "GIT_SSL_CERT",
+    "GIT_SSL_KEY",
+    "GIT_PROXY_SSL_CAINFO",
+    "GIT_HTTP_PROXY_AUTHMETHOD",
+    "GIT_HTTP_USER_AGENT",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +89,11 @@ pub enum GitError {
     },
     #[error("git {args} failed: {message}")]
     Failed { args: String, message: String },
+    #[error("git {args} did not finish within {}s (stopped)", limit.as_secs())]
+    TimedOut {
+        args: String,
+        limit: std::time::Duration,
+    },
 }
 
 /// A git binary and the repository (a git directory) it works on.
@@ -55,7 +101,15 @@ pub enum GitError {
 pub struct Git {
     binary: PathBuf,
     git_dir: PathBuf,
+    /// For a linked worktree: its common directory and its files.
+    worktree: Option<Worktree>,
     operator_config: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Worktree {
+    common_dir: PathBuf,
+    work_tree: PathBuf,
 }
 
 impl Git {
@@ -64,7 +118,21 @@ impl Git {
         Ok(Git {
             binary: binaries::find(Tool::Git)?,
             git_dir: git_dir.to_path_buf(),
+            worktree: None,
             operator_config: false,
+        })
+    }
+
+    /// Git on a linked worktree whose administrative directory `admin` a job may write: the
+    /// common directory and the files are the runner's paths, not what `admin/commondir` or a
+    /// `.git` file says.
+    pub fn worktree(admin: &Path, common_dir: &Path, work_tree: &Path) -> Result<Git, GitError> {
+        Ok(Git {
+            worktree: Some(Worktree {
+                common_dir: common_dir.to_path_buf(),
+                work_tree: work_tree.to_path_buf(),
+            }),
+            ..Git::new(admin)?
         })
     }
 
@@ -89,11 +157,17 @@ impl Git {
         S: AsRef<std::ffi::OsStr>,
     {
         let mut cmd = Command::new(&self.binary);
+        for (name, _) in std::env::vars_os() {
+            let name_str = name.to_string_lossy();
+            let keep = self.operator_config
+                && (FETCH_ENV.contains(&name_str.as_ref()) || name_str.starts_with("GIT_TRACE"));
+            if name_str.starts_with("GIT_") && !keep {
+                cmd.env_remove(&name);
+            }
+        }
         cmd.env("GIT_TERMINAL_PROMPT", "0")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_CONFIG_PARAMETERS")
-            .env_remove("GIT_EXTERNAL_DIFF");
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
+            .env("GIT_ATTR_NOSYSTEM", "1");
         if !self.operator_config {
             cmd.env("GIT_CONFIG_NOSYSTEM", "1")
                 .env("GIT_CONFIG_GLOBAL", "/dev/null");
@@ -105,6 +179,11 @@ impl Git {
             cmd.arg("-c").arg(format!("{key}={value}"));
         }
         cmd.arg("--git-dir").arg(&self.git_dir);
+        if let Some(wt) = &self.worktree {
+            cmd.env("GIT_COMMON_DIR", &wt.common_dir)
+                .arg("--work-tree")
+                .arg(&wt.work_tree);
+        }
         cmd.args(args);
         cmd
     }
@@ -112,6 +191,32 @@ impl Git {
     /// Runs git and returns its trimmed stdout, or its own error message.
     pub async fn output(&self, args: &[&str]) -> Result<String, GitError> {
         Ok(self.stdout(args).await?.trim().to_string())
+    }
+
+    /// [`Git::output`], stopped after `limit`: for git reading what a job wrote, where a FIFO in
+    /// place of a ref or the index would block it for ever.
+    pub async fn output_within(
+        &self,
+        args: &[&str],
+        limit: std::time::Duration,
+    ) -> Result<String, GitError> {
+        Ok(self.stdout_within(args, limit).await?.trim().to_string())
+    }
+
+    /// [`Git::stdout`], stopped after `limit` (see [`Git::output_within`]).
+    pub async fn stdout_within(
+        &self,
+        args: &[&str],
+        limit: std::time::Duration,
+    ) -> Result<String, GitError> {
+        tokio::time::timeout(limit, self.stdout(args))
+            .await
+            .unwrap_or_else(|_| {
+                Err(GitError::TimedOut {
+                    args: args.join(" "),
+                    limit,
+                })
+            })
     }
 
     /// Runs git and returns its stdout as it is (porcelain formats start lines with spaces).
