@@ -465,9 +465,11 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The paths a run would use; the temp dir's random suffix is shown as XXXXXX.
     let job_root = crate::workspace::job_root(&ctx.state, &job.id);
     let bare = crate::workspace::bare_clone_path(&ctx.state, &job.repo);
+    let git = crate::job_git::JobGit::at(&job_root);
     let paths = crate::sandbox::WorkspacePaths {
-        checkout: job_root.join("checkout"),
-        worktree_admin: bare.join("worktrees/checkout"),
+        checkout: git.checkout,
+        git_store: git.store,
+        worktree_admin: git.admin,
         bare_clone: bare,
         temp_dir: runner
             .temp_parent

@@ -15,6 +15,7 @@ pub mod git;
 pub mod git_objects;
 pub mod instructions;
 pub mod job;
+pub mod job_git;
 pub mod lockfile;
 pub mod nar;
 pub mod netproxy;

@@ -289,7 +289,15 @@ impl Runner {
                 result.head = Some(head);
                 result.commits = commits;
             }
-            Err(e) => tracing::warn!("reading the worktree's commits: {e}"),
+            Err(e) => {
+                // The agent's work is lost with the workspace: a job that otherwise succeeded
+                // did not deliver it.
+                tracing::warn!("keeping the worktree's commits: {e}");
+                if result.outcome == Outcome::Succeeded {
+                    result.outcome = Outcome::Error;
+                    result.message = Some(e.to_string());
+                }
+            }
         }
         match ws.uncommitted().await {
             Ok(paths) => result.uncommitted = paths,

@@ -1,9 +1,11 @@
-//! A job's files: a bare clone per repository, a fresh worktree at the job's revision, and a
-//! private `/tmp/quest-job-*` directory that is both HOME and TMPDIR of the agent's commands.
+//! A job's files: a bare clone per repository, shared by its jobs and written by the runner
+//! alone; the job's own git store and worktree at the job's revision; and a private
+//! `/tmp/quest-job-*` directory that is both HOME and TMPDIR of the agent's commands.
 //!
 //! ```text
 //! <state>/repos/<hash of repo>.git     bare clone, shared by the jobs of one repository
 //! <state>/jobs/<id>/job.json           the validated job
+//! <state>/jobs/<id>/git/               the job's git store (see `job_git`; removed when the job ends)
 //! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
 //! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
 //! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
@@ -15,9 +17,10 @@
 //! `$TMPDIR` is the runner's when it is short enough for Claude Code (see [`temp_parent`]),
 //! else `/tmp`.
 //!
-//! The worktree and temp dir are removed on every exit path by [`Workspace`]'s drop. A runner
-//! killed outright leaves `workspace.json` behind with its job lock released, and the next
-//! runner's [`sweep_abandoned`] removes what it names.
+//! What a job writes — its checkout, its git store (objects included), its temp dir — is all
+//! under its own directories. The worktree, store and temp dir are removed on every exit path
+//! by [`Workspace`]'s drop. A runner killed outright leaves `workspace.json` behind with its
+//! job lock released, and the next runner's [`sweep_abandoned`] removes what it names.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::git::{Git, GitError};
 use crate::job::Job;
+use crate::job_git::JobGit;
 use crate::lockfile::LockFile;
 use crate::remove::remove_tree;
 use crate::sandbox::WorkspacePaths;
@@ -113,6 +117,8 @@ pub enum WorkspaceError {
     },
     #[error("job {0} already has a workspace; job ids must be unique")]
     Duplicate(String),
+    #[error("the agent's commits could not be kept: {0}")]
+    Import(String),
 }
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
@@ -128,6 +134,10 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Works
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
     checkout: PathBuf,
+    /// The job's git store. Absent in records of runners that registered the checkout in the
+    /// shared clone (`worktree_admin` then lies in `<bare>/worktrees/`).
+    #[serde(default)]
+    git_store: Option<PathBuf>,
     worktree_admin: Option<PathBuf>,
     temp_dir: PathBuf,
     helper_tmp: PathBuf,
@@ -147,7 +157,7 @@ pub struct Workspace {
     /// and `serve::procs::markers`): the runner stops those with the agent, before it stops
     /// the proxy through its lifeline.
     pub proxy_tmp: PathBuf,
-    bare: Git,
+    git: JobGit,
     _lock: LockFile,
 }
 
@@ -192,7 +202,7 @@ impl Workspace {
             .ok_or_else(|| WorkspaceError::Duplicate(job.id.clone()))?;
 
         let bare_path = bare_clone_path(state, &job.repo);
-        let bare = fetch(&bare_path, job).await?;
+        fetch(&bare_path, job).await?;
         let nix_ref = nix_ref(&job.rev);
 
         // Removed by their guards until the record that names them is written.
@@ -208,10 +218,11 @@ impl Workspace {
         let temp_dir = temp_guard.path().to_path_buf();
         let helper_tmp = helper_guard.path().to_path_buf();
         let proxy_tmp = proxy_guard.path().to_path_buf();
-        let checkout = job_root.join("checkout");
+        let git = JobGit::at(&job_root);
         let runner_dir = job_root.join("runner");
-        let mut record = Record {
-            checkout: checkout.clone(),
+        let record = Record {
+            checkout: git.checkout.clone(),
+            git_store: Some(git.store.clone()),
             worktree_admin: None,
             temp_dir: temp_dir.clone(),
             helper_tmp: helper_tmp.clone(),
@@ -225,38 +236,18 @@ impl Workspace {
             armed: true,
         };
         std::fs::create_dir(&runner_dir).map_err(io("creating", &runner_dir))?;
-        let checkout_arg = checkout.to_string_lossy().into_owned();
-        {
-            // Only the registration holds the lock (released before `partial` can clean up,
-            // which takes it again); writing the files, the slow part in a large repository,
-            // happens below, so jobs of one repository do not start one by one.
-            let _bare = lock_bare(&bare_path).await?;
-            bare.output(&[
-                "worktree",
-                "add",
-                "--detach",
-                "--no-checkout",
-                "--quiet",
-                &checkout_arg,
-                &job.rev,
-            ])
-            .await?;
-        }
-        let worktree_admin = worktree_admin_of(&checkout)?;
-        record.worktree_admin = Some(worktree_admin.clone());
-        write_record(&job_root, &record)?;
-        Git::new(&worktree_admin)?
-            .output(&["--work-tree", &checkout_arg, "reset", "--hard", "--quiet"])
-            .await?;
+        // The job's own store and worktree: no lock, nothing shared is written.
+        git.create(&bare_path, &job.rev, &exclude_text()).await?;
         let mut partial = partial;
         partial.armed = false;
 
         let canonical = |p: &Path| std::fs::canonicalize(p).map_err(io("resolving", p));
         Ok(Workspace {
             paths: WorkspacePaths {
-                checkout: canonical(&checkout)?,
+                checkout: canonical(&git.checkout)?,
                 bare_clone: canonical(&bare_path)?,
-                worktree_admin: canonical(&worktree_admin)?,
+                git_store: canonical(&git.store)?,
+                worktree_admin: canonical(&git.admin)?,
                 temp_dir: canonical(&temp_dir)?,
                 job_dir: canonical(&runner_dir)?,
                 helper_tmp: canonical(&helper_tmp)?,
@@ -265,54 +256,36 @@ impl Workspace {
             nix_ref,
             job_root,
             proxy_tmp,
-            bare,
+            git,
             _lock: lock,
         })
     }
 
     /// The worktree's HEAD now, and the commits made on top of the job's revision (oldest
-    /// first). Also keeps them reachable under `refs/quest/jobs/<id>` so the bare clone's
-    /// garbage collection cannot lose the agent's work after the worktree is gone.
+    /// first), after bringing them into the shared clone under `refs/quest/jobs/<id>`: through
+    /// a fetch that verifies every object (see `job_git`), which also keeps them from the
+    /// clone's garbage collection once the job's store is gone.
     pub async fn commits_since(
         &self,
         job_id: &str,
         base: &str,
     ) -> Result<(String, Vec<String>), WorkspaceError> {
-        let worktree = Git::new(&self.paths.worktree_admin)?;
-        let head = worktree
-            .output(&["rev-parse", "--verify", "HEAD^{commit}"])
-            .await?;
-        let listed = self
-            .bare
+        let head = self.git.head().await?;
+        let bare_path = &self.paths.bare_clone;
+        let refname = format!("refs/quest/jobs/{job_id}");
+        {
+            let _bare = lock_bare(bare_path).await?;
+            self.git.import(bare_path, &head, &refname).await?;
+        }
+        let listed = Git::new(bare_path)?
             .output(&["rev-list", "--reverse", &format!("{base}..{head}")])
-            .await?;
-        self.bare
-            .output(&["update-ref", &format!("refs/quest/jobs/{job_id}"), &head])
             .await?;
         Ok((head, listed.lines().map(str::to_string).collect()))
     }
-}
 
-impl Workspace {
     /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.
     pub async fn uncommitted(&self) -> Result<Vec<String>, WorkspaceError> {
-        let checkout = self.paths.checkout.to_string_lossy().into_owned();
-        let worktree = Git::new(&self.paths.worktree_admin)?;
-        let out = worktree
-            .stdout(&[
-                "--work-tree",
-                &checkout,
-                "status",
-                "--porcelain",
-                "--ignored",
-                "--untracked-files=all",
-            ])
-            .await?;
-        Ok(out
-            .lines()
-            .filter(|l| l.len() > 3)
-            .map(|l| l[3..].to_string())
-            .collect())
+        self.git.status().await
     }
 }
 
@@ -361,8 +334,12 @@ fn clean(job_root: &Path, lock_wait: std::time::Duration) {
     if let Some(dir) = &record.proxy_tmp {
         remove(dir);
     }
+    if let Some(store) = &record.git_store {
+        remove(store);
+    }
     if let Some(admin) = &record.worktree_admin {
-        // `<bare>/worktrees/<name>`: other jobs' git reads it while it exists.
+        // A record of an older runner, whose checkouts were worktrees of the shared clone:
+        // `<bare>/worktrees/<name>`, which other git on the clone reads while it exists.
         match admin.parent().and_then(Path::parent) {
             Some(bare) => match lock_bare_blocking(bare, lock_wait) {
                 Ok(Some(_bare)) => remove(admin),
@@ -413,12 +390,11 @@ fn write_record(job_root: &Path, record: &Record) -> Result<(), WorkspaceError> 
         .map_err(io("writing", &path))
 }
 
-/// The bare clone's lock. Git keeps no lock over a bare clone's `worktrees/` directory:
-/// `worktree add` writes the new entry's files one by one, and every command that looks at all
-/// worktrees (`worktree add` itself, and fetch's connectivity check, which walks every
-/// worktree's HEAD) dies on an entry that is half written or half removed ("failed to read
-/// …/commondir"). So cloning, fetching, maintenance, adding a worktree and removing one each
-/// hold this lock, one at a time.
+/// The bare clone's lock: everything that writes the shared clone — cloning, fetching, setting
+/// the Nix branch, importing a job's commits, maintenance — holds it, one at a time. Concurrent
+/// fetches into one clone race for the same ref locks, and gc must not repack under a fetch.
+/// (Readers — a job's git through its alternates, Nix — need no lock: git only ever adds
+/// objects and replaces packs atomically.)
 pub fn bare_lock_path(bare: &Path) -> PathBuf {
     bare.with_extension("lock")
 }
@@ -428,9 +404,9 @@ async fn lock_bare(bare: &Path) -> Result<LockFile, WorkspaceError> {
     LockFile::acquire(&path).await.map_err(io("locking", &path))
 }
 
-/// How long cleanup waits for the bare clone's lock before leaving the worktree's entry to the
-/// next sweep: long enough for any add or fetch of a small repository, short enough that a
-/// long fetch elsewhere cannot hold up a job's end (or a runner's shutdown) for minutes.
+/// How long cleanup waits for the bare clone's lock before leaving an older runner's worktree
+/// entry to the next sweep: long enough for any fetch of a small repository, short enough that
+/// a long fetch elsewhere cannot hold up a job's end (or a runner's shutdown) for minutes.
 pub const CLEANUP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The bare clone's lock for code that cannot await (cleanup in `Drop`, the suite's controls).
@@ -453,8 +429,9 @@ pub fn lock_bare_blocking(
     }
 }
 
-/// The administrative directory git made for the worktree, from its `.git` file.
-fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
+/// The administrative directory git made for the worktree, from its `.git` file (read right
+/// after `worktree add`, before any command of the job ran).
+pub(crate) fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
     let dotgit = checkout.join(".git");
     let text = std::fs::read_to_string(&dotgit).map_err(io("reading", &dotgit))?;
     let dir = text
@@ -495,15 +472,18 @@ fn nix_ref(rev: &str) -> String {
 async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
     let _lock = lock_bare(bare_path).await?;
     let bare = Git::for_fetch(bare_path)?;
+    if bare_path.join("HEAD").exists() && !is_set_up(bare_path) {
+        adopt_older_clone(bare_path).await?;
+    }
     if !bare_path.join("HEAD").exists() {
         let staged = bare_path.with_extension("new");
         remove_tree(&staged).map_err(io("removing", &staged))?;
         let init = Git::new(&staged)?;
         init.output(&["init", "--quiet", "--bare"]).await?;
         init.output(&["remote", "add", "origin", &job.repo]).await?;
+        set_up_clone(&staged).await?;
         std::fs::rename(&staged, bare_path).map_err(io("publishing", bare_path))?;
     }
-    set_up_clone(bare_path).await?;
     let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
     let mut fetched = Vec::new();
     if !has_rev(bare_path) {
@@ -534,8 +514,8 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
     }
     let local = Git::new(bare_path)?;
     let branch = format!("refs/heads/{}", nix_ref(&job.rev));
-    // Usually there already, as a loose ref file. Set again when a gc packed it, or when a
-    // job's agent (which may write the clone's refs) moved it or put something else there.
+    // Usually there already, as a loose ref file. Set again when a gc packed it, or when
+    // something else is there: a clone older runners let jobs write may hold a symlink or FIFO.
     let ref_file = bare_path.join(&branch);
     if read_ref_file(&ref_file).as_deref() != Some(job.rev.as_str()) {
         remove_non_file(&ref_file).map_err(io("removing", &ref_file))?;
@@ -545,8 +525,7 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
     }
     if !fetched.is_empty() {
         // git's default thresholds, in the foreground so it ends before the lock is released.
-        // A failure is not the job's: any job's agent can write its own worktree's HEAD and
-        // index, which gc reads.
+        // A failure is logged, not the job's.
         let gc = [
             "-c",
             "gc.auto=6700",
@@ -609,42 +588,115 @@ fn sandbox_stubs() -> Vec<&'static str> {
     names
 }
 
-/// Marks a clone set up by this version of [`set_up_clone`]: its `info/exclude` ends with the
-/// marked block (the sandbox cannot write `info/`, so an agent cannot fake it).
-const SETUP_MARK: &str = "# quest-runner: sandbox mount points (v3)";
-const MARK_PREFIX: &str = "# quest-runner: sandbox mount points";
-
-/// Once per clone (and again when this version changes what it sets up): no automatic
-/// maintenance — git would start it after an agent's commit, inside the job's sandbox and
-/// without the clone's lock, and its repack reads every worktree; the runner runs it itself
-/// after fetching, holding the lock — and the sandbox's stubs excluded from git.
-async fn set_up_clone(bare: &Path) -> Result<(), WorkspaceError> {
-    let path = bare.join("info").join("exclude");
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    if current.contains(SETUP_MARK) {
-        return Ok(());
+/// The `info/exclude` of a job's git store: the sandbox's stubs.
+fn exclude_text() -> String {
+    let mut text = String::from("# quest-runner: sandbox mount points\n");
+    for name in sandbox_stubs() {
+        text.push_str(name);
+        text.push('\n');
     }
+    text
+}
+
+/// Marks a shared clone set up by this version: jobs have never written it. In `info/`, which
+/// no job could write even before.
+const SETUP_FILE: &str = "info/quest-runner";
+const SETUP_VERSION: &str = "shared clone v4: written by the runner alone\n";
+
+fn is_set_up(bare: &Path) -> bool {
+    std::fs::read_to_string(bare.join(SETUP_FILE)).is_ok_and(|t| t == SETUP_VERSION)
+}
+
+/// A new shared clone's settings: no automatic maintenance (the runner runs it itself after
+/// fetching, holding the lock), and the mark of this version.
+async fn set_up_clone(bare: &Path) -> Result<(), WorkspaceError> {
     let local = Git::new(bare)?;
     local.output(&["config", "gc.auto", "0"]).await?;
     local
         .output(&["config", "maintenance.auto", "false"])
         .await?;
-    std::fs::create_dir_all(bare.join("info")).map_err(io("creating", &bare.join("info")))?;
-    // An older version's block is the file's tail: replaced, not repeated.
-    let mut text = match current.find(MARK_PREFIX) {
-        Some(at) => current[..at].to_string(),
-        None => current,
-    };
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+    let info = bare.join("info");
+    std::fs::create_dir_all(&info).map_err(io("creating", &info))?;
+    let mark = bare.join(SETUP_FILE);
+    std::fs::write(&mark, SETUP_VERSION).map_err(io("writing", &mark))
+}
+
+/// What a job could plant in a clone that jobs could write, besides objects and refs, which
+/// git reads in place of or beside the objects: alternates, commit-graphs (a commit's tree
+/// and parents), multi-pack indexes, bitmaps and reverse indexes, replace refs. Reflogs and
+/// worktree entries of older runners' jobs go too. All of it is derived data or the jobs' own.
+const PLANTABLE: &[&str] = &[
+    "worktrees",
+    "logs",
+    "refs/replace",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+    "objects/info/commit-graph",
+    "objects/info/commit-graphs",
+    "objects/info/multi-pack-index",
+    "objects/pack/multi-pack-index",
+];
+
+/// A shared clone made by an older runner, whose jobs could write its objects and refs: what
+/// they could plant beside the objects is removed, and every object is hashed again
+/// (`git fsck --full`). A clone that passes is kept, with its refs (earlier jobs' commits
+/// among them); one that does not is set aside as `<clone>.unverified-<time>` for the
+/// operator, and the repository is cloned again.
+async fn adopt_older_clone(bare: &Path) -> Result<(), WorkspaceError> {
+    tracing::info!(clone = %bare.display(), "checking a shared clone older runners let jobs write");
+    for rel in PLANTABLE {
+        let path = bare.join(rel);
+        remove_any(&path).map_err(io("removing", &path))?;
     }
-    text.push_str(SETUP_MARK);
-    text.push('\n');
-    for name in sandbox_stubs() {
-        text.push_str(name);
-        text.push('\n');
+    let packs = bare.join("objects/pack");
+    if let Ok(entries) = std::fs::read_dir(&packs) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let derived = path
+                .extension()
+                .is_some_and(|e| e == "bitmap" || e == "rev" || e == "midx");
+            if derived {
+                remove_any(&path).map_err(io("removing", &path))?;
+            }
+        }
     }
-    std::fs::write(&path, text).map_err(io("writing", &path))
+    let fsck = [
+        "-c",
+        "core.commitGraph=false",
+        "-c",
+        "core.multiPackIndex=false",
+        "fsck",
+        "--full",
+        "--no-dangling",
+        "--no-reflogs",
+        "--no-progress",
+    ];
+    match Git::new(bare)?.output(&fsck).await {
+        Ok(_) => set_up_clone(bare).await,
+        Err(e) => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default();
+            let aside = PathBuf::from(format!("{}.unverified-{secs}", bare.display()));
+            tracing::warn!(
+                clone = %bare.display(),
+                aside = %aside.display(),
+                "the shared clone failed verification ({e}); set aside, cloning again"
+            );
+            std::fs::rename(bare, &aside).map_err(io("setting aside", bare))
+        }
+    }
+}
+
+/// Removes a file, link or directory tree at `path`, if any.
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_tree(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! The workspace against real git: a bare clone fetched from a path, a worktree at the
-//! revision, a private temp dir; all removed when the workspace drops, and what a killed
-//! runner left behind removed by the next sweep.
+//! The workspace against real git: a bare clone fetched from a path, the job's own git store
+//! and worktree at the revision, a private temp dir; all removed when the workspace drops, and
+//! what a killed runner left behind removed by the next sweep. The job's git data is hostile:
+//! what it plants there (submodule filters, a rewritten `commondir`, corrupt objects, a FIFO
+//! for HEAD) must not run, mislead or stall the runner's git, nor reach the shared clone.
 
 mod support;
 
@@ -54,7 +56,16 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         p.temp_dir.to_string_lossy().len() < 36,
         "short enough for CLAUDE_CODE_TMPDIR"
     );
-    assert!(p.worktree_admin.starts_with(&p.bare_clone));
+    // The job's git data is its own, under its own directory; the shared clone has no
+    // worktree of it and the store reads the shared objects through its alternates.
+    let job_root = state_dir.path().join("jobs/w1").canonicalize().unwrap();
+    assert_eq!(p.git_store, job_root.join("git"));
+    assert_eq!(p.worktree_admin, job_root.join("git/worktrees/checkout"));
+    assert!(!p.bare_clone.join("worktrees").exists());
+    assert_eq!(
+        std::fs::read_to_string(p.git_store.join("objects/info/alternates")).unwrap(),
+        format!("{}\n", p.bare_clone.join("objects").display())
+    );
     let head = git(&p.checkout, &["rev-parse", "HEAD"]);
     assert_eq!(head, rev);
     assert!(
@@ -68,7 +79,7 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     // sandbox); the runner runs it after fetching.
     assert_eq!(git(&p.bare_clone, &["config", "gc.auto"]), "0");
     assert_eq!(git(&p.bare_clone, &["config", "maintenance.auto"]), "false");
-    // An agent may write the clone's refs: a moved branch is set back by the next job.
+    // A clone older runners let jobs write may hold a moved branch: set back by the next job.
     let other = repo.commit(&[("README.md", "other\n")]);
     git(&p.bare_clone, &["fetch", "-q", "origin", &other]);
     git(
@@ -114,23 +125,17 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         );
         assert_eq!(named, rev, "{trap}");
     }
-    // A clone set up by an older version (v2 exclude block, git's maintenance on) is set up
-    // again: maintenance off, one current block.
+    // A clone set up by an older version (jobs wrote it; git's maintenance on) is checked and
+    // set up again: maintenance off, this version's mark.
     git(&p.bare_clone, &["config", "--unset", "gc.auto"]);
-    let exclude = p.bare_clone.join("info/exclude");
-    let text = std::fs::read_to_string(&exclude).unwrap();
-    std::fs::write(&exclude, text.replace("(v3)", "(v2)")).unwrap();
+    std::fs::remove_file(p.bare_clone.join("info/quest-runner")).unwrap();
     drop(
         Workspace::prepare(&state, &job("w1-old-clone", &repo.src(), &rev))
             .await
             .unwrap(),
     );
     assert_eq!(git(&p.bare_clone, &["config", "gc.auto"]), "0");
-    let text = std::fs::read_to_string(&exclude).unwrap();
-    assert!(
-        !text.contains("(v2)") && text.matches("(v3)").count() == 1,
-        "{text}"
-    );
+    assert!(p.bare_clone.join("info/quest-runner").is_file());
     // A second job with the same id is refused.
     let again = Workspace::prepare(&state, &job("w1", &repo.src(), &rev)).await;
     assert!(again.is_err());
@@ -139,6 +144,7 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     assert_eq!(head, rev);
     assert!(commits.is_empty());
     drop(ws);
+    assert!(!p.git_store.exists(), "the job's store goes with the job");
     assert!(!p.checkout.exists());
     assert!(!p.temp_dir.exists());
     assert!(
@@ -146,7 +152,6 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         "srt's scratch dir goes with the job"
     );
     assert!(!proxy_tmp.exists(), "the proxy's TMPDIR goes with the job");
-    assert!(!p.worktree_admin.exists());
     assert!(
         p.bare_clone.exists(),
         "the bare clone is kept for the next job"
@@ -197,6 +202,7 @@ async fn sweep_cleans_what_a_killed_runner_left() {
     }
     assert_eq!(swept, 1);
     assert!(!p.checkout.exists());
+    assert!(!p.git_store.exists());
     assert!(!p.temp_dir.exists());
     assert!(!p.helper_tmp.exists());
     assert!(!proxy_tmp.exists());
@@ -222,10 +228,9 @@ async fn state_after_one_job(repo: &Repo, rev: &str) -> (tempfile::TempDir, Stat
     (state_dir, state)
 }
 
-/// Jobs of one repository start and end side by side (serve's concurrency): git writes a new
-/// worktree's administrative files one by one and every `worktree add` reads all the others',
-/// so unserialized adds and removals fail with "failed to read …/commondir". Rounds of
-/// concurrent prepares and drops on one bare clone must all succeed and leave no worktree.
+/// Jobs of one repository start and end side by side (serve's concurrency), each with its own
+/// store on the one shared clone. Rounds of concurrent prepares and drops must all succeed and
+/// leave no worktree in the shared clone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
     let repo = Repo::new();
@@ -260,11 +265,9 @@ async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
     assert!(left.is_empty(), "worktrees left: {left:?}");
 }
 
-/// A job at a new revision fetches into the bare clone (holding its lock, because fetch's
-/// connectivity check reads every worktree) while other jobs of the repository add and remove
-/// their worktrees and wait for that lock in async code and in `Drop`: every job gets its
-/// workspace, none waits forever. (The fetch's own race is too narrow to show reliably; the
-/// add race is shown by the test above.)
+/// A job at a new revision fetches into the bare clone (holding its lock) while other jobs of
+/// the repository come and go, reading the shared objects through their stores' alternates:
+/// every job gets its workspace, none waits forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fetching_a_new_revision_while_other_jobs_come_and_go() {
     let repo = Repo::new();

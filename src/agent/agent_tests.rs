@@ -22,7 +22,8 @@ fn workspace() -> WorkspacePaths {
     WorkspacePaths {
         checkout: "/state/jobs/j1/checkout".into(),
         bare_clone: "/state/repos/r.git".into(),
-        worktree_admin: "/state/repos/r.git/worktrees/checkout".into(),
+        git_store: "/state/jobs/j1/git".into(),
+        worktree_admin: "/state/jobs/j1/git/worktrees/checkout".into(),
         temp_dir: "/tmp/quest-job-abc123".into(),
         job_dir: "/state/jobs/j1/runner".into(),
         helper_tmp: "/tmp/quest-srt-abc123".into(),
@@ -141,7 +142,8 @@ fn claude_settings_render_the_policy() {
     assert!(list(&fs["denyRead"]).contains(&"/home".to_string()));
     assert!(list(&fs["allowRead"]).contains(&"/state/jobs/j1/checkout".to_string()));
     assert!(list(&fs["allowWrite"]).contains(&"/tmp/quest-job-abc123".to_string()));
-    assert!(list(&fs["denyWrite"]).contains(&"/state/repos/r.git/hooks".to_string()));
+    assert!(list(&fs["denyWrite"])
+        .contains(&"/state/jobs/j1/git/worktrees/checkout/commondir".to_string()));
     assert!(list(&s["sandbox"]["network"]["allowedDomains"]).contains(&"pypi.org".to_string()));
     let allow = list(&s["permissions"]["allow"]);
     assert!(allow.contains(&"Bash".to_string()));
@@ -332,7 +334,7 @@ fn opencode_plugin_is_rendered_with_the_policy() {
     assert!(!plugin.contains("__QUEST_"), "every placeholder replaced");
     assert!(plugin.contains(r#"const CHECKOUT = "/state/jobs/j1/checkout";"#));
     assert!(plugin.contains("/tmp/quest-job-abc123"));
-    assert!(plugin.contains("/state/repos/r.git/hooks"));
+    assert!(plugin.contains("/state/jobs/j1/git/worktrees/checkout/commondir"));
     assert!(
         plugin.contains(r#"const PROTECTED_NAMES = new Set([".bashrc",".bash_profile","#),
         "srt's protected names, from the one list"
@@ -377,6 +379,10 @@ fn opencode_wrapper_runs_commands_in_srt_with_a_scrubbed_environment() {
     assert!(
         !allow_read.contains("\"/state/repos/r.git\""),
         "not the whole bare clone"
+    );
+    assert!(
+        allow_read.contains("\"/state/repos/r.git/objects\""),
+        "its objects, read-only"
     );
     assert!(
         allow_read.contains("/tmp/quest-srt-abc123"),
@@ -436,7 +442,8 @@ fn claude_settings_render_macos_paths() {
     let ws = WorkspacePaths {
         checkout: "/Users/op/Library/quest/jobs/j1/checkout".into(),
         bare_clone: "/Users/op/Library/quest/repos/r.git".into(),
-        worktree_admin: "/Users/op/Library/quest/repos/r.git/worktrees/checkout".into(),
+        git_store: "/Users/op/Library/quest/jobs/j1/git".into(),
+        worktree_admin: "/Users/op/Library/quest/jobs/j1/git/worktrees/checkout".into(),
         temp_dir: "/private/tmp/quest-job-abc123".into(),
         job_dir: "/Users/op/Library/quest/jobs/j1/runner".into(),
         helper_tmp: "/private/tmp/quest-srt-abc123".into(),

@@ -44,10 +44,13 @@ impl Platform {
 pub struct WorkspacePaths {
     /// The worktree the agent edits.
     pub checkout: PathBuf,
-    /// The bare clone the worktree belongs to.
+    /// The repository's shared clone: the job reads its objects, and writes none of it.
     pub bare_clone: PathBuf,
-    /// The worktree's administrative directory inside the bare clone
-    /// (`<bare>/worktrees/<name>`): HEAD, index, logs of this checkout.
+    /// The job's own git store (`<job>/git`, see `job_git`), the checkout's common dir: its
+    /// objects (the shared clone's through alternates), refs and reflogs.
+    pub git_store: PathBuf,
+    /// The worktree's administrative directory in the store (`<store>/worktrees/checkout`):
+    /// HEAD, index, logs of this checkout.
     pub worktree_admin: PathBuf,
     /// The private `/tmp/quest-job-*` directory: HOME and TMPDIR of every command.
     pub temp_dir: PathBuf,
@@ -297,17 +300,18 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         }
     }
 
-    // The bare clone's parts git reads, not the bare clone itself: srt binds an allowed read
-    // after the writable binds below it, and a read-only bind of the whole clone would cover
-    // `objects/` and `refs/` and break `git commit`.
+    // The store's parts git reads, not the store itself: srt binds an allowed read after the
+    // writable binds below it, and a read-only bind of the whole store would cover `objects/`
+    // and `refs/` and break `git commit`. Of the shared clone, only the objects, read-only:
+    // whoever writes them decides what every later job checks out.
     let mut allow_read = vec![
         ws.checkout.clone(),
         ws.temp_dir.clone(),
-        ws.bare_clone.join("HEAD"),
-        ws.bare_clone.join("config"),
-        ws.bare_clone.join("packed-refs"),
-        ws.bare_clone.join("info"),
-        ws.bare_clone.join("shallow"),
+        ws.git_store.join("HEAD"),
+        ws.git_store.join("config"),
+        ws.git_store.join("packed-refs"),
+        ws.git_store.join("info"),
+        ws.bare_clone.join("objects"),
     ];
     if let Some(script) = &ws.devshell_script {
         allow_read.push(script.clone());
@@ -317,23 +321,32 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     allow_read.push(ws.helper_tmp.clone());
 
     // `git commit` in the worktree writes objects, refs and the worktree's own HEAD, index
-    // and logs; never the bare clone's hooks or config, which git on the host would run.
+    // and logs, all in the job's own store; never its config or hooks, nor anything of the
+    // shared clone.
     let allow_write = vec![
         ws.checkout.clone(),
         ws.temp_dir.clone(),
-        ws.bare_clone.join("objects"),
-        ws.bare_clone.join("refs"),
-        ws.bare_clone.join("logs"),
+        ws.git_store.join("objects"),
+        ws.git_store.join("refs"),
+        ws.git_store.join("logs"),
         ws.worktree_admin.clone(),
     ];
     let mut deny_write = vec![
-        ws.bare_clone.join("hooks"),
-        ws.bare_clone.join("config"),
-        ws.bare_clone.join("info"),
+        // Where the store's objects come from besides its own (the shared clone's), and the
+        // derived files git would read beside them.
+        ws.git_store.join("objects/info"),
+        // The pointers between checkout, admin dir and store, and the admin dir's own config:
+        // rewritten, they would aim git that discovers its repository (the agent's own, any
+        // tool's) at a directory and configuration of the job's choosing.
+        ws.worktree_admin.join("commondir"),
+        ws.worktree_admin.join("gitdir"),
         ws.worktree_admin.join("config.worktree"),
-        // The pointer to the git directory: rewritten, it would aim the runner's own git at
-        // a directory of the agent's choosing.
         ws.checkout.join(".git"),
+        // git's global configuration under HOME: Claude Code runs outside the sandbox with
+        // this HOME, and runs git in the checkout. (`~/.gitconfig` is among the names both
+        // sandboxes protect on their own, `SRT_PROTECTED_NAMES`; denied here as well, a missing
+        // one is mounted unreadable and git fails on it.)
+        ws.temp_dir.join(".config/git"),
     ];
     // Agent configuration that runs code wherever it is loaded. The runner's agents never
     // load the checkout's, but a job's commits reach people and tools that do.

@@ -4,7 +4,8 @@ fn ws() -> WorkspacePaths {
     WorkspacePaths {
         checkout: "/var/lib/quest-runner/jobs/j1/checkout".into(),
         bare_clone: "/var/lib/quest-runner/repos/abc.git".into(),
-        worktree_admin: "/var/lib/quest-runner/repos/abc.git/worktrees/j1".into(),
+        git_store: "/var/lib/quest-runner/jobs/j1/git".into(),
+        worktree_admin: "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout".into(),
         temp_dir: "/tmp/quest-job-x1".into(),
         job_dir: "/var/lib/quest-runner/jobs/j1/runner".into(),
         helper_tmp: "/tmp/quest-srt-abc123".into(),
@@ -47,6 +48,8 @@ fn reads_are_confined_to_the_workspace_and_the_system() {
     for readable in [
         "/var/lib/quest-runner/jobs/j1/checkout/src/main.rs",
         "/var/lib/quest-runner/repos/abc.git/objects/ab/cd",
+        "/var/lib/quest-runner/jobs/j1/git/objects/ab/cd",
+        "/var/lib/quest-runner/jobs/j1/git/config",
         "/tmp/quest-job-x1/.cache",
         "/var/lib/quest-runner/jobs/j1/runner/devshell.sh",
         "/nix/store/abc-bash/bin/bash",
@@ -64,6 +67,10 @@ fn reads_are_confined_to_the_workspace_and_the_system() {
         "/var/lib/quest-runner/config.json",
         "/var/lib/quest-runner/jobs/j1/runner/claude/.credentials.json",
         "/var/lib/quest-runner/jobs/j2/checkout/x",
+        "/var/lib/quest-runner/jobs/j2/git/objects/ab/cd",
+        "/var/lib/quest-runner/repos/abc.git/refs/heads/main",
+        "/var/lib/quest-runner/repos/abc.git/config",
+        "/var/lib/quest-runner/repos/other.git/objects/ab/cd",
         "/etc/shadow",
         "/etc/ssh/ssh_host_ed25519_key",
         "/run/secrets/anthropic",
@@ -81,21 +88,37 @@ fn writes_are_confined_and_git_config_is_read_only() {
     for writable in [
         "/var/lib/quest-runner/jobs/j1/checkout/src/main.rs",
         "/tmp/quest-job-x1/x",
-        "/var/lib/quest-runner/repos/abc.git/objects/ab/cd",
-        "/var/lib/quest-runner/repos/abc.git/refs/heads/main",
-        "/var/lib/quest-runner/repos/abc.git/worktrees/j1/HEAD",
+        "/var/lib/quest-runner/jobs/j1/git/objects/ab/cd",
+        "/var/lib/quest-runner/jobs/j1/git/refs/heads/main",
+        "/var/lib/quest-runner/jobs/j1/git/logs/HEAD",
+        "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout/HEAD",
+        "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout/index",
     ] {
         assert!(p.may_write(Path::new(writable)), "{writable}");
     }
     for protected in [
+        // Nothing of the shared clone: later jobs check out from it.
+        "/var/lib/quest-runner/repos/abc.git/objects/ab/cd",
+        "/var/lib/quest-runner/repos/abc.git/refs/replace/ab",
         "/var/lib/quest-runner/repos/abc.git/hooks/pre-commit",
         "/var/lib/quest-runner/repos/abc.git/config",
-        "/var/lib/quest-runner/repos/abc.git/worktrees/j1/config.worktree",
+        // The store's configuration, alternates and the pointers between it and the checkout.
+        "/var/lib/quest-runner/jobs/j1/git/config",
+        "/var/lib/quest-runner/jobs/j1/git/HEAD",
+        "/var/lib/quest-runner/jobs/j1/git/info/exclude",
+        "/var/lib/quest-runner/jobs/j1/git/hooks/pre-commit",
+        "/var/lib/quest-runner/jobs/j1/git/commondir",
+        "/var/lib/quest-runner/jobs/j1/git/objects/info/alternates",
+        "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout/commondir",
+        "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout/gitdir",
+        "/var/lib/quest-runner/jobs/j1/git/worktrees/checkout/config.worktree",
         "/var/lib/quest-runner/jobs/j1/checkout/.git",
+        "/tmp/quest-job-x1/.config/git/config",
+        "/tmp/quest-job-x1/.config/git/attributes",
         "/var/lib/quest-runner/jobs/j1/runner/devshell.sh",
         "/tmp/x",
         "/home/runner/.bashrc",
-        "/var/lib/quest-runner/repos/abc.git/worktrees/j2/HEAD",
+        "/var/lib/quest-runner/jobs/j2/git/worktrees/checkout/HEAD",
     ] {
         assert!(!p.may_write(Path::new(protected)), "{protected}");
     }

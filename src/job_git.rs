@@ -1,0 +1,241 @@
+//! A job's own git data, apart from the repository's shared clone.
+//!
+//! ```text
+//! <state>/repos/<hash>.git             the shared clone: written by the runner alone
+//! <state>/jobs/<id>/git/               the job's store, a bare repository:
+//!     config, HEAD, info/                  the runner's; the job cannot write them
+//!     objects/                             the job's new objects (the job writes them)
+//!     objects/info/alternates              -> the shared clone's objects, read-only to the job
+//!     refs/, logs/                         the job's branches and reflogs (the job writes them)
+//!     worktrees/checkout/                  the checkout's HEAD, index and logs (the job writes
+//!                                          them), but `commondir`, `gitdir`, `config.worktree`
+//! <state>/jobs/<id>/checkout/          the worktree, whose `.git` file the job cannot write
+//! ```
+//!
+//! Git does not check an object's hash when it reads it, and honours replace refs: whoever may
+//! write a repository's objects or refs decides what every later reader of it sees. So no job
+//! writes the shared clone. Its commands see the shared objects through the alternates file
+//! and write their commits into the store, and the runner brings the job's commits into the
+//! shared clone with a fetch ([`JobGit::import`]), which hashes each object it receives and
+//! checks it with fsck. Checkouts, `AGENTS.md`/`CLAUDE.md` and Nix's devShell builds read the
+//! shared clone only, so they always come from verified objects.
+//!
+//! Everything under the store and the checkout is then the job's: what the job writes (its
+//! objects and checkout) is all inside its own directory, and is removed with it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::git::Git;
+use crate::workspace::WorkspaceError;
+
+/// How long the runner's git may take over what a job wrote (its HEAD, index, objects): long
+/// enough for the status of a large checkout, bounded because a FIFO where git expects a ref
+/// or the index would otherwise block it for ever.
+pub const JOB_GIT_LIMIT: Duration = Duration::from_secs(300);
+
+/// The store's configuration: the only configuration any git on the job's data reads (the
+/// runner's git reads no other; the job's own commands add only their private HOME's).
+/// Nothing in it runs a program, and it turns off what would read job-written files beyond
+/// the objects themselves (commit-graph, multi-pack index, bitmaps).
+const STORE_CONFIG: &str = "\
+[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = true
+\thooksPath = /dev/null
+\tfsmonitor = false
+\tuntrackedCache = false
+\tcommitGraph = false
+\tmultiPackIndex = false
+[gc]
+\tauto = 0
+[maintenance]
+\tauto = false
+[submodule]
+\trecurse = false
+[pack]
+\tuseBitmaps = false
+[uploadpack]
+\tallowAnySHA1InWant = true
+";
+
+/// The paths of a job's git data.
+#[derive(Debug, Clone)]
+pub struct JobGit {
+    /// The store: the common directory of the checkout.
+    pub store: PathBuf,
+    /// The checkout's administrative directory in the store.
+    pub admin: PathBuf,
+    pub checkout: PathBuf,
+    /// How long the runner's git may take over the job's data ([`JOB_GIT_LIMIT`]).
+    pub limit: Duration,
+}
+
+impl JobGit {
+    /// The layout under `job_root`.
+    pub fn at(job_root: &Path) -> JobGit {
+        let store = job_root.join("git");
+        JobGit {
+            admin: store.join("worktrees").join("checkout"),
+            store,
+            checkout: job_root.join("checkout"),
+            limit: JOB_GIT_LIMIT,
+        }
+    }
+
+    /// Creates the store on top of `bare`'s objects and checks out `rev` (which `bare` holds).
+    /// Nothing of the job has run yet: the checkout is the shared clone's objects, verified
+    /// when they were fetched.
+    pub async fn create(
+        &self,
+        bare: &Path,
+        rev: &str,
+        exclude: &str,
+    ) -> Result<(), WorkspaceError> {
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| WorkspaceError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let store_git = Git::new(&self.store)?;
+        store_git
+            .output(&["init", "--quiet", "--bare", "--template="])
+            .await?;
+        let write = |rel: &str, text: &str| {
+            let path = self.store.join(rel);
+            std::fs::write(&path, text).map_err(io("writing", &path))
+        };
+        for dir in ["objects/info", "info", "logs"] {
+            let path = self.store.join(dir);
+            std::fs::create_dir_all(&path).map_err(io("creating", &path))?;
+        }
+        write("config", STORE_CONFIG)?;
+        let objects = bare.join("objects");
+        write(
+            "objects/info/alternates",
+            &format!("{}\n", objects.display()),
+        )?;
+        write("info/exclude", exclude)?;
+        let checkout = self.checkout.to_string_lossy().into_owned();
+        store_git
+            .output(&[
+                "worktree",
+                "add",
+                "--detach",
+                "--no-checkout",
+                "--quiet",
+                &checkout,
+                rev,
+            ])
+            .await?;
+        let named = crate::workspace::worktree_admin_of(&self.checkout)?;
+        if named != self.admin {
+            return Err(WorkspaceError::Io {
+                action: "checking",
+                path: self.checkout.join(".git"),
+                source: std::io::Error::other(format!(
+                    "git made the admin dir {}, not {}",
+                    named.display(),
+                    self.admin.display()
+                )),
+            });
+        }
+        self.git()?.output(&["reset", "--hard", "--quiet"]).await?;
+        Ok(())
+    }
+
+    /// The runner's git on the checkout: the runner's own paths for the admin dir, the common
+    /// dir and the files (see `crate::git`).
+    pub fn git(&self) -> Result<Git, WorkspaceError> {
+        Ok(Git::worktree(&self.admin, &self.store, &self.checkout)?)
+    }
+
+    /// The commit the checkout's HEAD names: an object id the job chose, not yet a verified
+    /// object (see [`JobGit::import`]).
+    pub async fn head(&self) -> Result<String, WorkspaceError> {
+        let head = self
+            .git()?
+            .output_within(
+                &["rev-parse", "--verify", "--end-of-options", "HEAD^{commit}"],
+                self.limit,
+            )
+            .await?;
+        if head.len() != 40 || !head.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WorkspaceError::Import(format!(
+                "the checkout's HEAD is not a commit id: {head:?}"
+            )));
+        }
+        Ok(head)
+    }
+
+    /// Fetches `head` from the store into `bare` as `refname`: every object the shared clone
+    /// does not have yet is hashed as it arrives and checked by fsck, so what lands there is
+    /// what its name says. The caller holds the shared clone's lock.
+    pub async fn import(
+        &self,
+        bare: &Path,
+        head: &str,
+        refname: &str,
+    ) -> Result<(), WorkspaceError> {
+        let store = self.store.to_string_lossy().into_owned();
+        let spec = format!("+{head}:{refname}");
+        let shared = Git::new(bare)?;
+        shared
+            .output_within(
+                &[
+                    "-c",
+                    "fetch.fsckObjects=true",
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--no-recurse-submodules",
+                    &store,
+                    &spec,
+                ],
+                self.limit,
+            )
+            .await
+            .map_err(|e| WorkspaceError::Import(e.to_string()))?;
+        // A commit now, by its verified content.
+        let kind = shared
+            .output(&["cat-file", "-t", head])
+            .await
+            .map_err(|e| WorkspaceError::Import(e.to_string()))?;
+        if kind != "commit" {
+            let _ = shared.output(&["update-ref", "-d", refname]).await;
+            return Err(WorkspaceError::Import(format!(
+                "the checkout's HEAD {head} is a {kind}, not a commit"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `git status --porcelain --ignored` of the checkout, one path per entry. Submodules are
+    /// not entered (their git would read their own config) and nothing is written.
+    pub async fn status(&self) -> Result<Vec<String>, WorkspaceError> {
+        let out = self
+            .git()?
+            .stdout_within(
+                &[
+                    "--no-optional-locks",
+                    "status",
+                    "--porcelain",
+                    "--ignored",
+                    "--untracked-files=all",
+                    "--ignore-submodules=all",
+                ],
+                self.limit,
+            )
+            .await?;
+        Ok(out
+            .lines()
+            .filter(|l| l.len() > 3)
+            .map(|l| l[3..].to_string())
+            .collect())
+    }
+}
