@@ -116,6 +116,9 @@ async fn build_shell(
     let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
     cmd.env("TMPDIR", scratch.path());
+    // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
+    // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
+    cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
     tracing::info!(%installable, "nix print-dev-env");
     let what = format!("nix print-dev-env {installable}");
     let out = process::run_captured(cmd, "nix")
