@@ -24,6 +24,10 @@ pub enum Rule {
     FileTools,
     ProjectConfig,
     DevShell,
+    /// The runner's git on the host reads nothing a job wrote that could run a program.
+    HostGit,
+    /// A job cannot change what a later job of the repository sees.
+    LaterJob,
 }
 
 /// How an escape shows.
@@ -44,6 +48,22 @@ pub enum Detect {
     ProxyForwarded,
     /// The stand-in registry received a request starting with this (`METHOD /path`).
     RegistryGot(String),
+    /// A later job of the repository, at the same revision, cannot be prepared or finds
+    /// this text in this file of its checkout.
+    LaterJobSees { file: String, text: String },
+    /// Any of these.
+    Any(Vec<Detect>),
+}
+
+impl Detect {
+    /// The host paths whose existence this detection looks for (removed after each run).
+    pub fn host_paths(&self) -> Vec<PathBuf> {
+        match self {
+            Detect::HostPath(p) => vec![p.clone()],
+            Detect::Any(all) => all.iter().flat_map(Detect::host_paths).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +75,10 @@ pub struct Attempt {
     pub steps: Vec<Step>,
     /// For shell attempts: the same command, run unconfined first; it must escape there.
     pub control: Option<String>,
+    /// Run unconfined right after `control`, in the same checkout: what a host-side reader
+    /// (the runner's git as it once was, a later registration) does with what the command
+    /// left. Attacks on the host's readers escape only once something reads their files.
+    pub control_after: Option<String>,
     /// Printed by a shell attempt after it ran; its absence means it never ran.
     pub ran_marker: Option<String>,
     pub detect: Detect,
@@ -78,12 +102,18 @@ pub struct Targets {
     pub registry: Option<u16>,
 }
 
-fn ran(id: &str) -> String {
+pub(super) fn ran(id: &str) -> String {
     format!("ATTEMPT-RAN-{id}")
 }
 
 /// A shell attempt: `command`, its stderr folded into the output, then the marker.
-fn shell(id: &'static str, what: String, rule: Rule, command: String, detect: Detect) -> Attempt {
+pub(super) fn shell(
+    id: &'static str,
+    what: String,
+    rule: Rule,
+    command: String,
+    detect: Detect,
+) -> Attempt {
     let marker = ran(id);
     let full = format!("{{ {command} ; }} 2>&1; echo {marker}");
     Attempt {
@@ -92,6 +122,7 @@ fn shell(id: &'static str, what: String, rule: Rule, command: String, detect: De
         rule,
         steps: vec![Step::bash(full.clone())],
         control: Some(full),
+        control_after: None,
         ran_marker: Some(marker),
         detect,
         net_tag: None,
@@ -105,6 +136,7 @@ fn tool(id: &'static str, what: String, rule: Rule, step: Step, detect: Detect) 
         rule,
         steps: vec![step],
         control: None,
+        control_after: None,
         ran_marker: None,
         detect,
         net_tag: None,
@@ -470,6 +502,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             Detect::OutputHas("CGROUP-MOVED".into()),
         ));
     }
+    list.extend(super::git_attacks::attempts(world, t));
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.
@@ -496,6 +529,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
                 ran("shellhook-outside")
             ))],
             control: None,
+            control_after: None,
             ran_marker: Some(ran("shellhook-outside")),
             detect: Detect::HostPath(PathBuf::from(format!("/tmp/qr-shellhook-{token}"))),
             net_tag: None,
@@ -512,6 +546,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
                 )),
             ],
             control: None,
+            control_after: None,
             ran_marker: Some(ran("edited-flake")),
             detect: Detect::OutputHas("var=edited-by-agent".into()),
             net_tag: None,

@@ -72,7 +72,9 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
 
     std::fs::create_dir_all(repo.join(".claude")).map_err(io)?;
     std::fs::create_dir_all(repo.join(".opencode/plugin")).map_err(io)?;
-    let files: [(&str, String); 8] = [
+    std::fs::create_dir_all(repo.join("notes")).map_err(io)?;
+    use super::git_attacks::{victim_text, LOOSE_VICTIM, REPLACE_VICTIM};
+    let files: [(&str, String); 10] = [
         ("flake.nix", flake),
         ("flake.lock", bash.lock_file()),
         (
@@ -84,6 +86,9 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
         (".opencode/plugin/evil.js", plugin),
         ("opencode.json", opencode_json.to_string()),
         ("opencode.jsonc", opencode_json.to_string()),
+        // What the shared-clone attempts rewrite for later jobs.
+        (LOOSE_VICTIM, victim_text(LOOSE_VICTIM)),
+        (REPLACE_VICTIM, victim_text(REPLACE_VICTIM)),
     ];
     for (name, text) in files {
         std::fs::write(repo.join(name), text).map_err(io)?;

@@ -14,6 +14,7 @@
 //! Mutation checks ([`mutation::Mutation`]) weaken one rule each and require its escape.
 
 pub mod attempts;
+mod git_attacks;
 mod hostile;
 pub mod mutation;
 pub mod suite;

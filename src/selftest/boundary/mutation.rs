@@ -21,6 +21,8 @@ use crate::sandbox::SandboxPolicy;
 /// | `pass-all-env`          | the environment allowlist                   | env-scan         |
 /// | `unconfined-file-tools` | the agent's file tools kept in the checkout | tool-read-account|
 /// | `registry-writes`       | registries answer reads only (the decider)  | npm-publish      |
+/// | `shared-clone-writable` | jobs write only their own git store         | loose-object     |
+/// | `admin-pointers-writable` | the admin dir's commondir and gitdir are read-only | commondir-redirect |
 ///
 /// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
 /// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
@@ -37,10 +39,12 @@ pub enum Mutation {
     PassAllEnv,
     UnconfinedFileTools,
     RegistryWrites,
+    SharedCloneWritable,
+    AdminPointersWritable,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::WriteSharedTmp,
         Mutation::WriteBareClone,
         Mutation::NoDenyWrite,
@@ -49,6 +53,8 @@ impl Mutation {
         Mutation::PassAllEnv,
         Mutation::UnconfinedFileTools,
         Mutation::RegistryWrites,
+        Mutation::SharedCloneWritable,
+        Mutation::AdminPointersWritable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +67,8 @@ impl Mutation {
             Mutation::PassAllEnv => "pass-all-env",
             Mutation::UnconfinedFileTools => "unconfined-file-tools",
             Mutation::RegistryWrites => "registry-writes",
+            Mutation::SharedCloneWritable => "shared-clone-writable",
+            Mutation::AdminPointersWritable => "admin-pointers-writable",
         }
     }
 
@@ -75,6 +83,8 @@ impl Mutation {
             Mutation::PassAllEnv => "env-scan",
             Mutation::UnconfinedFileTools => "tool-read-account",
             Mutation::RegistryWrites => "npm-publish",
+            Mutation::SharedCloneWritable => "loose-object",
+            Mutation::AdminPointersWritable => "commondir-redirect",
         }
     }
 
@@ -96,6 +106,15 @@ impl Mutation {
             Mutation::UnconfinedFileTools => policy.confine_file_tools = false,
             // The decider's rule as a weaker policy would write it: registries take PUT.
             Mutation::RegistryWrites => policy.read_only_methods.push("PUT".into()),
+            // As before jobs had stores of their own: the shared clone's objects and refs.
+            Mutation::SharedCloneWritable => {
+                policy.allow_write.push(bare.join("objects"));
+                policy.allow_write.push(bare.join("refs"));
+            }
+            Mutation::AdminPointersWritable => policy.deny_write.retain(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n == "commondir" || n == "gitdir")
+            }),
         }
     }
 }

@@ -327,7 +327,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     }
     // Whatever escaped is removed, so a failed run does not leave planted files behind.
     for a in &attempts {
-        if let Detect::HostPath(p) = &a.detect {
+        for p in a.detect.host_paths() {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -423,6 +423,7 @@ fn run_controls(
     })
     .collect();
     let dotgit = std::fs::read(checkout.join(".git")).map_err(|e| e.to_string())?;
+    let git_undo = super::git_attacks::ControlUndo::capture(world, &t.bare, &checkout)?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut all_escaped = true;
     for (i, a) in attempts.iter().enumerate() {
@@ -443,7 +444,20 @@ fn run_controls(
             .stdin(Stdio::null())
             .output()
             .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Some(after) = &a.control_after {
+            let out = Command::new("/bin/bash")
+                .args(["-c", after])
+                .current_dir(&checkout)
+                .env_clear()
+                .envs(env_source.iter().cloned())
+                .env("HOME", &world.operator_home)
+                .env("TMPDIR", tmp.path())
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| e.to_string())?;
+            text.push_str(&String::from_utf8_lossy(&out.stdout));
+        }
         let exchanges = server.exchanges();
         let registry_seen: Vec<String> = registry
             .map(|r| r.requests().split_off(registry_before))
@@ -459,7 +473,7 @@ fn run_controls(
         );
         results[i] = Some(escaped);
         all_escaped &= escaped;
-        if let Detect::HostPath(p) = &a.detect {
+        for p in a.detect.host_paths() {
             let _ = std::fs::remove_file(p);
         }
         // Undo what the control did before the next one runs: the files it may have
@@ -470,6 +484,7 @@ fn run_controls(
             }
         }
         let _ = std::fs::write(checkout.join(".git"), &dotgit);
+        git_undo.restore(world);
         let _ = Command::new(&git)
             .args(["-c", "core.hooksPath=/dev/null", "-C"])
             .arg(&checkout)
@@ -914,6 +929,16 @@ fn detect(d: &Detect, output: &str, seen: Seen<'_>, world: &World) -> bool {
     match d {
         Detect::RegistryGot(prefix) => seen.registry.iter().any(|r| r.starts_with(prefix.as_str())),
         Detect::OutputHas(text) => output.contains(text.as_str()),
+        Detect::LaterJobSees { file, text } => {
+            match super::git_attacks::later_job_view(world, file) {
+                Ok(content) => content.contains(text.as_str()),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    true
+                }
+            }
+        }
+        Detect::Any(all) => all.iter().any(|d| detect(d, output, seen, world)),
         Detect::HostPath(p) => p.exists() || p.symlink_metadata().is_ok(),
         Detect::HostFileHas(p, text) => {
             std::fs::read_to_string(p).is_ok_and(|c| c.contains(text.as_str()))
