@@ -209,7 +209,19 @@ impl Git {
         args: &[&str],
         limit: std::time::Duration,
     ) -> Result<String, GitError> {
-        tokio::time::timeout(limit, self.stdout(args))
+        Ok(self.stdout_bounded(args, limit, u64::MAX).await?.0)
+    }
+
+    /// [`Git::stdout_within`], keeping at most `max_stdout` bytes: git is stopped when it writes
+    /// more, and the flag says so (a listing of what a job wrote can be as long as the job
+    /// likes, and the runner keeps it in memory).
+    pub async fn stdout_bounded(
+        &self,
+        args: &[&str],
+        limit: std::time::Duration,
+        max_stdout: u64,
+    ) -> Result<(String, bool), GitError> {
+        tokio::time::timeout(limit, self.run(args, max_stdout))
             .await
             .unwrap_or_else(|_| {
                 Err(GitError::TimedOut {
@@ -221,20 +233,27 @@ impl Git {
 
     /// Runs git and returns its stdout as it is (porcelain formats start lines with spaces).
     pub async fn stdout(&self, args: &[&str]) -> Result<String, GitError> {
+        Ok(self.run(args, u64::MAX).await?.0)
+    }
+
+    async fn run(&self, args: &[&str], max_stdout: u64) -> Result<(String, bool), GitError> {
         let joined = args.join(" ");
-        let out = process::run_captured(self.command(args), "git")
+        let out = process::run_captured_upto(self.command(args), "git", max_stdout)
             .await
             .map_err(|source| GitError::Spawn {
                 args: joined.clone(),
                 source,
             })?;
-        if !out.status.success() {
+        if !out.status.success() && !out.stdout_truncated {
             return Err(GitError::Failed {
                 args: joined,
                 message: out.error_message(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.stdout_truncated,
+        ))
     }
 
     /// Whether git succeeds on `args` (for existence checks, where failure is an answer).

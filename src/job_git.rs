@@ -34,6 +34,13 @@ use crate::workspace::WorkspaceError;
 /// or the index would otherwise block it for ever.
 pub const JOB_GIT_LIMIT: Duration = Duration::from_secs(300);
 
+/// How much of a listing of the job's data (its uncommitted paths, its commits) the runner
+/// keeps: a job can make millions of files or commits, and the lists go into its result.
+pub const LISTING_MAX_BYTES: u64 = 1 << 20;
+
+/// The entry that ends a listing cut at [`LISTING_MAX_BYTES`].
+pub const LISTING_CUT: &str = "… (the list is cut at 1 MiB)";
+
 /// The store's configuration: the only configuration any git on the job's data reads (the
 /// runner's git reads no other; the job's own commands add only their private HOME's).
 /// Nothing in it runs a program, and it turns off what would read job-written files beyond
@@ -218,9 +225,9 @@ impl JobGit {
     /// `git status --porcelain --ignored` of the checkout, one path per entry. Submodules are
     /// not entered (their git would read their own config) and nothing is written.
     pub async fn status(&self) -> Result<Vec<String>, WorkspaceError> {
-        let out = self
+        let (out, cut) = self
             .git()?
-            .stdout_within(
+            .stdout_bounded(
                 &[
                     "--no-optional-locks",
                     "status",
@@ -230,12 +237,30 @@ impl JobGit {
                     "--ignore-submodules=all",
                 ],
                 self.limit,
+                LISTING_MAX_BYTES,
             )
             .await?;
-        Ok(out
-            .lines()
+        let entries = complete_lines(&out, cut)
             .filter(|l| l.len() > 3)
-            .map(|l| l[3..].to_string())
-            .collect())
+            .map(|l| l[3..].to_string());
+        Ok(with_cut_mark(entries, cut))
     }
+}
+
+/// The lines of a listing, without the last one when the listing was cut (it may be partial).
+pub fn complete_lines(out: &str, cut: bool) -> impl Iterator<Item = &str> {
+    let mut lines: Vec<&str> = out.lines().collect();
+    if cut {
+        lines.pop();
+    }
+    lines.into_iter()
+}
+
+/// `entries`, ended by [`LISTING_CUT`] when the listing was cut.
+pub fn with_cut_mark(entries: impl Iterator<Item = String>, cut: bool) -> Vec<String> {
+    let mut list: Vec<String> = entries.collect();
+    if cut {
+        list.push(LISTING_CUT.to_string());
+    }
+    list
 }

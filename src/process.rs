@@ -26,6 +26,9 @@ const STDERR_TAIL_LINES: usize = 40;
 pub struct Captured {
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
+    /// `stdout` stops at the limit the caller set ([`run_captured_upto`]); the program was
+    /// stopped there, so its status says nothing about its output.
+    pub stdout_truncated: bool,
     /// The last lines of stderr, which hold the program's own error message.
     pub stderr_tail: Vec<String>,
 }
@@ -56,7 +59,17 @@ impl Captured {
 
 /// Runs `cmd` in its own process group, collecting stdout and logging each stderr line as it
 /// comes under `log_target`. Dropping the returned future terminates the whole group.
-pub async fn run_captured(mut cmd: Command, log_target: &'static str) -> io::Result<Captured> {
+pub async fn run_captured(cmd: Command, log_target: &'static str) -> io::Result<Captured> {
+    run_captured_upto(cmd, log_target, u64::MAX).await
+}
+
+/// [`run_captured`], keeping at most `max_stdout` bytes of stdout: the program is stopped when
+/// it writes more (its output then describes what a job wrote, which may be endless).
+pub async fn run_captured_upto(
+    mut cmd: Command,
+    log_target: &'static str,
+    max_stdout: u64,
+) -> io::Result<Captured> {
     cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -69,7 +82,7 @@ pub async fn run_captured(mut cmd: Command, log_target: &'static str) -> io::Res
         .ok_or_else(|| io::Error::other("child exited before its pid was read"))?;
     let mut guard = GroupGuard { pid, armed: true };
 
-    let mut stdout = child
+    let stdout = child
         .stdout
         .take()
         .ok_or_else(|| io::Error::other("child stdout missing"))?;
@@ -78,9 +91,15 @@ pub async fn run_captured(mut cmd: Command, log_target: &'static str) -> io::Res
         .take()
         .ok_or_else(|| io::Error::other("child stderr missing"))?;
 
-    let read_stdout = async {
+    let read_stdout = async move {
+        // One byte past the limit tells a full stop from an output of exactly the limit.
+        // Dropping the pipe here then ends a program that goes on writing (SIGPIPE).
         let mut buf = Vec::new();
-        stdout.read_to_end(&mut buf).await.map(|_| buf)
+        stdout
+            .take(max_stdout.saturating_add(1))
+            .read_to_end(&mut buf)
+            .await
+            .map(|_| buf)
     };
     let read_stderr = async {
         let mut tail = std::collections::VecDeque::new();
@@ -94,13 +113,19 @@ pub async fn run_captured(mut cmd: Command, log_target: &'static str) -> io::Res
         }
         Ok::<_, io::Error>(tail.into_iter().collect::<Vec<_>>())
     };
-    let (stdout, stderr_tail, status) = tokio::try_join!(read_stdout, read_stderr, child.wait())?;
+    let (mut stdout, stderr_tail, status) =
+        tokio::try_join!(read_stdout, read_stderr, child.wait())?;
     guard.armed = false;
+    let stdout_truncated = stdout.len() as u64 > max_stdout;
+    if stdout_truncated {
+        stdout.truncate(max_stdout as usize);
+    }
     // The leader has exited; anything it left in its group (a stray helper) goes too.
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
     Ok(Captured {
         status,
         stdout,
+        stdout_truncated,
         stderr_tail,
     })
 }
@@ -156,4 +181,27 @@ pub fn terminate_group(pid: Pid, grace: Duration) {
     }
     // Helpers the leader started in its group but did not stop.
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn endless_output_stops_at_the_limit() {
+        let mut cmd = Command::new("yes");
+        cmd.arg("job-written");
+        let out =
+            tokio::time::timeout(Duration::from_secs(10), run_captured_upto(cmd, "git", 1000))
+                .await
+                .expect("stopped, not read for ever")
+                .unwrap();
+        assert!(out.stdout_truncated);
+        assert_eq!(out.stdout.len(), 1000);
+        let mut short = Command::new("echo");
+        short.arg("hi");
+        let out = run_captured_upto(short, "git", 3).await.unwrap();
+        assert!(!out.stdout_truncated && out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"hi\n");
+    }
 }

@@ -277,10 +277,16 @@ impl Workspace {
             let _bare = lock_bare(bare_path).await?;
             self.git.import(bare_path, &head, &refname).await?;
         }
-        let listed = Git::new(bare_path)?
-            .output(&["rev-list", "--reverse", &format!("{base}..{head}")])
+        // Oldest first; a job may have made any number of commits, so the list is bounded.
+        let (listed, cut) = Git::new(bare_path)?
+            .stdout_bounded(
+                &["rev-list", "--reverse", &format!("{base}..{head}")],
+                self.git.limit,
+                crate::job_git::LISTING_MAX_BYTES,
+            )
             .await?;
-        Ok((head, listed.lines().map(str::to_string).collect()))
+        let commits = crate::job_git::complete_lines(&listed, cut).map(str::to_string);
+        Ok((head, crate::job_git::with_cut_mark(commits, cut)))
     }
 
     /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.

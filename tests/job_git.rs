@@ -189,6 +189,31 @@ async fn a_fifo_for_head_or_index_stops_at_the_limit() {
     assert!(!p.git_store.exists());
 }
 
+/// A job can leave any number of files: the runner keeps at most a mebibyte of the listing,
+/// and says where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_endless_files_is_cut() {
+    let (_repo, _state, ws, _rev) = workspace(&[("a", "a\n")]).await;
+    let many = ws.paths.checkout.join("many");
+    std::fs::create_dir(&many).unwrap();
+    let long = "x".repeat(200);
+    for n in 0..6000 {
+        std::fs::write(many.join(format!("{long}{n}")), "").unwrap();
+    }
+    let listed = ws.uncommitted().await.unwrap();
+    assert_eq!(listed.last().unwrap(), quest_runner::job_git::LISTING_CUT);
+    assert!(
+        listed.len() > 1000 && listed.len() < 6000,
+        "{}",
+        listed.len()
+    );
+    let kept: usize = listed.iter().map(|l| l.len() + 4).sum();
+    assert!(kept <= (1 << 20) + 200, "{kept}");
+    assert!(listed[..listed.len() - 1]
+        .iter()
+        .all(|l| l.starts_with("many/") && l.len() > 205));
+}
+
 /// A shared clone an older runner let jobs write: what a job could plant beside the objects
 /// (a replace ref, a commit-graph, worktree entries) is removed and every object hashed
 /// again. Sound, it is kept with its refs; with a rewritten object, it is set aside for the
