@@ -121,7 +121,9 @@ impl JobGit {
             std::fs::create_dir_all(&path).map_err(io("creating", &path))?;
         }
         write("config", STORE_CONFIG)?;
+        // By its real path: the sandbox allows reading that, not a link on the way to it.
         let objects = bare.join("objects");
+        let objects = std::fs::canonicalize(&objects).map_err(io("resolving", &objects))?;
         write(
             "objects/info/alternates",
             &format!("{}\n", objects.display()),
@@ -139,15 +141,17 @@ impl JobGit {
                 rev,
             ])
             .await?;
+        // Git writes real paths.
         let named = crate::workspace::worktree_admin_of(&self.checkout)?;
-        if named != self.admin {
+        let admin = std::fs::canonicalize(&self.admin).map_err(io("resolving", &self.admin))?;
+        if named != admin {
             return Err(WorkspaceError::Io {
                 action: "checking",
                 path: self.checkout.join(".git"),
                 source: std::io::Error::other(format!(
                     "git made the admin dir {}, not {}",
                     named.display(),
-                    self.admin.display()
+                    admin.display()
                 )),
             });
         }

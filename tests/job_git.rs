@@ -71,6 +71,29 @@ async fn a_jobs_commits_reach_the_shared_clone_through_a_verifying_fetch() {
     assert_eq!(git(&p.bare_clone, &["show", &format!("{made}:b")]), "b");
 }
 
+/// A state directory reached through a link (`/var/lib` on another disk): git writes real
+/// paths, and the store names the shared objects by theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_dir_behind_a_link_works() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+    let state = StateDir::at(dir.path().join("link/state"));
+    let ws = Workspace::prepare(&state, &job("l", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let p = ws.paths.clone();
+    let alternates = std::fs::read_to_string(p.git_store.join("objects/info/alternates")).unwrap();
+    assert!(alternates.contains("/real/state/repos/"), "{alternates}");
+    assert_eq!(
+        std::fs::read_to_string(p.checkout.join("a")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(ws.commits_since("l", &rev).await.unwrap().0, rev);
+}
+
 /// Git does not check a loose object's hash when it reads one, but a fetch hashes what it
 /// receives: an object whose content is not what its name says never reaches the shared clone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
