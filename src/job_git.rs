@@ -67,6 +67,75 @@ const STORE_CONFIG: &str = "\
 \tallowAnySHA1InWant = true
 ";
 
+/// The configuration of the repository a job's commits are checked in before they reach the
+/// shared clone (see [`JobGit::import`]): the runner's, like the store's.
+const STAGING_CONFIG: &str = "\
+[core]
+\trepositoryformatversion = 0
+\tbare = true
+\thooksPath = /dev/null
+[gc]
+\tauto = 0
+[maintenance]
+\tauto = false
+[uploadpack]
+\tallowAnySHA1InWant = true
+";
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+    let path = path.to_path_buf();
+    move |source| WorkspaceError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Makes an empty bare repository at `dir` with `config`, reading `bare`'s objects through its
+/// alternates (by their real path: the sandbox allows reading that, not a link on the way).
+async fn init_on(dir: &Path, config: &str, bare: &Path) -> Result<Git, WorkspaceError> {
+    let git = Git::new(dir)?;
+    git.output(&["init", "--quiet", "--bare", "--template="])
+        .await?;
+    let info = dir.join("objects/info");
+    std::fs::create_dir_all(&info).map_err(io("creating", &info))?;
+    let path = dir.join("config");
+    std::fs::write(&path, config).map_err(io("writing", &path))?;
+    let objects = bare.join("objects");
+    let objects = std::fs::canonicalize(&objects).map_err(io("resolving", &objects))?;
+    let path = info.join("alternates");
+    std::fs::write(&path, format!("{}\n", objects.display())).map_err(io("writing", &path))?;
+    Ok(git)
+}
+
+/// `git fetch <from> <spec>` into `git`'s repository, every object it receives hashed (as any
+/// fetch does) and checked by fsck; nothing else fetched or run.
+async fn verified_fetch(
+    git: &Git,
+    from: &Path,
+    spec: &str,
+    limit: Duration,
+) -> Result<(), WorkspaceError> {
+    let from = from.to_string_lossy();
+    git.output_within(
+        &[
+            "-c",
+            "fetch.fsckObjects=true",
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            &from,
+            spec,
+        ],
+        limit,
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| WorkspaceError::Import(e.to_string()))
+}
+
 /// The paths of a job's git data.
 #[derive(Debug, Clone)]
 pub struct JobGit {
@@ -100,35 +169,13 @@ impl JobGit {
         rev: &str,
         exclude: &str,
     ) -> Result<(), WorkspaceError> {
-        let io = |action: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| WorkspaceError::Io {
-                action,
-                path,
-                source,
-            }
-        };
-        let store_git = Git::new(&self.store)?;
-        store_git
-            .output(&["init", "--quiet", "--bare", "--template="])
-            .await?;
-        let write = |rel: &str, text: &str| {
-            let path = self.store.join(rel);
-            std::fs::write(&path, text).map_err(io("writing", &path))
-        };
-        for dir in ["objects/info", "info", "logs"] {
+        let store_git = init_on(&self.store, STORE_CONFIG, bare).await?;
+        for dir in ["info", "logs"] {
             let path = self.store.join(dir);
             std::fs::create_dir_all(&path).map_err(io("creating", &path))?;
         }
-        write("config", STORE_CONFIG)?;
-        // By its real path: the sandbox allows reading that, not a link on the way to it.
-        let objects = bare.join("objects");
-        let objects = std::fs::canonicalize(&objects).map_err(io("resolving", &objects))?;
-        write(
-            "objects/info/alternates",
-            &format!("{}\n", objects.display()),
-        )?;
-        write("info/exclude", exclude)?;
+        let path = self.store.join("info/exclude");
+        std::fs::write(&path, exclude).map_err(io("writing", &path))?;
         let checkout = self.checkout.to_string_lossy().into_owned();
         store_git
             .output(&[
@@ -183,47 +230,44 @@ impl JobGit {
         Ok(head)
     }
 
-    /// Fetches `head` from the store into `bare` as `refname`: every object the shared clone
-    /// does not have yet is hashed as it arrives and checked by fsck, so what lands there is
-    /// what its name says. The caller holds the shared clone's lock.
-    pub async fn import(
+    /// Checks the objects of the job's commit `head` and brings them into `bare` as
+    /// `refname`, in two fetches. The first, from the store into a staging repository of the
+    /// runner's (`<store>/import.git`, reading `bare`'s objects), reads what the job wrote:
+    /// every object the shared clone does not have is hashed as it arrives and checked by
+    /// fsck, so what it keeps is what its name says; however slow the job made it (a FIFO in
+    /// its objects, a huge pack), no lock is held. The second, holding the shared clone's lock
+    /// (`lock`), copies those verified objects into `bare`.
+    pub async fn import<F, L>(
         &self,
         bare: &Path,
         head: &str,
         refname: &str,
-    ) -> Result<(), WorkspaceError> {
-        let store = self.store.to_string_lossy().into_owned();
-        let spec = format!("+{head}:{refname}");
-        let shared = Git::new(bare)?;
-        shared
-            .output_within(
-                &[
-                    "-c",
-                    "fetch.fsckObjects=true",
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--no-recurse-submodules",
-                    &store,
-                    &spec,
-                ],
-                self.limit,
-            )
-            .await
-            .map_err(|e| WorkspaceError::Import(e.to_string()))?;
-        // A commit now, by its verified content.
-        let kind = shared
+        lock: F,
+    ) -> Result<(), WorkspaceError>
+    where
+        F: std::future::Future<Output = Result<L, WorkspaceError>>,
+    {
+        let staging = self.store.join("import.git");
+        crate::remove::remove_tree(&staging).map_err(io("removing", &staging))?;
+        let staged = init_on(&staging, STAGING_CONFIG, bare).await?;
+        let into_staging = format!("+{head}:refs/import");
+        verified_fetch(&staged, &self.store, &into_staging, self.limit).await?;
+        // A commit, by its verified content.
+        let kind = staged
             .output(&["cat-file", "-t", head])
             .await
             .map_err(|e| WorkspaceError::Import(e.to_string()))?;
         if kind != "commit" {
-            let _ = shared.output(&["update-ref", "-d", refname]).await;
             return Err(WorkspaceError::Import(format!(
                 "the checkout's HEAD {head} is a {kind}, not a commit"
             )));
         }
-        Ok(())
+        {
+            let _locked = lock.await?;
+            let into_shared = format!("+{head}:{refname}");
+            verified_fetch(&Git::new(bare)?, &staging, &into_shared, self.limit).await?;
+        }
+        crate::remove::remove_tree(&staging).map_err(io("removing", &staging))
     }
 
     /// `git status --porcelain --ignored` of the checkout, one path per entry. Submodules are

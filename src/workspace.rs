@@ -273,10 +273,9 @@ impl Workspace {
         let head = self.git.head().await?;
         let bare_path = &self.paths.bare_clone;
         let refname = format!("refs/quest/jobs/{job_id}");
-        {
-            let _bare = lock_bare(bare_path).await?;
-            self.git.import(bare_path, &head, &refname).await?;
-        }
+        self.git
+            .import(bare_path, &head, &refname, lock_bare(bare_path))
+            .await?;
         // Oldest first; a job may have made any number of commits, so the list is bounded.
         let (listed, cut) = Git::new(bare_path)?
             .stdout_bounded(

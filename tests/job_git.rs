@@ -208,6 +208,42 @@ async fn a_fifo_for_head_or_index_stops_at_the_limit() {
         assert!(err.contains("did not finish"), "{name}: {err}");
         assert!(started.elapsed() < Duration::from_secs(10), "{name}");
     }
+    // In the objects the import reads: it stops at the limit too, and it never waited for
+    // the shared clone's lock (which other jobs of the repository need) while it stalled.
+    let head = git(&p.bare_clone, &["rev-parse", "refs/heads/main"]);
+    for fifo in ["HEAD", "index"] {
+        std::fs::remove_file(p.worktree_admin.join(fifo)).unwrap();
+    }
+    std::fs::write(p.worktree_admin.join("HEAD"), format!("{head}\n")).unwrap();
+    git(&p.checkout, &["read-tree", "HEAD"]);
+    std::fs::write(p.checkout.join("b"), "b\n").unwrap();
+    git(&p.checkout, &["add", "b"]);
+    git(&p.checkout, &["commit", "-qm", "agent"]);
+    let made = git(&p.checkout, &["rev-parse", "HEAD"]);
+    let object = loose(&p.git_store.join("objects"), &made);
+    std::fs::remove_file(&object).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&object)
+        .status()
+        .unwrap()
+        .success());
+    let locked = std::sync::atomic::AtomicBool::new(false);
+    let lock = async {
+        locked.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, quest_runner::workspace::WorkspaceError>(())
+    };
+    let started = std::time::Instant::now();
+    let err = git_data
+        .import(&p.bare_clone, &made, "refs/quest/jobs/j", lock)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("did not finish"), "import: {err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        !locked.load(std::sync::atomic::Ordering::SeqCst),
+        "the lock was taken"
+    );
     drop(ws);
     assert!(!p.git_store.exists());
 }
