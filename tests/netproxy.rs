@@ -39,9 +39,13 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
     let (port, seen) = upstream();
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = JobCa::generate("test", Duration::from_secs(3600)).expect("CA");
-    let cert = dir.path().join("ca.pem");
-    let bundle = dir.path().join("bundle.pem");
-    ca.write_trust_files(&cert, &bundle).expect("trust files");
+    let files = quest_runner::sandbox::policy::CaFiles {
+        cert: dir.path().join("ca.pem"),
+        bundle: dir.path().join("bundle.pem"),
+        java_trust_store: dir.path().join("ca.p12"),
+    };
+    ca.write_trust_files(&files).expect("trust files");
+    let bundle = files.bundle.clone();
     let registry = format!("127.0.0.1:{port}");
     let rules = NetRules {
         allowed: vec![registry.clone(), "registry.invalid".into()],
@@ -79,6 +83,20 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
         let r = curl(&["-x", &via, "-X", method, "-d", "x", &url(&path)]);
         assert_eq!(r.0, "403", "{method} through the proxy: {r:?}");
     }
+    // The refusal names its rule, in the `error` field npm prints with the status.
+    let body = Command::new("curl")
+        .args(["-sS", "-m", "10", "-x", &via, "-X", "PUT", "-d", "x"])
+        .arg(url("/write-body"))
+        .output()
+        .expect("curl runs");
+    let body: serde_json::Value =
+        serde_json::from_slice(&body.stdout).expect("the refusal's body is JSON");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("quest-runner refused this request: read_only: ")
+            && error.contains("not PUT"),
+        "{body}"
+    );
     // The TLS name must be the target: a mismatching Host header is refused (by the proxy).
     let misdirected = curl(&["-x", &via, "-H", "Host: evil.example", &url("/misdirected")]);
     assert!(misdirected.0.starts_with('4'), "{misdirected:?}");
@@ -161,7 +179,7 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
         stderr.contains("srt proxy: serving") && !stderr.contains("secret"),
         "the proxy's stderr keeps its own lines, not its debug lines (full URLs): {stderr}"
     );
-    assert_eq!((summary.allowed, summary.refused), (3, 6), "{log}");
+    assert_eq!((summary.allowed, summary.refused), (3, 7), "{log}");
     assert_eq!(summary.log, log_path);
     // Stopped: no process is left.
     assert!(

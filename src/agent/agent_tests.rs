@@ -482,3 +482,22 @@ fn claude_settings_render_macos_paths() {
         .to_string()
         .contains("Edit(//Users/op/Library/quest/jobs/j1/checkout/**)"));
 }
+
+/// What the opencode wrapper puts inside its double-quoted script stays literal there: the
+/// prelude's `$HTTPS_PROXY` is expanded inside the sandbox, not by the wrapper.
+#[test]
+fn the_opencode_wrapper_keeps_the_prelude_literal() {
+    let text = "a \"$HTTPS_PROXY\" `b` \\c ${X:-}\n";
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "x=\"{}\"; printf %s \"$x\"",
+                super::opencode::double_quoted(text)
+            ),
+        ])
+        .env("HTTPS_PROXY", "expanded")
+        .output()
+        .expect("bash runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+}

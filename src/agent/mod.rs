@@ -133,16 +133,18 @@ impl Launch {
     }
 }
 
-/// The small file that sources the devShell script inside the sandbox (or does nothing for a
-/// revision without one). Shell-quoted, since the path comes from the state directory.
+/// The small file each command sources inside the sandbox: the policy's prelude (package
+/// managers' proxy settings), then the devShell script (or nothing, for a revision without
+/// one). Shell-quoted, since the path comes from the state directory.
 pub fn devshell_hook(policy: &SandboxPolicy) -> String {
-    match &policy.devshell_script {
+    let devshell = match &policy.devshell_script {
         Some(script) => format!(
             "# quest-runner: the revision's devShell, sourced inside the sandbox\n. {}\n",
             crate::devshell::render::quote(&script.to_string_lossy())
         ),
         None => "# quest-runner: this revision has no devShell\n:\n".to_string(),
-    }
+    };
+    format!("{}{devshell}", policy.command_prelude())
 }
 
 #[cfg(test)]

@@ -196,6 +196,8 @@ pub fn wrapper(
         Some(script) => format!(". {}\n", quote(&script.to_string_lossy())),
         None => String::new(),
     };
+    // Into a double-quoted string of the wrapper: expanded inside the sandbox, not here.
+    let devshell = double_quoted(&format!("{}{devshell}", policy.command_prelude()));
     format!(
         r#"#!/bin/bash
 # quest-runner: opencode's shell for this job. opencode runs `<this> -c <command>` for every
@@ -222,6 +224,19 @@ exec /usr/bin/env -i \
         srt = quote(&srt.to_string_lossy()),
         settings = quote(&settings.to_string_lossy()),
     )
+}
+
+/// `text` escaped for the inside of a double-quoted bash string: its `$`, backquotes,
+/// backslashes and double quotes stay literal.
+pub(crate) fn double_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '$' | '`' | '\\' | '"') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launch, AgentError> {

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use zeroize::Zeroizing;
 
+use crate::sandbox::policy::CaFiles;
+
 /// Where the system keeps its roots, in the order the runner looks (Debian and Ubuntu,
 /// Fedora, Alpine and macOS, openSUSE).
 const SYSTEM_ROOTS: &[&str] = &[
@@ -43,6 +45,8 @@ pub enum CaError {
 pub struct JobCa {
     /// The certificate, PEM.
     pub cert_pem: String,
+    /// The certificate, DER (for the Java trust store).
+    cert_der: Vec<u8>,
     /// The key, PKCS#8 PEM; wiped from memory when dropped.
     key_pem: Zeroizing<String>,
 }
@@ -136,6 +140,7 @@ impl JobCa {
         let cert = params.self_signed(&pair)?;
         Ok(JobCa {
             cert_pem: cert.pem(),
+            cert_der: cert.der().to_vec(),
             key_pem,
         })
     }
@@ -145,9 +150,10 @@ impl JobCa {
         Zeroizing::new(format!("{}\n{}", self.key_pem.as_str(), self.cert_pem))
     }
 
-    /// Writes the certificate to `cert` and the bundle (certificate, then the system's roots)
-    /// to `bundle`, both readable by everyone (they hold no secret).
-    pub fn write_trust_files(&self, cert: &Path, bundle: &Path) -> Result<(), CaError> {
+    /// Writes the files the policy names: the certificate, the bundle (certificate, then the
+    /// system's roots) and the Java trust store, all readable by everyone (they hold no
+    /// secret).
+    pub fn write_trust_files(&self, files: &CaFiles) -> Result<(), CaError> {
         let mut text = self.cert_pem.clone();
         if let Some(roots) = system_roots() {
             if !text.ends_with('\n') {
@@ -155,9 +161,72 @@ impl JobCa {
             }
             text.push_str(&roots);
         }
-        write(cert, &self.cert_pem)?;
-        write(bundle, &text)
+        write(&files.cert, self.cert_pem.as_bytes())?;
+        write(&files.bundle, text.as_bytes())?;
+        write(&files.java_trust_store, &java_trust_store(&self.cert_der))
     }
+}
+
+/// A PKCS#12 trust store (RFC 7292) holding `cert_der` as its one trusted certificate, with no
+/// password and no MAC: what the JVM loads as `javax.net.ssl.trustStore` with no password
+/// (JDK 12 and later read such stores; keytool lists them). Only the job's CA is in it: every
+/// TLS connection a command makes goes to the proxy, which presents certificates of that CA.
+///
+/// The JDK takes a certificate without a key as a trusted one only with Oracle's
+/// "trusted key usage" attribute, which names the usages it is trusted for.
+pub fn java_trust_store(cert_der: &[u8]) -> Vec<u8> {
+    use yasna::models::ObjectIdentifier;
+    use yasna::Tag;
+    let oid = |arcs: &[u64]| ObjectIdentifier::from_slice(arcs);
+    let data = oid(&[1, 2, 840, 113549, 1, 7, 1]);
+    let cert_bag = oid(&[1, 2, 840, 113549, 1, 12, 10, 1, 3]);
+    let x509_certificate = oid(&[1, 2, 840, 113549, 1, 9, 22, 1]);
+    let friendly_name = oid(&[1, 2, 840, 113549, 1, 9, 20]);
+    let trusted_key_usage = oid(&[2, 16, 840, 1, 113894, 746875, 1, 1]);
+    let any_extended_key_usage = oid(&[2, 5, 29, 37, 0]);
+    // ContentInfo of type data: the bytes as an explicitly tagged OCTET STRING.
+    let content_info = |w: yasna::DERWriter, content: &[u8]| {
+        w.write_sequence(|w| {
+            w.next().write_oid(&data);
+            w.next()
+                .write_tagged(Tag::context(0), |w| w.write_bytes(content));
+        })
+    };
+    let safe_contents = yasna::construct_der(|w| {
+        w.write_sequence_of(|w| {
+            w.next().write_sequence(|w| {
+                w.next().write_oid(&cert_bag);
+                w.next().write_tagged(Tag::context(0), |w| {
+                    w.write_sequence(|w| {
+                        w.next().write_oid(&x509_certificate);
+                        w.next()
+                            .write_tagged(Tag::context(0), |w| w.write_bytes(cert_der));
+                    })
+                });
+                w.next().write_set_of(|w| {
+                    w.next().write_sequence(|w| {
+                        w.next().write_oid(&friendly_name);
+                        w.next().write_set_of(|w| {
+                            w.next().write_bmp_string("quest-runner job ca");
+                        });
+                    });
+                    w.next().write_sequence(|w| {
+                        w.next().write_oid(&trusted_key_usage);
+                        w.next()
+                            .write_set_of(|w| w.next().write_oid(&any_extended_key_usage));
+                    });
+                });
+            });
+        })
+    });
+    let authenticated_safe =
+        yasna::construct_der(|w| w.write_sequence_of(|w| content_info(w.next(), &safe_contents)));
+    yasna::construct_der(|w| {
+        w.write_sequence(|w| {
+            w.next().write_u8(3);
+            content_info(w.next(), &authenticated_safe);
+        })
+    })
 }
 
 /// The system's root certificates: the file the runner's own environment names, else the
@@ -172,7 +241,7 @@ fn system_roots() -> Option<String> {
         .find_map(|p| std::fs::read_to_string(p).ok())
 }
 
-fn write(path: &Path, text: &str) -> Result<(), CaError> {
+fn write(path: &Path, text: &[u8]) -> Result<(), CaError> {
     use std::os::unix::fs::PermissionsExt;
     let fail = |source| CaError::Write {
         path: path.to_path_buf(),
@@ -180,4 +249,43 @@ fn write(path: &Path, text: &str) -> Result<(), CaError> {
     };
     std::fs::write(path, text).map_err(fail)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JDK reads the trust store with no password and takes the CA as a trusted
+    /// certificate entry (checked with the JDK's keytool, where there is one).
+    #[test]
+    fn the_java_trust_store_holds_the_ca_as_trusted() {
+        let ca = JobCa::generate("p12", Duration::from_secs(3600)).expect("CA");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = CaFiles {
+            cert: dir.path().join("ca.pem"),
+            bundle: dir.path().join("bundle.pem"),
+            java_trust_store: dir.path().join("ca.p12"),
+        };
+        ca.write_trust_files(&files).expect("written");
+        let store = std::fs::read(&files.java_trust_store).expect("store");
+        assert_eq!(store[0], 0x30, "a DER SEQUENCE");
+        let Ok(keytool) = which::which("keytool") else {
+            eprintln!("no keytool here: the store's structure is not checked by the JDK");
+            return;
+        };
+        let out = std::process::Command::new(keytool)
+            .args(["-list", "-v", "-storetype", "PKCS12", "-keystore"])
+            .arg(&files.java_trust_store)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("keytool runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("trustedCertEntry"), "{text}");
+        assert!(text.contains("quest-runner job p12"), "{text}");
+    }
 }

@@ -131,9 +131,25 @@ pub fn verdict(id: u64, decision: &Decision) -> serde_json::Value {
             "id": id,
             "action": "deny",
             "status": (*status).clamp(400, 599),
-            "reason": clean_reason(reason),
+            "reason": refusal_body(reason),
         }),
     }
+}
+
+/// The body the client gets with a refusal (the proxy sends the verdict's reason as it is):
+/// one line of JSON whose `error` names the rule. npm prints a registry's `error` with the
+/// status (`403 Forbidden - PUT https://… - quest-runner refused this request: read_only: …`),
+/// other clients show the text as it is, and a 403 is an answer no client retries — so a
+/// refused command fails at once and says why.
+fn refusal_body(reason: &str) -> String {
+    let reason = clean_reason(reason);
+    let mut body =
+        json!({ "error": format!("quest-runner refused this request: {reason}") }).to_string();
+    // JSON escapes can lengthen it past the limit: the bare reason then, which always fits.
+    if body.len() > MAX_REASON {
+        body = reason;
+    }
+    body
 }
 
 /// Non-empty, no control characters, at most [`MAX_REASON`] bytes: what the proxy accepts.
@@ -199,7 +215,8 @@ mod tests {
             },
         );
         assert_eq!(v["status"], 400);
-        assert_eq!(v["reason"], "a b");
+        let body: serde_json::Value = serde_json::from_str(v["reason"].as_str().unwrap()).unwrap();
+        assert_eq!(body["error"], "quest-runner refused this request: a b");
         let v = verdict(
             5,
             &Decision::Deny {
@@ -207,6 +224,19 @@ mod tests {
                 reason: String::new(),
             },
         );
-        assert_eq!(v["reason"], "refused");
+        assert!(v["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("request: refused\"}"));
+        // Never past the proxy's limit, however the reason escapes.
+        let v = verdict(
+            6,
+            &Decision::Deny {
+                status: 403,
+                reason: "\"".repeat(2000),
+            },
+        );
+        let reason = v["reason"].as_str().unwrap();
+        assert!(reason.len() <= MAX_REASON && !reason.chars().any(char::is_control));
     }
 }

@@ -50,7 +50,7 @@ pub async fn start(
             source: std::io::Error::other(e),
         })??;
     if let Some(files) = &policy.ca {
-        ca.write_trust_files(&files.cert, &files.bundle)?;
+        ca.write_trust_files(files)?;
     }
     let listener = match net.bind {
         Some(bind) => bind(),

@@ -164,7 +164,9 @@ fn environment_keeps_only_the_allowlist() {
     let keys: Vec<&str> = env
         .keys()
         .map(String::as_str)
-        .filter(|k| !CA_BUNDLE_VARS.contains(k) && *k != "NODE_EXTRA_CA_CERTS")
+        .filter(|k| {
+            !TRUST_VARS.iter().any(|v| v.name == *k) && !RETRY_VARS.iter().any(|(v, _)| v == k)
+        })
         .collect();
     assert_eq!(
         keys,
@@ -214,17 +216,19 @@ fn trusted_jobs_trust_their_own_ca_and_registries_answer_reads_only() {
         "SSL_CERT_FILE".to_string(),
         "/elsewhere".to_string(),
     )]);
-    for var in CA_BUNDLE_VARS {
-        assert_eq!(
-            env.get(*var),
-            Some(&ca.bundle.to_string_lossy().into_owned()),
-            "{var}"
-        );
+    for var in TRUST_VARS {
+        let want = match var.file {
+            TrustFile::Bundle if var.name == "UV_NATIVE_TLS" => "true".to_string(),
+            TrustFile::Bundle => ca.bundle.to_string_lossy().into_owned(),
+            TrustFile::Cert => ca.cert.to_string_lossy().into_owned(),
+            TrustFile::JavaOptions => format!(
+                "-Djavax.net.ssl.trustStore={} -Djavax.net.ssl.trustStoreType=PKCS12",
+                ca.java_trust_store.display()
+            ),
+        };
+        assert_eq!(env.get(var.name), Some(&want), "{}", var.name);
     }
-    assert_eq!(
-        env.get("NODE_EXTRA_CA_CERTS"),
-        Some(&ca.cert.to_string_lossy().into_owned())
-    );
+    assert!(p.may_read(&ca.java_trust_store) && !p.may_write(&ca.java_trust_store));
     assert_eq!(p.read_only_methods, ["GET", "HEAD"]);
     assert!(p.full_access_hosts.is_empty());
 
@@ -238,4 +242,94 @@ fn trusted_jobs_trust_their_own_ca_and_registries_answer_reads_only() {
     assert!(untrusted.ca.is_none() && untrusted.full_access_hosts.is_empty());
     let env = untrusted.environment(Vec::new());
     assert!(!env.contains_key("NODE_EXTRA_CA_CERTS"));
+}
+
+/// The variable that beats each common package manager's file configuration is set: npm's
+/// `cafile` in a global npmrc, pip's `cert` in pip.conf, and so on.
+#[test]
+fn every_common_client_has_its_overriding_variable() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    let env = p.environment(Vec::new());
+    for name in [
+        "npm_config_cafile",
+        "YARN_HTTPS_CA_FILE_PATH",
+        "NODE_EXTRA_CA_CERTS",
+        "DENO_CERT",
+        "PIP_CERT",
+        "REQUESTS_CA_BUNDLE",
+        "SSL_CERT_FILE",
+        "UV_NATIVE_TLS",
+        "CARGO_HTTP_CAINFO",
+        "GIT_SSL_CAINFO",
+        "CURL_CA_BUNDLE",
+        "NIX_SSL_CERT_FILE",
+        "BUNDLE_SSL_CA_CERT",
+        "JAVA_TOOL_OPTIONS",
+    ] {
+        assert!(env.contains_key(name), "{name}");
+    }
+}
+
+/// A state directory with a space: the JVM splits its options at whitespace.
+#[test]
+fn java_options_quote_a_path_with_spaces() {
+    let ca = CaFiles {
+        cert: "/s d/ca.pem".into(),
+        bundle: "/s d/b.pem".into(),
+        java_trust_store: "/s d/ca.p12".into(),
+    };
+    let java = TRUST_VARS
+        .iter()
+        .find(|v| v.name == "JAVA_TOOL_OPTIONS")
+        .unwrap();
+    assert_eq!(
+        java.value(&ca),
+        "\"-Djavax.net.ssl.trustStore=/s d/ca.p12\" -Djavax.net.ssl.trustStoreType=PKCS12"
+    );
+}
+
+/// The README documents the table the policy applies, variable for variable.
+#[test]
+fn the_readme_lists_every_trust_variable() {
+    let readme = include_str!("../../README.md");
+    for var in TRUST_VARS {
+        assert!(readme.contains(&format!("`{}`", var.name)), "{}", var.name);
+    }
+}
+
+/// The prelude, run by bash as each command's first lines, points the package managers' proxy
+/// settings at the sandbox's proxy and gives the JVM its proxy properties; an untrusted job
+/// (no proxy) gets none.
+#[test]
+fn the_prelude_points_package_managers_at_the_sandboxs_proxy() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    let script = format!(
+        "{}env | grep -E '^(npm_config_|YARN_|PIP_PROXY|CARGO_HTTP_PROXY|JAVA_TOOL_OPTIONS)' | sort",
+        p.command_prelude()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--noprofile", "--norc", "-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HTTP_PROXY", "http://localhost:3128")
+        .env("HTTPS_PROXY", "http://localhost:3128")
+        .env("NO_PROXY", "localhost,127.0.0.1")
+        .env("JAVA_TOOL_OPTIONS", "-Dx=y")
+        .output()
+        .expect("bash runs");
+    let env = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "CARGO_HTTP_PROXY=http://localhost:3128",
+        "JAVA_TOOL_OPTIONS=-Dx=y -Dhttps.proxyHost=localhost -Dhttps.proxyPort=3128 -Dhttp.proxyHost=localhost -Dhttp.proxyPort=3128",
+        "PIP_PROXY=http://localhost:3128",
+        "YARN_HTTPS_PROXY=http://localhost:3128",
+        "npm_config_https_proxy=http://localhost:3128",
+        "npm_config_noproxy=localhost,127.0.0.1",
+        "npm_config_proxy=http://localhost:3128",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} in:\n{env}");
+    }
+    assert!(plan(&ws(), &inputs(Trust::Untrusted))
+        .command_prelude()
+        .is_empty());
 }
