@@ -133,6 +133,11 @@ struct SelftestArgs {
     /// Also run the mutation checks (each weakens one rule; all must be caught).
     #[arg(long)]
     mutations: bool,
+    /// Instead of the above: read small packages from the real npm registry, PyPI and
+    /// crates.io with the host's clients, in a trusted job, through the network decider (reads
+    /// only; skipped when the host has no route to them).
+    #[arg(long, conflicts_with_all = ["untrusted", "mutations"])]
+    registries: bool,
 }
 
 /// A job, from a file and/or flags (flags override the file's fields).
@@ -363,6 +368,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     agents,
                     untrusted: args.untrusted,
                     mutations: args.mutations,
+                    registries: args.registries,
                 },
             )
         }

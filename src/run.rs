@@ -141,8 +141,13 @@ pub struct RunHooks {
     /// prove the suite notices.
     pub policy: Option<PolicyHook>,
     /// Binds the network proxy's listening socket (default: `127.0.0.1:0`); the suite binds
-    /// it in the scripted model's network namespace. `agent_command` adjusts the proxy too.
+    /// it in the scripted model's network namespace.
     pub proxy_listener: Option<Arc<crate::netproxy::job::BindListener>>,
+    /// Adjusts the network proxy's command before it starts: the suite runs it in the scripted
+    /// model's network namespace (its upstream is a stand-in there), while `selftest
+    /// --registries` leaves it on the host's network, to reach the real registries, with its
+    /// listening socket in the namespace.
+    pub proxy_command: Option<CommandHook>,
 }
 
 impl Runner {
@@ -360,7 +365,7 @@ impl Runner {
                 job_dir: &paths.job_dir,
                 temp_dir: &ws.proxy_tmp,
                 bind: self.hooks.proxy_listener.as_deref(),
-                adjust: self.hooks.agent_command.as_deref(),
+                adjust: self.hooks.proxy_command.as_deref(),
                 env_source: &self.env_source,
             },
         )

@@ -9,6 +9,7 @@
 pub mod boundary;
 pub mod model_server;
 pub mod npm_registry;
+pub mod registries;
 pub mod static_bash;
 
 use std::path::Path;
@@ -28,15 +29,20 @@ pub struct SelftestOptions {
     pub untrusted: bool,
     /// Also run the mutation checks: each weakens one rule and must be caught.
     pub mutations: bool,
+    /// Only the real-registry reads ([`registries`]), instead of everything else.
+    pub registries: bool,
 }
 
 pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
-    devshell_check(ctx)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    if opts.registries {
+        return registries_check(&runtime, &opts.agents);
+    }
+    devshell_check(ctx)?;
     let mut failures = Vec::new();
     for agent in &opts.agents {
         let mut trusts = vec![crate::job::Trust::Trusted];
@@ -110,6 +116,65 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
                 "the boundary is not proven on this host: {}",
                 failures.join(", ")
             ),
+        ))
+    }
+}
+
+/// `--registries`: the real-registry reads for each agent, or one line saying why not here.
+fn registries_check(
+    runtime: &tokio::runtime::Runtime,
+    agents: &[crate::job::AgentKind],
+) -> Result<(), Failure> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let reachable = match registries::no_route(&env) {
+        Ok(r) => r,
+        Err(reason) => {
+            println!("selftest --registries: skipped: {reason}");
+            return Ok(());
+        }
+    };
+    let mut failed = Vec::new();
+    for agent in agents {
+        println!(
+            "\n== real registries through the decider: {} (trusted job)",
+            agent.name()
+        );
+        let report = runtime
+            .block_on(registries::run(*agent, &reachable))
+            .map_err(|e| Failure::new(1, format!("the registries check could not run: {e}")))?;
+        for line in &report.lines {
+            println!("{line}");
+        }
+        println!("network log ({} lines):", report.network_log.len());
+        for line in &report.network_log {
+            println!("  {line}");
+        }
+        for p in &report.problems {
+            println!("PROBLEM {p}");
+        }
+        let net = report
+            .job
+            .network
+            .as_ref()
+            .map(|n| format!("{} allowed, {} refused", n.allowed, n.refused))
+            .unwrap_or_else(|| "no network summary".into());
+        println!(
+            "{}: {} ({net}; {:.1}s)",
+            agent.name(),
+            if report.passed() { "passed" } else { "FAILED" },
+            report.seconds
+        );
+        if !report.passed() {
+            failed.push(agent.name());
+        }
+    }
+    if failed.is_empty() {
+        println!("\nselftest --registries: every read went through the decider");
+        Ok(())
+    } else {
+        Err(Failure::new(
+            1,
+            format!("the registries check failed for {}", failed.join(", ")),
         ))
     }
 }

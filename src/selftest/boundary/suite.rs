@@ -235,6 +235,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     runner.env_source = env_source.clone();
     runner.operator_home = Some(world.operator_home.clone());
     let server_confine = server.confiner();
+    let proxy_confine = server.confiner();
     runner.hooks = RunHooks {
         agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
         policy: {
@@ -255,6 +256,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             }) as crate::run::PolicyHook)
         },
         proxy_listener: Some(Arc::new(server.binder())),
+        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
     };
     let served_before = server.exchanges().len();
     let registry_before = registry.as_ref().map_or(0, |r| r.requests().len());
@@ -349,20 +351,36 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
 }
 
 fn suite_config(world: &World, server: &ModelServer, cfg: &SuiteConfig) -> Result<Config, String> {
+    Ok(scripted_config(
+        cfg.agent,
+        &world.account_file,
+        server,
+        cfg.trust == Trust::Untrusted,
+    ))
+}
+
+/// A runner config with one account, `main`, for `agent`, whose model is the scripted one
+/// and whose credential is `account_file` (see [`write_scripted_account`]).
+pub(crate) fn scripted_config(
+    agent: AgentKind,
+    account_file: &std::path::Path,
+    server: &ModelServer,
+    allow_untrusted: bool,
+) -> Config {
     let mut config = Config::default();
     config
         .nix
         .options
         .insert("substituters".into(), String::new());
-    config.allow_untrusted = cfg.trust == Trust::Untrusted;
-    let account = match cfg.agent {
+    config.allow_untrusted = allow_untrusted;
+    let account = match agent {
         AgentKind::Claude => Account::Claude(ClaudeAccount {
-            api_key_file: Some(world.account_file.clone()),
+            api_key_file: Some(account_file.to_path_buf()),
             base_url: Some(server.base_url()),
             ..Default::default()
         }),
         AgentKind::Opencode => Account::Opencode(OpencodeAccount {
-            auth_file: Some(world.account_file.clone()),
+            auth_file: Some(account_file.to_path_buf()),
             config: Some(serde_json::json!({
                 "provider": {"scripted": {
                     "npm": "@ai-sdk/openai-compatible",
@@ -375,7 +393,26 @@ fn suite_config(world: &World, server: &ModelServer, cfg: &SuiteConfig) -> Resul
         }),
     };
     config.accounts.insert("main".into(), account);
-    Ok(config)
+    config
+}
+
+/// Writes the scripted model's credential for `agent` at `path`: Claude Code's key file, or
+/// opencode's `auth.json`.
+pub(crate) fn write_scripted_account(
+    agent: AgentKind,
+    path: &std::path::Path,
+    key: &str,
+) -> std::io::Result<()> {
+    let text = match agent {
+        AgentKind::Claude => key.to_string(),
+        AgentKind::Opencode => {
+            serde_json::json!({"scripted": {"type": "api", "key": key}}).to_string()
+        }
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
 }
 
 /// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape;
@@ -984,7 +1021,7 @@ fn https_forwarded(output: &str) -> bool {
 }
 
 /// The job's network log, one line per decided request (empty without one).
-fn network_log(result: &JobResult) -> Vec<String> {
+pub(crate) fn network_log(result: &JobResult) -> Vec<String> {
     result
         .network
         .as_ref()

@@ -125,13 +125,7 @@ impl World {
             AgentKind::Claude => secrets_dir.join("anthropic-key"),
             AgentKind::Opencode => secrets_dir.join("auth.json"),
         };
-        let account_text = match agent {
-            AgentKind::Claude => secrets.account.clone(),
-            AgentKind::Opencode => {
-                serde_json::json!({"scripted": {"type": "api", "key": secrets.account}}).to_string()
-            }
-        };
-        write(&account_file, &account_text).map_err(io)?;
+        super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
 
         let mut planted = Vec::new();
         if !secrets_dir.starts_with(&canonical) {
