@@ -297,10 +297,14 @@ fn java_options(store: &Path) -> String {
 /// beats the file settings, so a proxy a global config file names (a company npmrc's
 /// `https-proxy`, pip.conf's `proxy`, a `noproxy` list) cannot send a client elsewhere: it
 /// could not get out that way (the sandbox has no network but its proxy), only fail.
+///
+/// Not `noproxy`: npm takes it from `NO_PROXY` unless a file sets it, and copying the
+/// sandbox's `NO_PROXY` into `npm_config_noproxy` would make a command's own `NO_PROXY=` (to
+/// send loopback through the proxy) stop applying to npm. A file's `noproxy` lists hosts to
+/// reach directly, which nothing in the sandbox can.
 pub const PROXY_VARS: &[(&str, &str)] = &[
     ("npm_config_proxy", "HTTP_PROXY"),
     ("npm_config_https_proxy", "HTTPS_PROXY"),
-    ("npm_config_noproxy", "NO_PROXY"),
     ("YARN_HTTP_PROXY", "HTTP_PROXY"),
     ("YARN_HTTPS_PROXY", "HTTPS_PROXY"),
     ("PIP_PROXY", "HTTPS_PROXY"),
