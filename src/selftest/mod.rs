@@ -11,6 +11,8 @@ pub mod model_server;
 pub mod npm_registry;
 pub mod registries;
 pub mod static_bash;
+pub mod tls_front;
+pub mod wheel;
 
 use std::path::Path;
 use std::sync::Arc;

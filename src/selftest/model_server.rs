@@ -219,6 +219,26 @@ impl ModelServer {
         bind_loopback_in(self.netns.as_ref().map(|ns| ns.as_raw_fd()))
     }
 
+    /// A listening socket on `[::1]:port` beside [`Self::bind_loopback`]'s, for a server that
+    /// `localhost` must reach whichever loopback address it resolves to. `None` without IPv6.
+    pub fn bind_loopback_v6(&self, port: u16) -> Option<std::net::TcpListener> {
+        let fd = self.netns.as_ref().map(|ns| ns.as_raw_fd());
+        let bind = move || std::net::TcpListener::bind(("::1", port));
+        match fd {
+            None => bind().ok(),
+            Some(fd) => std::thread::spawn(move || {
+                // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace.
+                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                    return None;
+                }
+                bind().ok()
+            })
+            .join()
+            .ok()
+            .flatten(),
+        }
+    }
+
     /// Makes `cmd` run in the server's private network namespace (no-op for [`Self::start`]).
     /// The namespace handle is close-on-exec: the agent does not inherit it.
     pub fn confine(&self, cmd: &mut std::process::Command) {

@@ -1,10 +1,16 @@
-//! A stand-in npm registry on loopback, for the boundary suite's registry attempts: the real
-//! `npm` views, installs and publishes against it.
+//! A stand-in registry on loopback, for the boundary suite's registry attempts: the real `npm`
+//! (and yarn, pnpm, bun, deno) views, installs and publishes against it, and the real `pip` and
+//! `uv` download from its PyPI side.
 //!
-//! It serves one package, `qr-pkg` 1.0.0 (a packument whose tarball URL points back here, with
-//! its sha512 integrity, and the tarball, made by the system's `tar`), accepts every publish
-//! (`PUT /<name>` → 201), answers anything else `200 {}`, and records `METHOD path` of every
-//! request, which is how the suite sees a publish that got through. It stops when dropped.
+//! It serves one package, `qr-pkg` 1.0.0: for npm a packument whose tarball URL points back
+//! here, with its sha512 integrity, and the tarball, made by the system's `tar`; for PyPI a
+//! simple index page (`/simple/qr-pkg/`) and a wheel. It accepts every publish (`PUT /<name>` →
+//! 201), answers anything else `200 {}`, and records `METHOD path` of every request, which is
+//! how the suite sees a publish that got through. It stops when dropped.
+//!
+//! It speaks plain HTTP; [`crate::selftest::tls_front`] puts HTTPS in front of it. A request
+//! that came through the front (its `Host` names the front's port, see [`NpmRegistry::set_tls_port`])
+//! is answered with `https` links to the front.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -23,6 +29,7 @@ const MAX_BODY: usize = 4 << 20;
 pub struct NpmRegistry {
     pub port: u16,
     requests: Arc<Mutex<Vec<String>>>,
+    tls_port: Arc<std::sync::atomic::AtomicU16>,
     task: JoinHandle<()>,
 }
 
@@ -41,9 +48,12 @@ impl NpmRegistry {
         let tarball = package_tarball()?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let tls_port = Arc::new(std::sync::atomic::AtomicU16::new(0));
         let state = Arc::new(Served {
             port,
             tarball,
+            wheel: crate::selftest::wheel::build(PACKAGE, VERSION),
+            tls_port: tls_port.clone(),
             requests: requests.clone(),
         });
         let task = tokio::spawn(async move {
@@ -60,8 +70,15 @@ impl NpmRegistry {
         Ok(NpmRegistry {
             port,
             requests,
+            tls_port,
             task,
         })
+    }
+
+    /// The port of the HTTPS front: requests naming it get `https` links to it.
+    pub fn set_tls_port(&self, port: u16) {
+        self.tls_port
+            .store(port, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `METHOD path` of every request so far, in order.
@@ -85,7 +102,22 @@ impl NpmRegistry {
 struct Served {
     port: u16,
     tarball: Vec<u8>,
+    wheel: Vec<u8>,
+    tls_port: Arc<std::sync::atomic::AtomicU16>,
     requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Served {
+    /// Where links point for a request whose `Host` header is `host`: back through the HTTPS
+    /// front if it came that way, else here.
+    fn base(&self, host: &str) -> String {
+        let tls = self.tls_port.load(std::sync::atomic::Ordering::Relaxed);
+        if tls != 0 && host.rsplit(':').next() == Some(&tls.to_string()) {
+            format!("https://localhost:{tls}")
+        } else {
+            format!("http://127.0.0.1:{}", self.port)
+        }
+    }
 }
 
 /// `package/package.json` of `qr-pkg`, gzipped tar, made by the system's `tar`.
@@ -111,12 +143,9 @@ fn package_tarball() -> io::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-fn packument(s: &Served) -> serde_json::Value {
+fn packument(s: &Served, host: &str) -> serde_json::Value {
     let integrity = format!("sha512-{}", base64(&sha2::Sha512::digest(&s.tarball)));
-    let tarball = format!(
-        "http://127.0.0.1:{}/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz",
-        s.port
-    );
+    let tarball = format!("{}/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz", s.base(host));
     json!({
         "name": PACKAGE,
         "dist-tags": {"latest": VERSION},
@@ -125,6 +154,15 @@ fn packument(s: &Served) -> serde_json::Value {
             "dist": {"tarball": tarball, "integrity": integrity},
         }},
     })
+}
+
+/// The PyPI simple index page of the package (PEP 503): one link to the wheel, with its hash.
+fn simple_page(s: &Served) -> String {
+    let name = crate::selftest::wheel::file_name(PACKAGE, VERSION);
+    let sha = hex::encode(sha2::Sha256::digest(&s.wheel));
+    format!(
+        "<!DOCTYPE html><html><body><a href=\"/files/{name}#sha256={sha}\">{name}</a></body></html>\n"
+    )
 }
 
 async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
@@ -142,6 +180,7 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
         );
         let mut length = 0usize;
         let mut expect_continue = false;
+        let mut host = String::new();
         loop {
             let mut h = String::new();
             if read.read_line(&mut h).await.unwrap_or(0) == 0 {
@@ -157,6 +196,7 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
             match name.trim().to_ascii_lowercase().as_str() {
                 "content-length" => length = value.trim().parse().unwrap_or(0),
                 "expect" => expect_continue = value.trim().eq_ignore_ascii_case("100-continue"),
+                "host" => host = value.trim().to_string(),
                 _ => {}
             }
         }
@@ -181,14 +221,25 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
             .push(format!("{method} {path}"));
         let route = path.split('?').next().unwrap_or("");
         let tarball_path = format!("/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz");
+        let wheel_path = format!(
+            "/files/{}",
+            crate::selftest::wheel::file_name(PACKAGE, VERSION)
+        );
+        let simple = format!("/simple/{PACKAGE}");
         let (status, kind, bytes) = match (method.as_str(), route) {
             ("GET" | "HEAD", r) if r == format!("/{PACKAGE}") => (
                 "200 OK",
                 "application/json",
-                packument(&s).to_string().into_bytes(),
+                packument(&s, &host).to_string().into_bytes(),
             ),
             ("GET" | "HEAD", r) if r == tarball_path => {
                 ("200 OK", "application/octet-stream", s.tarball.clone())
+            }
+            ("GET" | "HEAD", r) if r.trim_end_matches('/') == simple => {
+                ("200 OK", "text/html", simple_page(&s).into_bytes())
+            }
+            ("GET" | "HEAD", r) if r == wheel_path => {
+                ("200 OK", "application/octet-stream", s.wheel.clone())
             }
             ("PUT", _) => ("201 Created", "application/json", b"{\"ok\":true}".to_vec()),
             _ => ("200 OK", "application/json", b"{}".to_vec()),
@@ -208,7 +259,7 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
 }
 
 /// Standard base64 with padding (npm's integrity strings).
-fn base64(data: &[u8]) -> String {
+pub(crate) fn base64(data: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in data.chunks(3) {

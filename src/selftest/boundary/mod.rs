@@ -15,6 +15,7 @@
 
 pub mod attempts;
 mod git_attacks;
+pub mod host_config;
 mod hostile;
 pub mod mutation;
 pub mod suite;

@@ -160,6 +160,12 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         ),
         Trust::Untrusted => None,
     };
+    // Base trusted runs (root): the package managers read from the stand-in over HTTPS, as from
+    // a real registry, with the host's configuration planted as a company machine has it.
+    let company = match (&registry, cfg.controls && is_root()) {
+        (Some(r), true) => Some(Company::new(&world, &server, r)?),
+        _ => None,
+    };
     let state = StateDir::at(&world.state);
     let job = Job {
         id: format!("boundary-{}-{}", cfg.agent.name(), world.token),
@@ -193,6 +199,15 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     if let Some(r) = &registry {
         script.push(attempts::permitted_registry_reads(r.port, &world.token));
     }
+    // Its index in the script, when it runs.
+    let pm_step = company.as_ref().map(|c| {
+        script.push(attempts::permitted_package_manager_reads(
+            c.front.port,
+            &c.npmrc,
+            &world.token,
+        ));
+        script.len() - 1
+    });
     let mut last_step = Vec::new();
     for a in &attempts {
         script.extend(a.steps.iter().cloned());
@@ -203,10 +218,18 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
 
     let mut controls = Vec::new();
     let mut control_results = vec![None; attempts.len()];
-    let env_source: Vec<(String, String)> = std::env::vars()
+    let mut env_source: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
         .chain(world.planted_env())
         .collect();
+    if let Some(c) = &company {
+        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
+        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
+        env_source.push((
+            "NODE_EXTRA_CA_CERTS".into(),
+            c.front.cert.display().to_string(),
+        ));
+    }
     let config = suite_config(&world, &server, cfg)?;
     std::fs::write(
         state.config_file(),
@@ -236,19 +259,28 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     runner.operator_home = Some(world.operator_home.clone());
     let server_confine = server.confiner();
     let proxy_confine = server.confiner();
+    let enter_company = company.as_ref().map(|c| c.planted.enterer());
     runner.hooks = RunHooks {
-        agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
+        agent_command: Some(Arc::new(move |cmd: &mut Command| {
+            server_confine(cmd);
+            if let Some(enter) = &enter_company {
+                enter(cmd);
+            }
+        })),
         policy: {
             let bare = targets.bare.clone();
             let mutation = cfg.mutation;
-            let registry = registry.as_ref().map(NpmRegistry::host);
+            let mut hosts: Vec<String> = registry.iter().map(NpmRegistry::host).collect();
+            hosts.extend(
+                company
+                    .iter()
+                    .map(|c| format!("localhost:{}", c.front.port)),
+            );
             Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
                 // The seam for the stand-in: a registry-class host (reads only) of a job that
                 // reaches registries at all.
-                if let Some(host) = &registry {
-                    if !p.allowed_hosts.is_empty() {
-                        p.allowed_hosts.push(host.clone());
-                    }
+                if !p.allowed_hosts.is_empty() {
+                    p.allowed_hosts.extend(hosts.iter().cloned());
                 }
                 if let Some(m) = mutation {
                     m.apply(p, &bare);
@@ -303,6 +335,11 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             network: a.net_tag.as_deref().map(|tag| decided(&net_log, tag)),
         });
     }
+    // The suite's own helpers in the namespace, which outlive the job.
+    let helpers: Vec<libc::pid_t> = company
+        .iter()
+        .map(|c| c.front.pid() as libc::pid_t)
+        .collect();
     after_job_controls(
         &world,
         &server,
@@ -310,6 +347,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         &outputs,
         &reports,
         cfg,
+        &helpers,
         &mut controls,
     );
     if let Some(r) = &registry {
@@ -323,6 +361,10 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             cfg,
             &mut controls,
         );
+    }
+    if let (Some(c), Some(step)) = (&company, pm_step) {
+        let output = outputs.get(&step).cloned().unwrap_or_default();
+        package_manager_controls(c, &output, &net_log, &mut controls);
     }
     if cfg.controls && cfg.trust == Trust::Trusted {
         controls.push(shellhook_control(&world, &result, &state));
@@ -348,6 +390,142 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             .collect(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The stand-in's HTTPS front and the host configuration a company machine has, planted for
+/// the job's agent only.
+struct Company {
+    front: crate::selftest::tls_front::TlsFront,
+    planted: super::host_config::Planted,
+    /// npm's global config file, as planted.
+    npmrc: PathBuf,
+}
+
+impl Company {
+    fn new(world: &World, server: &ModelServer, registry: &NpmRegistry) -> Result<Company, String> {
+        let listener = server
+            .bind_loopback()
+            .map_err(|e| format!("binding the stand-in's HTTPS front: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let mut listeners = vec![listener];
+        listeners.extend(server.bind_loopback_v6(port));
+        let front = crate::selftest::tls_front::TlsFront::start(
+            listeners,
+            registry.port,
+            &world.path(),
+            |cmd| server.confine(cmd),
+        )
+        .map_err(|e| format!("starting the stand-in's HTTPS front: {e}"))?;
+        registry.set_tls_port(front.port);
+        let npmrc = super::host_config::npm_globalconfig()
+            .unwrap_or_else(|| PathBuf::from("/usr/etc/npmrc"));
+        let staging = world.path().join("planted");
+        std::fs::create_dir_all(&staging).map_err(|e| e.to_string())?;
+        let planted = super::host_config::Planted::new(
+            super::host_config::files(&npmrc, &world.token),
+            &staging,
+        )
+        .map_err(|e| format!("planting the host's package-manager config: {e}"))?;
+        Ok(Company {
+            front,
+            planted,
+            npmrc,
+        })
+    }
+}
+
+/// The package managers' reads over HTTPS with the company configuration planted (the output
+/// of [`attempts::permitted_package_manager_reads`]): the sandbox reads the planted files, npm
+/// and pip fail on them without the runner's variables, and with them every client the host
+/// has reads through the decider.
+fn package_manager_controls(
+    company: &Company,
+    output: &str,
+    log: &[String],
+    controls: &mut Vec<ControlReport>,
+) {
+    let mut add = |name: &str, passed: bool, detail: String| {
+        controls.push(ControlReport::new(name, passed, detail));
+    };
+    let planted: Vec<String> = company
+        .planted
+        .files
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    add(
+        "the sandbox reads the planted host config",
+        output.contains("PLANTED-NPMRC") && output.contains("PLANTED-PIPCONF"),
+        format!("{} (cafile, cert, a company proxy)", planted.join(", ")),
+    );
+    let without = |client: &str| {
+        output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("WITHOUT {client}: ")))
+            .unwrap_or("")
+            .to_string()
+    };
+    let (npm, pip) = (without("npm"), without("pip"));
+    add(
+        "without the runner's variables, npm and pip fail on it",
+        npm.contains("CERT") && pip.to_ascii_lowercase().contains("certificate"),
+        format!("npm: {npm:?}; pip: {pip:?}"),
+    );
+    let reads: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("READ "))
+        .collect();
+    let ok: Vec<&str> = reads
+        .iter()
+        .filter(|l| l.split(' ').nth(1) == Some("ok"))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let failed: Vec<&&str> = reads
+        .iter()
+        .filter(|l| l.split(' ').nth(1) == Some("FAILED"))
+        .collect();
+    let skipped: Vec<&str> = reads
+        .iter()
+        .filter(|l| l.split(' ').nth(1) == Some("skipped"))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let host = format!("localhost:{}", company.front.port);
+    let wheel = crate::selftest::wheel::file_name(
+        crate::selftest::npm_registry::PACKAGE,
+        crate::selftest::npm_registry::VERSION,
+    );
+    let logged = |path: &str| {
+        log.iter()
+            .any(|l| l.contains(&format!("GET {host} {path}")) && l.ends_with(" allowed"))
+    };
+    let pkg = crate::selftest::npm_registry::PACKAGE;
+    let through_decider = logged(&format!("/{pkg}"))
+        && logged(&format!("/{pkg}/-/{pkg}-"))
+        && logged(&format!("/simple/{pkg}"))
+        && logged(&format!("/files/{wheel}"));
+    add(
+        "package managers read over HTTPS through the decider despite it",
+        output.contains("PM-READS-RAN")
+            && ["npm", "npm-install", "pip"].iter().all(|c| ok.contains(c))
+            && failed.is_empty()
+            && through_decider,
+        if failed.is_empty() {
+            format!(
+                "ok: {}; skipped (not on this host): {}; decider logged the packument, tarball, index and wheel: {through_decider}",
+                ok.join(", "),
+                if skipped.is_empty() { "none".into() } else { skipped.join(", ") }
+            )
+        } else {
+            failed
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        },
+    );
+    if std::env::var_os("QR_BOUNDARY_DEBUG").is_some() {
+        eprintln!("--- package manager reads ---\n{output}");
+    }
 }
 
 fn suite_config(world: &World, server: &ModelServer, cfg: &SuiteConfig) -> Result<Config, String> {
@@ -744,6 +922,7 @@ fn after_job_controls(
     outputs: &std::collections::BTreeMap<usize, String>,
     reports: &[AttemptReport],
     cfg: &SuiteConfig,
+    helpers: &[libc::pid_t],
     controls: &mut Vec<ControlReport>,
 ) {
     let mut add = |name: &str, passed: bool, detail: String| {
@@ -865,7 +1044,8 @@ fn after_job_controls(
             )
         },
     );
-    let left = server.confined_processes();
+    let mut left = server.confined_processes();
+    left.retain(|pid| !helpers.contains(pid));
     add(
         "no process left",
         left.is_empty(),

@@ -32,6 +32,8 @@ pub struct World {
     pub account_file: PathBuf,
     /// Files and directories planted outside `root`, removed on drop.
     pub planted: Vec<PathBuf>,
+    /// System directories the suite had to create for them, removed on drop when empty.
+    made_dirs: Vec<PathBuf>,
     /// Planted paths by name (`root`, `home`, `run_user`, `other_job`); absent when the
     /// process may not create them (not root).
     pub root_secret: Option<PathBuf>,
@@ -53,6 +55,9 @@ impl Drop for World {
         }
         for p in self.planted.iter().rev() {
             let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+        }
+        for d in &self.made_dirs {
+            let _ = std::fs::remove_dir(d);
         }
     }
 }
@@ -152,6 +157,7 @@ impl World {
         .map(|_| other.clone());
 
         let mut system_secrets = Vec::new();
+        let mut made_dirs = Vec::new();
         for (id, dir) in [
             ("read-var-lib", format!("/var/lib/qr-boundary-{token}")),
             (
@@ -163,9 +169,10 @@ impl World {
             let made_parent = !dir.parent().is_some_and(Path::exists);
             if let Some(file) = plant(&mut planted, &dir, &dir.join("secret"), &secrets.root) {
                 if made_parent {
-                    // /run/secrets did not exist: remove it again afterwards too.
+                    // /run/secrets did not exist: remove it again afterwards too, once empty
+                    // (a concurrent run on this machine may have planted its own there since).
                     if let Some(parent) = dir.parent() {
-                        planted.insert(0, parent.to_path_buf());
+                        made_dirs.push(parent.to_path_buf());
                     }
                 }
                 system_secrets.push((id, file));
@@ -190,6 +197,7 @@ impl World {
             operator_home,
             account_file,
             planted,
+            made_dirs,
             root_secret,
             home_secret,
             run_user_secret,
