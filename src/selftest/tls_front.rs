@@ -28,9 +28,10 @@ const forward = c => {
   c.on('error', end); u.on('error', end); c.on('close', end); u.on('close', end);
   c.pipe(u); u.pipe(c);
 };
-let waiting = Number(env.QR_FDS);
-for (let i = 0; i < Number(env.QR_FDS); i++) {
-  tls.createServer(options, forward).listen({fd: 3 + i}, () => { if (--waiting === 0) console.log('ready'); });
+const fds = env.QR_FDS.split(',').map(Number);
+let waiting = fds.length;
+for (const fd of fds) {
+  tls.createServer(options, forward).listen({fd}, () => { if (--waiting === 0) console.log('ready'); });
 }
 process.stdin.on('end', () => process.exit(0));
 process.stdin.on('error', () => process.exit(0));
@@ -88,16 +89,17 @@ impl TlsFront {
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-        cmd.env("QR_FDS", fds.len().to_string());
+        let list: Vec<String> = fds.iter().map(i32::to_string).collect();
+        cmd.env("QR_FDS", list.join(","));
         {
             use std::os::unix::process::CommandExt;
-            // SAFETY: dup2 is async-signal-safe; the new descriptors (3, 4, ...) are not
-            // close-on-exec. The listeners' own descriptors are above them (std opens
-            // descriptors close-on-exec, and 0-2 are taken), so no dup2 overwrites a source.
+            // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers. The
+            // listeners keep their numbers (no dup2 that could land on a descriptor another
+            // pre-exec step still needs): node is told them.
             unsafe {
                 cmd.pre_exec(move || {
-                    for (i, fd) in fds.iter().enumerate() {
-                        if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    for fd in &fds {
+                        if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
                             return Err(io::Error::last_os_error());
                         }
                     }
