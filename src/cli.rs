@@ -375,7 +375,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::SystemdUnit(_) | Command::ApparmorProfile => Ok(()), // answered above
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
-        Command::Doctor => doctor(),
+        Command::Doctor => doctor(&ctx),
         Command::Serve(args) => {
             crate::serve::commands::serve(ctx, cli.globals.config.clone(), args)
         }
@@ -506,8 +506,9 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     out(serde_json::to_string_pretty(&shown).unwrap_or_default())
 }
 
-fn doctor() -> Result<(), Failure> {
-    let checks = crate::preflight::doctor();
+fn doctor(ctx: &Context) -> Result<(), Failure> {
+    let mut checks = crate::preflight::doctor();
+    checks.push(disk_check(ctx));
     let mut failed = 0;
     for c in &checks {
         let mark = if c.ok { "ok  " } else { "FAIL" };
@@ -520,6 +521,23 @@ fn doctor() -> Result<(), Failure> {
     match failed {
         0 => Ok(()),
         n => Err(Failure::new(3, format!("{n} check(s) failed"))),
+    }
+}
+
+/// The disk limits in force, and whether a job could start now (the reserve).
+fn disk_check(ctx: &Context) -> crate::preflight::Check {
+    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    let room = runner.room_to_start();
+    crate::preflight::Check {
+        name: "disk limits".into(),
+        ok: room.is_ok(),
+        detail: match &room {
+            Ok(()) => runner.disk.summary(),
+            Err(why) => why.clone(),
+        },
+        fix: room
+            .is_err()
+            .then(|| "free space on that file system, or lower limits.disk_reserve".into()),
     }
 }
 

@@ -46,6 +46,14 @@ pub struct LimitsConfig {
     /// cpu.max of each job, in CPUs (`1.5`): a job is throttled to that share.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<f64>,
+    /// The most one job may have on disk at once (checkout, temp dirs, its files and git
+    /// data), or `"off"` [default: 10G]. See [`crate::disk`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Size>,
+    /// Space kept free on the file systems jobs write, or `"off"` [default: 1G or 5% of the
+    /// file system, the smaller].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_reserve: Option<Size>,
 }
 
 impl LimitsConfig {
@@ -63,6 +71,11 @@ pub enum Size {
 }
 
 impl Size {
+    /// `"off"`: the limit is not applied (only the disk limits take it).
+    pub fn is_off(&self) -> bool {
+        matches!(self, Size::Text(t) if t.trim().eq_ignore_ascii_case("off"))
+    }
+
     pub fn bytes(&self) -> Result<u64, String> {
         match self {
             Size::Bytes(0) => Err("0 bytes is no limit".into()),
@@ -244,6 +257,10 @@ impl Config {
         if let Some(memory) = &config.limits.memory {
             memory.bytes().map_err(|m| field("limits.memory", m))?;
         }
+        crate::disk::DiskLimits::from_config(&config.limits).map_err(|m| {
+            let (name, message) = m.split_once(": ").unwrap_or(("limits.disk", &m));
+            field(name, message.to_string())
+        })?;
         if config.limits.pids == Some(0) {
             return Err(field("limits.pids", "must be at least 1".into()));
         }

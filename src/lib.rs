@@ -10,7 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod deploy;
 pub mod devshell;
-pub mod diskspace;
+pub mod disk;
 pub mod git;
 pub mod git_objects;
 pub mod instructions;

@@ -16,6 +16,7 @@ use crate::agent::{self, AgentInputs, Launch};
 use crate::binaries::Tool;
 use crate::config::Config;
 use crate::devshell::{self, DevShells};
+use crate::disk::DiskLimits;
 use crate::job::{AgentKind, Job, Trust};
 use crate::preflight;
 use crate::sandbox::{self, PolicyInputs, SandboxPolicy, WorkspacePaths};
@@ -66,6 +67,12 @@ pub struct JobResult {
     /// Requests the runner's proxy allowed and refused, and the job's network log (trusted
     /// jobs; untrusted ones reach no host).
     pub network: Option<crate::netproxy::NetworkSummary>,
+    /// The limit that stopped the job (`disk` here; `serve` adds those its cgroups report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_fired: Option<&'static str>,
+    /// The most the job had on disk at one of the disk watchdog's measurements, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_used: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,6 +121,10 @@ pub struct Runner {
     pub job_agent: Option<JobAgentHook>,
     /// Where jobs' private temp dirs are made ([`workspace::temp_parent`]).
     pub temp_parent: workspace::TempParent,
+    /// Every job's disk limit and the reserve (config `limits.disk`, `limits.disk_reserve`).
+    pub disk: DiskLimits,
+    /// This runner's running jobs' disk use: which one the reserve stops.
+    pub disk_jobs: Arc<crate::disk::watch::Registry>,
 }
 
 /// Adjusts the agent's command before it starts.
@@ -160,6 +171,8 @@ impl Runner {
                 temp_parent.path.display()
             );
         }
+        // Checked when the config was loaded.
+        let disk = DiskLimits::from_config(&config.limits).unwrap_or_default();
         Runner {
             state,
             config,
@@ -170,6 +183,8 @@ impl Runner {
             config_file: None,
             job_agent: None,
             temp_parent,
+            disk,
+            disk_jobs: Arc::default(),
         }
     }
 
@@ -197,6 +212,8 @@ impl Runner {
             agent_started_ms: None,
             message: None,
             network: None,
+            limit_fired: None,
+            disk_used: None,
         };
         tokio::pin!(cancel);
         tokio::select! {
@@ -260,6 +277,9 @@ impl Runner {
             );
         }
 
+        if let Err(why) = self.room_to_start() {
+            return refuse(result, Outcome::Refused, why);
+        }
         if job.trust == Trust::Trusted {
             // The network proxy's CA key, generated while the workspace is prepared.
             crate::netproxy::ca::warm_up();
@@ -395,16 +415,28 @@ impl Runner {
         result.transcript = Some(launch.transcript.clone());
         let spawned =
             |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
+        let mut disk = crate::disk::watch::Watchdog::start(
+            &job.id,
+            ws.disk_trees(),
+            self.disk,
+            self.disk_jobs.clone(),
+        );
         let ended = run_agent(
             &launch,
             deadline.saturating_duration_since(tokio::time::Instant::now()),
-            self.hooks.agent_command.as_deref(),
-            self.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
+            AgentLimits {
+                adjust: self.hooks.agent_command.as_deref(),
+                per_job: self.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
+                file_size: self.disk.limit,
+                disk: disk.as_mut(),
+            },
             spawned,
             job_markers(&paths),
             proxy_failed,
         )
         .await;
+        result.disk_used = disk.as_ref().map(|d| d.peak());
+        drop(disk);
         // The agent's tree is stopped: nothing can make a request any more.
         if let Some(proxy) = proxy {
             result.network = Some(proxy.stop().await);
@@ -437,15 +469,27 @@ impl Runner {
                     humantime::format_duration(job.timeout)
                 ));
             }
+            AgentEnd::Disk(fired) => {
+                result.outcome = Outcome::Failed;
+                result.limit_fired = Some("disk");
+                result.message = Some(fired.message);
+            }
         }
         if result.outcome == Outcome::Failed {
             // A full disk kills agents with an arbitrary status; say so where it applies.
-            let clause = crate::diskspace::full_clause(&[&paths.job_dir, &paths.temp_dir]);
+            let clause = crate::disk::space::full_clause(&[&paths.job_dir, &paths.temp_dir]);
             if let Some(message) = result.message.as_mut() {
                 message.push_str(&clause);
             }
         }
         Ok(())
+    }
+
+    /// Whether the file systems jobs write (the state dir's, the temp dirs') have the
+    /// reserve free; the error says which has not.
+    pub fn room_to_start(&self) -> Result<(), String> {
+        let dirs = [self.state.root(), self.temp_parent.path.as_path()];
+        crate::disk::room_to_start(&dirs, self.disk.reserve)
     }
 
     /// The policy of `job` in the workspace at `paths`.
@@ -554,6 +598,19 @@ enum AgentEnd {
     Exited(i32),
     Signalled(i32),
     TimedOut,
+    /// The disk watchdog stopped the job.
+    Disk(crate::disk::watch::Fired),
+}
+
+/// What bounds the agent's process tree besides its timeout.
+struct AgentLimits<'a> {
+    /// Adjusts the agent's command (the boundary suite's confinement, `serve`'s rlimits).
+    adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    /// `serve`'s per-job cgroup, for the job of this id.
+    per_job: Option<(&'a str, &'a JobAgentHook)>,
+    /// RLIMIT_FSIZE: the disk limit, per file.
+    file_size: Option<u64>,
+    disk: Option<&'a mut crate::disk::watch::Watchdog>,
 }
 
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
@@ -561,8 +618,7 @@ enum AgentEnd {
 async fn run_agent(
     launch: &Launch,
     timeout: Duration,
-    adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
-    per_job: Option<(&str, &JobAgentHook)>,
+    limits: AgentLimits<'_>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
     proxy_failed: Option<crate::netproxy::proxy::StartupFailure>,
@@ -583,12 +639,15 @@ async fn run_agent(
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(adjust) = adjust {
+    if let Some(adjust) = limits.adjust {
         adjust(cmd.as_std_mut());
+    }
+    if let Some(bytes) = limits.file_size {
+        crate::disk::limit_file_size(cmd.as_std_mut(), bytes);
     }
     // Declared before `tree`, so dropped after it: the job's cgroup goes once the tree is
     // stopped, on every path (a cancelled job drops this future).
-    let _per_job = match per_job {
+    let _per_job = match limits.per_job {
         Some((id, hook)) => Some(hook(id, cmd.as_std_mut())?),
         None => None,
     };
@@ -625,7 +684,14 @@ async fn run_agent(
             None => std::future::pending().await,
         }
     };
+    let disk_fired = async move {
+        match limits.disk {
+            Some(watchdog) => watchdog.fired().await,
+            None => std::future::pending().await,
+        }
+    };
     let end = tokio::select! {
+        fired = disk_fired => AgentEnd::Disk(fired),
         waited = tokio::time::timeout(timeout, child.wait()) => match waited {
             Ok(Ok(status)) => match (status.code(), status.signal()) {
                 (Some(code), _) => AgentEnd::Exited(code),
@@ -637,6 +703,10 @@ async fn run_agent(
         },
         e = proxy_failed => return Err(format!("the job's network proxy: {e}")),
     };
+    if matches!(end, AgentEnd::Disk(_)) {
+        // No grace: a job filling the disk would go on writing through it.
+        tree.kill_now();
+    }
     drop(tree);
     Ok(end)
 }
@@ -658,12 +728,22 @@ impl ProcessTree {
     }
 }
 
+impl ProcessTree {
+    /// SIGKILLs the whole tree at once, without the SIGTERM and grace the drop gives it.
+    fn kill_now(&self) {
+        if let Some(pid) = self.leader {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        kill_descendants(&self.markers, false);
+    }
+}
+
 impl Drop for ProcessTree {
     fn drop(&mut self) {
         if let Some(pid) = self.leader {
             crate::process::terminate_group(pid, crate::process::TERMINATE_GRACE);
         }
-        kill_descendants(&self.markers);
+        kill_descendants(&self.markers, true);
     }
 }
 
@@ -699,11 +779,11 @@ pub(crate) fn environ_mentions(pid: u32, markers: &[String]) -> bool {
     })
 }
 
-/// Stops every process whose parent chain leads to this one: SIGTERM first, so srt can
-/// remove the mount points it made in the checkout, then SIGKILL to what is left. These are
-/// the agent's orphans (opencode runs its tools detached and does not stop them when it
-/// exits); the runner sets itself as their subreaper, so they are its descendants.
-fn kill_descendants(markers: &[String]) {
+/// Stops every process whose parent chain leads to this one: SIGTERM first (`term_first`),
+/// so srt can remove the mount points it made in the checkout, then SIGKILL to what is left.
+/// These are the agent's orphans (opencode runs its tools detached and does not stop them
+/// when it exits); the runner sets itself as their subreaper, so they are its descendants.
+fn kill_descendants(markers: &[String], term_first: bool) {
     use rustix::process::{kill_process, waitpid, Pid, Signal, WaitOptions};
     let me = std::process::id();
     let ours = |pids: Vec<u32>| -> Vec<u32> {
@@ -731,12 +811,14 @@ fn kill_descendants(markers: &[String]) {
             }
         }
     };
-    let mut pids = signal_all(Signal::TERM);
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while !pids.is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        reap(&pids);
-        pids = ours(descendants(me));
+    if term_first {
+        let mut pids = signal_all(Signal::TERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !pids.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            reap(&pids);
+            pids = ours(descendants(me));
+        }
     }
     for _ in 0..5 {
         let left = signal_all(Signal::KILL);

@@ -504,3 +504,80 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     assert_no_process_with(&builder, "the devShell's builder", FIVE_S);
     assert!(server.exchanges().is_empty(), "no agent ran");
 }
+
+/// A job past `limits.disk` is stopped with `limit_fired: "disk"` and nothing left: the
+/// kernel refuses one file larger than the limit (RLIMIT_FSIZE: `fallocate -l 10G` dies with
+/// SIGXFSZ and allocates nothing), and the watchdog stops the many files that are each under
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_disk_limit_is_stopped_and_says_so() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let token = unique_token();
+    let server = ModelServer::start_isolated(vec![
+        Step::bash("fallocate -l 10G big; echo \"fallocate=$?\"; du -k big"),
+        Step::bash(format!(
+            "i=0; while head -c 4194304 /dev/zero > fill-$i; do i=$((i+1)); done; \
+             (exec -a held-{token} sleep 120)"
+        )),
+    ])
+    .expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let config = runner.state().join("config.json");
+    let mut value: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    value["limits"] = serde_json::json!({"disk": "40M"});
+    std::fs::write(&config, value.to_string()).unwrap();
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "filler", "repo": repo.src().to_string_lossy(), "rev": rev,
+                           "timeout": "3m"}),
+    );
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_CLAUDE",
+        agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+    )
+    .args(["run", "--job"])
+    .arg(&file);
+    server.confine(&mut cmd);
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stderr}\n{}", server.summary()));
+    assert_eq!(out.status.code(), Some(1), "{result}\n{stderr}");
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert_eq!(result["limit_fired"], "disk", "{result}");
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the disk limit fired: the job had ")
+            && message.contains("over limits.disk (40 MiB): checkout "),
+        "{result}"
+    );
+    let used = result["disk_used"].as_u64().unwrap_or(0);
+    assert!(used > 40 << 20, "{result}");
+    eprintln!("stopped at {} MiB: {message}", used >> 20);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(100),
+        "stopped by the limit, not by the command's end"
+    );
+    // The kernel's part: the preallocation was refused outright.
+    let first = server.tool_results();
+    let fallocate = first.first().map(|r| r.text.clone()).unwrap_or_default();
+    assert!(
+        fallocate.contains("fallocate=153") && fallocate.contains("0\tbig"),
+        "fallocate past RLIMIT_FSIZE: {fallocate}"
+    );
+    assert_no_process_with(
+        &format!("held-{token}"),
+        "the filling command",
+        std::time::Duration::from_secs(5),
+    );
+    let job_dir = runner.state().join("jobs/filler");
+    assert!(!job_dir.join("checkout").exists(), "worktree removed");
+    let temp = claude_job_temp_dir(&job_dir);
+    assert!(!temp.exists(), "temp dir {} left", temp.display());
+}

@@ -46,6 +46,24 @@ pub struct ServeArgs {
     /// limits.cpus]. Throttles; never kills.
     #[arg(long, value_name = "CPUS", value_parser = super::limits::parse_cpus)]
     pub limit_cpus: Option<u64>,
+    /// The most each job may have on disk at once (e.g. 10G), or `off` [default: the
+    /// config's limits.disk, 10G]. A watchdog stops a job past it (`limit_fired: "disk"`).
+    #[arg(long, value_name = "SIZE|off", value_parser = parse_disk_limit)]
+    pub limit_disk: Option<DiskLimit>,
+}
+
+/// `--limit-disk`'s value.
+#[derive(Debug, Clone, Copy)]
+pub enum DiskLimit {
+    Off,
+    Bytes(u64),
+}
+
+fn parse_disk_limit(text: &str) -> Result<DiskLimit, String> {
+    match text.trim() {
+        t if t.eq_ignore_ascii_case("off") => Ok(DiskLimit::Off),
+        t => super::limits::parse_size(t).map(DiskLimit::Bytes),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -140,6 +158,11 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
     let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
     runner.config_file = Some(ctx.config_path.clone());
+    match args.limit_disk {
+        Some(DiskLimit::Off) => runner.disk.limit = None,
+        Some(DiskLimit::Bytes(b)) => runner.disk.limit = Some(b),
+        None => {}
+    }
     let reload_queue = queue.clone();
     let served = runtime.block_on(super::serve(queue, runner, options, move |config| {
         if let Ok(t) = humantime::parse_duration(&config.default_timeout) {

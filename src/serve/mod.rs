@@ -117,16 +117,37 @@ pub async fn serve<S: JobSource>(
         concurrency = runner.config.concurrency(),
         state = %runner.state.root().display(),
         limits = %limits.plan.summary(),
+        disk = %runner.disk.summary(),
         "serving"
     );
+    // Whether no job is taken now because the disk is below the reserve, and when that was
+    // last logged (on each change, and every minute while it lasts).
+    let mut no_room = false;
+    let mut no_room_logged = tokio::time::Instant::now();
     notify::notify(&format!(
         "READY=1\nSTATUS=serving, concurrency {}",
         runner.config.concurrency()
     ));
 
     loop {
+        if stopping.is_none() && tasks.len() < runner.config.concurrency() {
+            // Jobs wait in the queue while a file system they write is below the reserve:
+            // started, they would be refused (or fail on a full disk).
+            match runner.room_to_start() {
+                Err(why) if !no_room || no_room_logged.elapsed() >= NO_ROOM_LOG_EVERY => {
+                    tracing::warn!("not starting jobs: {why}");
+                    (no_room, no_room_logged) = (true, tokio::time::Instant::now());
+                }
+                Err(_) => {}
+                Ok(()) if no_room => {
+                    tracing::info!("disk space is above the reserve again: starting jobs");
+                    no_room = false;
+                }
+                Ok(()) => {}
+            }
+        }
         if stopping.is_none() {
-            while tasks.len() < runner.config.concurrency() {
+            while !no_room && tasks.len() < runner.config.concurrency() {
                 match source.claim().await {
                     Ok(Some(claimed)) => {
                         tasks.spawn(run_one(
@@ -196,6 +217,9 @@ pub async fn serve<S: JobSource>(
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How often `serve` says again that it starts no job for lack of disk space.
+const NO_ROOM_LOG_EVERY: Duration = Duration::from_secs(60);
 
 fn log_recovered(recovered: &Recovered) {
     if *recovered != Recovered::default() {
@@ -375,6 +399,9 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         config_file: current.config_file.clone(),
         job_agent: current.job_agent.clone(),
         temp_parent: current.temp_parent.clone(),
+        // Limits are read at start, like the cgroup ones; the running jobs stay registered.
+        disk: current.disk,
+        disk_jobs: current.disk_jobs.clone(),
     })
 }
 
@@ -477,6 +504,8 @@ fn name_limits(value: &mut serde_json::Value, result: &JobResult, limits: &Enfor
         _ => None,
     });
     let mut changed = false;
+    // A limit the runner itself fired (the disk's) is in the result already, with its reason.
+    let fired = fired.filter(|_| result.limit_fired.is_none());
     if let Some((name, why)) = &fired {
         value["limit_fired"] = (*name).into();
         notes.push(why.clone());

@@ -1,4 +1,5 @@
-//! Whether a file system is (nearly) full, for naming the likely cause of a failure.
+//! The room on a file system, and whether it is (nearly) full, for naming the likely cause
+//! of a failure.
 //!
 //! An agent that runs out of space dies with whatever exit status its runtime picks for the
 //! failed write; the operator reading "exited with status 1" would look at the agent first.
@@ -6,6 +7,28 @@
 //! systems were full when the agent ended, which is the fact that sends one to the right place.
 
 use std::path::Path;
+
+/// A file system's room, as the runner's user sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// `st_dev` of the directory asked about: which file system it is.
+    pub dev: u64,
+    /// Bytes available to the runner's user (`f_bavail`: root's reserved blocks excluded).
+    pub free: u64,
+    /// The file system's size in bytes.
+    pub size: u64,
+}
+
+/// The room on the file system of `dir`.
+pub fn space(dir: &Path) -> std::io::Result<Space> {
+    let st = rustix::fs::statvfs(dir)?;
+    let dev = rustix::fs::stat(dir)?.st_dev;
+    Ok(Space {
+        dev,
+        free: st.f_bavail.saturating_mul(st.f_frsize),
+        size: st.f_blocks.saturating_mul(st.f_frsize),
+    })
+}
 
 /// Below this much space available to the runner's user a file system counts as full: a
 /// Node agent's transcript or a git object write needs more than that.
@@ -44,5 +67,5 @@ pub fn full_clause(dirs: &[&Path]) -> String {
 }
 
 #[cfg(test)]
-#[path = "diskspace_tests.rs"]
+#[path = "space_tests.rs"]
 mod tests;

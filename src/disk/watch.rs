@@ -1,0 +1,347 @@
+//! The disk watchdog: one per running job, from its agent's start to its end.
+//!
+//! Every [`TICK`] it asks the job's file systems how much is free (one `statvfs` each,
+//! microseconds). It walks the job's trees ([`super::usage`]) when
+//! - its interval has passed: 20× the last walk's duration, between [`MIN_INTERVAL`] and
+//!   [`MAX_INTERVAL`], so walking never takes more than 1/20 of a core however large the
+//!   checkout;
+//! - the file systems lost more than half of the job's remaining headroom since the last
+//!   walk (someone is writing fast: it may be this job);
+//! - a file system is below the reserve.
+//!
+//! It fires when the job has more than the limit on disk, or when a file system it writes is
+//! below the reserve and, of this runner's running jobs on it ([`Registry`]), this one has
+//! the most there. The caller stops the job; the result says `limit_fired: "disk"`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::usage::{self, Seen, Usage};
+use super::{human, DiskLimits};
+
+pub const TICK: Duration = Duration::from_millis(50);
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+pub const MAX_INTERVAL: Duration = Duration::from_secs(30);
+/// The interval is this many times the last walk's duration.
+const INTERVAL_PER_WALK: u32 = 20;
+
+/// One tree a job writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    /// How the message names it: `checkout`, `temp dirs`, `job files`, `git data`.
+    pub label: &'static str,
+    pub path: PathBuf,
+    /// Shared with other jobs (the bare clone's objects and refs): only its growth since the
+    /// job started counts.
+    pub shared: bool,
+}
+
+/// Why the watchdog fired, in one line for the result's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    pub message: String,
+}
+
+/// The running jobs of one runner and what each had on disk at its last walk, by file
+/// system: which job the reserve stops.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// Bytes by file system (`st_dev`), by job id.
+    jobs: Mutex<HashMap<String, HashMap<u64, u64>>>,
+}
+
+impl Registry {
+    fn set(&self, id: &str, by_dev: HashMap<u64, u64>) {
+        self.lock().insert(id.to_string(), by_dev);
+    }
+
+    fn remove(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Whether `id` has the most on file system `dev` of the jobs there (ties: the first by
+    /// id, so exactly one job fires).
+    fn largest_on(&self, dev: u64, id: &str) -> bool {
+        let jobs = self.lock();
+        let top = jobs
+            .iter()
+            .filter_map(|(job, by_dev)| Some((job, *by_dev.get(&dev)?)))
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
+        top.is_some_and(|(top, _)| top == id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u64, u64>>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A job's watchdog; dropping it stops it.
+pub struct Watchdog {
+    fired: tokio::sync::watch::Receiver<Option<Fired>>,
+    peak: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+    registry: Arc<Registry>,
+    id: String,
+}
+
+impl Watchdog {
+    /// Starts watching job `id`'s `trees`; `None` when `limits` has nothing to watch.
+    pub fn start(
+        id: &str,
+        trees: Vec<Tree>,
+        limits: DiskLimits,
+        registry: Arc<Registry>,
+    ) -> Option<Watchdog> {
+        if limits.is_off() {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let peak = Arc::new(AtomicU64::new(0));
+        let state = State {
+            id: id.to_string(),
+            trees,
+            limits,
+            registry: registry.clone(),
+            peak: peak.clone(),
+            baseline: None,
+            used: 0,
+            free_at_walk: HashMap::new(),
+            last_walk: None,
+            interval: MIN_INTERVAL,
+        };
+        let task = tokio::spawn(watch(state, tx));
+        Some(Watchdog {
+            fired: rx,
+            peak,
+            task,
+            registry,
+            id: id.to_string(),
+        })
+    }
+
+    /// Resolves when the watchdog fires (never, if it does not).
+    pub async fn fired(&mut self) -> Fired {
+        let fired = match self.fired.wait_for(Option::is_some).await {
+            Ok(fired) => fired.clone(),
+            Err(_) => None,
+        };
+        match fired {
+            Some(fired) => fired,
+            // The task ended without firing (it cannot, short of a panic): never resolves.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The most the job had on disk at one of the watchdog's walks.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.registry.remove(&self.id);
+    }
+}
+
+struct State {
+    id: String,
+    trees: Vec<Tree>,
+    limits: DiskLimits,
+    registry: Arc<Registry>,
+    peak: Arc<AtomicU64>,
+    /// What the shared trees held when the job started.
+    baseline: Option<Vec<u64>>,
+    /// What the job had at the last walk.
+    used: u64,
+    free_at_walk: HashMap<u64, u64>,
+    last_walk: Option<Instant>,
+    interval: Duration,
+}
+
+async fn watch(mut state: State, fired: tokio::sync::watch::Sender<Option<Fired>>) {
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // Walks read the disk: off the async threads.
+        let (next, verdict) = match tokio::task::spawn_blocking(move || {
+            let verdict = state.tick();
+            (state, verdict)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(_) => return, // aborted (the job ended) or panicked
+        };
+        state = next;
+        if let Some(verdict) = verdict {
+            tracing::warn!(job = %state.id, "{}", verdict.message);
+            let _ = fired.send(Some(verdict));
+            return;
+        }
+    }
+}
+
+/// One file system the job writes: its room now, and a path on it to name it by.
+struct Fs {
+    dev: u64,
+    free: u64,
+    reserve: u64,
+    named: PathBuf,
+}
+
+impl State {
+    /// One tick: walks if due, and says whether the watchdog fires.
+    fn tick(&mut self) -> Option<Fired> {
+        let file_systems = self.file_systems();
+        let lost: u64 = file_systems
+            .iter()
+            .map(|fs| {
+                self.free_at_walk
+                    .get(&fs.dev)
+                    .map_or(0, |was| was.saturating_sub(fs.free))
+            })
+            .sum();
+        let low: Vec<&Fs> = file_systems.iter().filter(|f| f.free < f.reserve).collect();
+        let headroom = self.limits.limit.map(|l| l.saturating_sub(self.used));
+        let due = match self.last_walk {
+            None => true,
+            Some(at) => at.elapsed() >= self.interval,
+        };
+        let fast = headroom.is_some_and(|h| lost.saturating_mul(2) > h);
+        if !(due || fast || !low.is_empty()) {
+            return None;
+        }
+        let started = Instant::now();
+        let (parts, by_dev) = self.walk();
+        let took = started.elapsed();
+        self.interval = (took * INTERVAL_PER_WALK).clamp(MIN_INTERVAL, MAX_INTERVAL);
+        self.last_walk = Some(Instant::now());
+        self.free_at_walk = file_systems.iter().map(|f| (f.dev, f.free)).collect();
+        let used: u64 = parts.iter().map(|(_, u)| u.bytes).sum();
+        self.used = used;
+        self.peak.fetch_max(used, Ordering::Relaxed);
+        self.registry.set(&self.id, by_dev.clone());
+
+        let breakdown = breakdown(&parts);
+        if let Some(limit) = self.limits.limit.filter(|l| used > *l) {
+            return Some(Fired {
+                message: format!(
+                    "the disk limit fired: the job had {} on disk, over limits.disk ({}): {breakdown}",
+                    human(used),
+                    human(limit)
+                ),
+            });
+        }
+        let stopped = low
+            .iter()
+            .find(|fs| self.registry.largest_on(fs.dev, &self.id))?;
+        Some(Fired {
+            message: format!(
+                "the disk reserve fired: the file system of {} had {} free, below the runner's \
+                 reserve of {} (limits.disk_reserve), and of the runner's jobs this one had the \
+                 most on it ({}; {} in all: {breakdown})",
+                stopped.named.display(),
+                human(stopped.free),
+                human(stopped.reserve),
+                human(by_dev.get(&stopped.dev).copied().unwrap_or(0)),
+                human(used)
+            ),
+        })
+    }
+
+    /// The distinct file systems of the job's trees.
+    fn file_systems(&self) -> Vec<Fs> {
+        let mut found: Vec<Fs> = Vec::new();
+        for tree in &self.trees {
+            let Ok(room) = super::space::space(&tree.path) else {
+                continue;
+            };
+            if found.iter().any(|f| f.dev == room.dev) {
+                continue;
+            }
+            found.push(Fs {
+                dev: room.dev,
+                free: room.free,
+                reserve: self.limits.reserve.bytes(room.size),
+                named: tree.path.clone(),
+            });
+        }
+        found
+    }
+
+    /// What each labelled part of the job holds now, and what it holds on each file system:
+    /// its own trees whole, the shared ones by their growth since the first walk.
+    fn walk(&mut self) -> (Vec<(&'static str, Usage)>, HashMap<u64, u64>) {
+        let mut seen = Seen::with_roots(self.trees.iter().map(|t| t.path.as_path()));
+        let mut parts: Vec<(&'static str, Usage)> = Vec::new();
+        let mut by_dev: HashMap<u64, u64> = HashMap::new();
+        let mut on_dev = |tree: &Tree, bytes: u64| {
+            if let Ok(st) = rustix::fs::lstat(&tree.path) {
+                *by_dev.entry(st.st_dev).or_default() += bytes;
+            }
+        };
+        let mut shared_now = Vec::new();
+        for tree in self.trees.iter().filter(|t| !t.shared) {
+            let usage = usage::measure(&tree.path, &mut seen);
+            on_dev(tree, usage.bytes);
+            add(&mut parts, tree.label, usage);
+        }
+        for tree in self.trees.iter().filter(|t| t.shared) {
+            shared_now.push(usage::measure(&tree.path, &mut Seen::default()));
+        }
+        let baseline = self
+            .baseline
+            .get_or_insert_with(|| shared_now.iter().map(|u| u.bytes).collect());
+        for ((tree, now), base) in self
+            .trees
+            .iter()
+            .filter(|t| t.shared)
+            .zip(&shared_now)
+            .zip(baseline.iter())
+        {
+            let grown = Usage {
+                bytes: now.bytes.saturating_sub(*base),
+                entries: 0,
+                unseen: now.unseen,
+            };
+            on_dev(tree, grown.bytes);
+            add(&mut parts, tree.label, grown);
+        }
+        (parts, by_dev)
+    }
+}
+
+fn add(parts: &mut Vec<(&'static str, Usage)>, label: &'static str, usage: Usage) {
+    match parts.iter_mut().find(|(l, _)| *l == label) {
+        Some((_, total)) => *total += usage,
+        None => parts.push((label, usage)),
+    }
+}
+
+/// `checkout 9.9 GiB, temp dirs 310 MiB, …`, largest first, and what could not be seen.
+fn breakdown(parts: &[(&'static str, Usage)]) -> String {
+    let mut sorted: Vec<&(&str, Usage)> = parts.iter().collect();
+    sorted.sort_by_key(|part| std::cmp::Reverse(part.1.bytes));
+    let mut text = sorted
+        .iter()
+        .map(|(label, u)| format!("{label} {}", human(u.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unseen: u64 = parts.iter().map(|(_, u)| u.unseen).sum();
+    if unseen > 0 {
+        text.push_str(&format!(
+            " ({unseen} directories could not be measured: the figure is a lower bound)"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+#[path = "watch_tests.rs"]
+mod tests;
