@@ -119,6 +119,29 @@ async fn refusals_name_their_reason() {
     std::fs::write(&invalid, "{\"accounts\": ").unwrap();
     let dir = configs.join("dir.json");
     std::fs::create_dir(&dir).unwrap();
+    // Below the disk reserve no job starts (refused, 4), and the message names the file
+    // system, what is free and the reserve.
+    let mut reserved: Value =
+        serde_json::from_slice(&std::fs::read(runner.state().join("config.json")).unwrap())
+            .unwrap();
+    reserved["limits"] = serde_json::json!({"disk_reserve": "1000T"});
+    let reserved_file = configs.join("reserve.json");
+    std::fs::write(&reserved_file, reserved.to_string()).unwrap();
+    let out = runner
+        .command()
+        .arg("--config")
+        .arg(&reserved_file)
+        .args(["run", "--job"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("not enough disk space to start a job: the file system of ")
+            && stderr.contains("below the runner's reserve of 1000 TiB"),
+        "{stderr}"
+    );
     for (config, needle) in [
         (&empty, "it is empty"),
         (&invalid, "EOF while parsing"),

@@ -16,10 +16,10 @@
 //! - the kernel bounds each file: RLIMIT_FSIZE at the limit on the agent and all it starts
 //!   (EFBIG/SIGXFSZ) — one `fallocate -l 100G` or runaway log cannot take the disk at once;
 //! - a watchdog ([`watch`]) measures the job's trees ([`usage`]) and stops the job with
-//!   `limit_fired: "disk"` when they hold more than the limit. It walks every 1–30 s (never
-//!   more than 1/20 of a core: the interval is 20× the last walk), and at once when the
-//!   job's file systems lose more than half the job's remaining headroom, so a fast writer is
-//!   caught within one 50 ms tick, and then killed at once (SIGKILL, no grace);
+//!   `limit_fired: "disk"` when they hold more than the limit. It walks when the job's file
+//!   systems lose more than half the job's remaining headroom (checked every 50 ms, so a
+//!   fast writer is caught within a tick or two and killed at once: SIGKILL, no grace), and
+//!   otherwise every 5–120 s (100× the walk: at most 1% of a core);
 //! - a reserve ([`Reserve`]): no job starts while a file system jobs write has less free,
 //!   and while one is below it, the runner stops its job that has the most on it.
 //!
@@ -117,7 +117,7 @@ impl DiskLimits {
     pub fn summary(&self) -> String {
         let limit = match self.limit {
             Some(b) => format!(
-                "limits.disk {} per job (watchdog every 1-30 s; RLIMIT_FSIZE {} per file)",
+                "limits.disk {} per job (a watchdog; RLIMIT_FSIZE {} per file)",
                 human(b),
                 human(b)
             ),

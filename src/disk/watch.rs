@@ -2,12 +2,13 @@
 //!
 //! Every [`TICK`] it asks the job's file systems how much is free (one `statvfs` each,
 //! microseconds). It walks the job's trees ([`super::usage`]) when
-//! - its interval has passed: 20× the last walk's duration, between [`MIN_INTERVAL`] and
-//!   [`MAX_INTERVAL`], so walking never takes more than 1/20 of a core however large the
-//!   checkout;
 //! - the file systems lost more than half of the job's remaining headroom since the last
-//!   walk (someone is writing fast: it may be this job);
-//! - a file system is below the reserve.
+//!   walk (someone is writing: it may be this job), or one is below the reserve — but not
+//!   sooner after the last walk than twice its duration, so a large tree is never walked
+//!   more than a third of the time;
+//! - else, every [`INTERVAL_PER_WALK`]× the last walk's duration, between [`MIN_INTERVAL`]
+//!   and [`MAX_INTERVAL`] (at most 1% of a core): growth the file systems' free space does
+//!   not show, because something else freed as much meanwhile.
 //!
 //! It fires when the job has more than the limit on disk, or when a file system it writes is
 //! below the reserve and, of this runner's running jobs on it ([`Registry`]), this one has
@@ -23,10 +24,10 @@ use super::usage::{self, Seen, Usage};
 use super::{human, DiskLimits};
 
 pub const TICK: Duration = Duration::from_millis(50);
-pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
-pub const MAX_INTERVAL: Duration = Duration::from_secs(30);
+pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
+pub const MAX_INTERVAL: Duration = Duration::from_secs(120);
 /// The interval is this many times the last walk's duration.
-const INTERVAL_PER_WALK: u32 = 20;
+pub const INTERVAL_PER_WALK: u32 = 100;
 
 /// One tree a job writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +110,9 @@ impl Watchdog {
             baseline: None,
             used: 0,
             free_at_walk: HashMap::new(),
+            named_fs: None,
             last_walk: None,
+            last_took: Duration::ZERO,
             interval: MIN_INTERVAL,
         };
         let task = tokio::spawn(watch(state, tx));
@@ -159,7 +162,11 @@ struct State {
     /// What the job had at the last walk.
     used: u64,
     free_at_walk: HashMap<u64, u64>,
+    /// The file systems of the trees, each with a path on it (found at the first tick).
+    named_fs: Option<Vec<(u64, PathBuf)>>,
     last_walk: Option<Instant>,
+    /// How long the last walk took.
+    last_took: Duration,
     interval: Duration,
 }
 
@@ -168,9 +175,12 @@ async fn watch(mut state: State, fired: tokio::sync::watch::Sender<Option<Fired>
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        // Walks read the disk: off the async threads.
+        // A tick is a `statvfs` per file system; a walk reads the disk: off the async threads.
+        let Some(file_systems) = state.walk_due() else {
+            continue;
+        };
         let (next, verdict) = match tokio::task::spawn_blocking(move || {
-            let verdict = state.tick();
+            let verdict = state.walk_and_judge(&file_systems);
             (state, verdict)
         })
         .await
@@ -197,7 +207,14 @@ struct Fs {
 
 impl State {
     /// One tick: walks if due, and says whether the watchdog fires.
+    #[cfg(test)]
     fn tick(&mut self) -> Option<Fired> {
+        let file_systems = self.walk_due()?;
+        self.walk_and_judge(&file_systems)
+    }
+
+    /// The job's file systems now, when a walk is due (see the module's doc).
+    fn walk_due(&mut self) -> Option<Vec<Fs>> {
         let file_systems = self.file_systems();
         let lost: u64 = file_systems
             .iter()
@@ -207,19 +224,24 @@ impl State {
                     .map_or(0, |was| was.saturating_sub(fs.free))
             })
             .sum();
-        let low: Vec<&Fs> = file_systems.iter().filter(|f| f.free < f.reserve).collect();
+        let low = file_systems.iter().any(|f| f.free < f.reserve);
         let headroom = self.limits.limit.map(|l| l.saturating_sub(self.used));
-        let due = match self.last_walk {
-            None => true,
-            Some(at) => at.elapsed() >= self.interval,
-        };
-        let fast = headroom.is_some_and(|h| lost.saturating_mul(2) > h);
-        if !(due || fast || !low.is_empty()) {
-            return None;
+        let since = self.last_walk.map_or(Duration::MAX, |at| at.elapsed());
+        let urgent = headroom.is_some_and(|h| lost.saturating_mul(2) > h) || low;
+        if since >= self.interval || (urgent && since >= self.last_took * 2) {
+            Some(file_systems)
+        } else {
+            None
         }
+    }
+
+    /// Walks the job's trees and says whether the watchdog fires.
+    fn walk_and_judge(&mut self, file_systems: &[Fs]) -> Option<Fired> {
+        let low: Vec<&Fs> = file_systems.iter().filter(|f| f.free < f.reserve).collect();
         let started = Instant::now();
         let (parts, by_dev) = self.walk();
         let took = started.elapsed();
+        self.last_took = took;
         self.interval = (took * INTERVAL_PER_WALK).clamp(MIN_INTERVAL, MAX_INTERVAL);
         self.last_walk = Some(Instant::now());
         self.free_at_walk = file_systems.iter().map(|f| (f.dev, f.free)).collect();
@@ -256,23 +278,34 @@ impl State {
     }
 
     /// The distinct file systems of the job's trees.
-    fn file_systems(&self) -> Vec<Fs> {
-        let mut found: Vec<Fs> = Vec::new();
-        for tree in &self.trees {
-            let Ok(room) = super::space::space(&tree.path) else {
-                continue;
-            };
-            if found.iter().any(|f| f.dev == room.dev) {
-                continue;
+    /// The distinct file systems of the job's trees, found once (one tree each names it).
+    fn file_systems(&mut self) -> Vec<Fs> {
+        let named = self.named_fs.get_or_insert_with(|| {
+            let mut found: Vec<(u64, PathBuf)> = Vec::new();
+            for tree in &self.trees {
+                if let Ok(st) = rustix::fs::stat(&tree.path) {
+                    if !found.iter().any(|(dev, _)| *dev == st.st_dev) {
+                        found.push((st.st_dev, tree.path.clone()));
+                    }
+                }
             }
-            found.push(Fs {
-                dev: room.dev,
-                free: room.free,
-                reserve: self.limits.reserve.bytes(room.size),
-                named: tree.path.clone(),
-            });
-        }
-        found
+            found
+        });
+        named
+            .iter()
+            .filter_map(|(dev, path)| {
+                let st = rustix::fs::statvfs(path).ok()?;
+                Some(Fs {
+                    dev: *dev,
+                    free: st.f_bavail.saturating_mul(st.f_frsize),
+                    reserve: self
+                        .limits
+                        .reserve
+                        .bytes(st.f_blocks.saturating_mul(st.f_frsize)),
+                    named: path.clone(),
+                })
+            })
+            .collect()
     }
 
     /// What each labelled part of the job holds now, and what it holds on each file system:

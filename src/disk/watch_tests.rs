@@ -18,7 +18,9 @@ fn state(id: &str, trees: Vec<Tree>, limits: DiskLimits, registry: &Arc<Registry
         baseline: None,
         used: 0,
         free_at_walk: HashMap::new(),
+        named_fs: None,
         last_walk: None,
+        last_took: Duration::ZERO,
         interval: MIN_INTERVAL,
     }
 }

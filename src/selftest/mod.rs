@@ -76,7 +76,7 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
         if opts.mutations {
             crate::cli::out(format_args!("\n== mutation checks: {}", agent.name()))?;
             let mut caught = 0;
-            for m in boundary::Mutation::ALL {
+            for m in boundary::Mutation::here() {
                 let cfg = boundary::SuiteConfig {
                     agent: *agent,
                     trust: crate::job::Trust::Trusted,
@@ -104,7 +104,7 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
             crate::cli::out(format_args!(
                 "{}: {caught}/{} mutations caught",
                 agent.name(),
-                boundary::Mutation::ALL.len()
+                boundary::Mutation::here().len()
             ))?;
         }
     }

@@ -314,8 +314,14 @@ impl ModelServer {
     /// The tool results the agent sent back, in both dialects, each once (by id), with the
     /// first request that carried it.
     pub fn tool_results(&self) -> Vec<ToolResult> {
+        self.tool_results_since(0)
+    }
+
+    /// [`Self::tool_results`] of the requests from the `first`-th on: those of a script set
+    /// after that (whose step ids start again at 0).
+    pub fn tool_results_since(&self, first: usize) -> Vec<ToolResult> {
         let mut found: Vec<ToolResult> = Vec::new();
-        for (i, e) in self.exchanges().iter().enumerate() {
+        for (i, e) in self.exchanges().iter().enumerate().skip(first) {
             let Some(messages) = e.body.get("messages").and_then(Value::as_array) else {
                 continue;
             };

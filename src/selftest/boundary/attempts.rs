@@ -28,6 +28,8 @@ pub enum Rule {
     HostGit,
     /// A job cannot change what a later job of the repository sees.
     LaterJob,
+    /// The disk limit: a job filling its disk must not make another fail.
+    Disk,
 }
 
 /// How an escape shows.

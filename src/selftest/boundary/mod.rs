@@ -12,8 +12,11 @@
 //! - after the job: nothing uncommitted in the checkout, no temp dir, no process.
 //!
 //! Mutation checks ([`mutation::Mutation`]) weaken one rule each and require its escape.
+//!
+//! Beside the main job, [`disk`] runs a job that fills its disk next to a normal one.
 
 pub mod attempts;
+pub mod disk;
 mod git_attacks;
 pub mod host_config;
 mod hostile;

@@ -23,6 +23,7 @@ use crate::sandbox::SandboxPolicy;
 /// | `registry-writes`       | registries answer reads only (the decider)  | npm-publish      |
 /// | `shared-clone-writable` | jobs write only their own git store         | loose-object     |
 /// | `admin-pointers-writable` | the admin dir's commondir and gitdir are read-only | commondir-redirect |
+/// | `no-disk-limit`         | `limits.disk` (not a policy rule: the suite runs the disk pair without it) | disk-fill |
 ///
 /// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
 /// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
@@ -41,10 +42,11 @@ pub enum Mutation {
     RegistryWrites,
     SharedCloneWritable,
     AdminPointersWritable,
+    NoDiskLimit,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::WriteSharedTmp,
         Mutation::WriteBareClone,
         Mutation::NoDenyWrite,
@@ -55,7 +57,17 @@ impl Mutation {
         Mutation::RegistryWrites,
         Mutation::SharedCloneWritable,
         Mutation::AdminPointersWritable,
+        Mutation::NoDiskLimit,
     ];
+
+    /// The mutations this host can check: the disk pair needs root (it mounts a tmpfs).
+    pub fn here() -> Vec<Mutation> {
+        let root = rustix::process::geteuid().is_root();
+        Self::ALL
+            .into_iter()
+            .filter(|m| root || *m != Mutation::NoDiskLimit)
+            .collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -69,6 +81,7 @@ impl Mutation {
             Mutation::RegistryWrites => "registry-writes",
             Mutation::SharedCloneWritable => "shared-clone-writable",
             Mutation::AdminPointersWritable => "admin-pointers-writable",
+            Mutation::NoDiskLimit => "no-disk-limit",
         }
     }
 
@@ -85,6 +98,7 @@ impl Mutation {
             Mutation::RegistryWrites => "npm-publish",
             Mutation::SharedCloneWritable => "loose-object",
             Mutation::AdminPointersWritable => "commondir-redirect",
+            Mutation::NoDiskLimit => super::disk::ID,
         }
     }
 
@@ -115,6 +129,8 @@ impl Mutation {
                 !p.file_name()
                     .is_some_and(|n| n == "commondir" || n == "gitdir")
             }),
+            // Not in the policy: the suite runs the disk pair without the limit.
+            Mutation::NoDiskLimit => {}
         }
     }
 }

@@ -55,7 +55,7 @@ pub struct ControlReport {
 }
 
 impl ControlReport {
-    fn new(name: &str, passed: bool, detail: String) -> ControlReport {
+    pub(super) fn new(name: &str, passed: bool, detail: String) -> ControlReport {
         ControlReport {
             name: name.into(),
             passed,
@@ -368,6 +368,23 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     }
     if cfg.controls && cfg.trust == Trust::Trusted {
         controls.push(shellhook_control(&world, &result, &state));
+    }
+    // A job filling its disk beside another: in base runs and in the mutation that frees it.
+    if cfg.mutation.is_none() || cfg.mutation == Some(Mutation::NoDiskLimit) {
+        let (report, disk_controls) = super::disk::attempt(&super::disk::Setup {
+            world: &world,
+            server: &server,
+            config: &runner.config,
+            hooks: runner.hooks.clone(),
+            env_source: env_source.clone(),
+            agent: cfg.agent,
+            trust: cfg.trust,
+            control: cfg.controls,
+            unlimited: cfg.mutation == Some(Mutation::NoDiskLimit),
+        })
+        .await;
+        reports.extend(report);
+        controls.extend(disk_controls);
     }
     // Whatever escaped is removed, so a failed run does not leave planted files behind.
     for a in &attempts {

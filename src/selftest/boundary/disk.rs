@@ -1,0 +1,422 @@
+//! The disk attempt (`disk-fill`): a job fills its file system beside a job that needs only a
+//! little room. Both are real jobs of a runner with the suite's agent, sandbox and scripted
+//! model, run at once, on a state directory of their own: a tmpfs small enough to fill
+//! (mounting one needs root; without root the attempt is skipped and says so).
+//!
+//! - Control: the same pair with `limits.disk` and the reserve off. The filler fills the file
+//!   system, and the job beside it cannot write its work: the harm must show.
+//! - The run: the disk limit stops the filler (`limit_fired: "disk"`), and the job beside it
+//!   writes its work, commits and succeeds.
+//! - The `no-disk-limit` mutation runs the pair with the limit off: the harm must show.
+//!
+//! Both jobs run the same script step (so the order in which their requests reach the model
+//! does not matter): the filler's revision holds a file `fill-me`, the other's does not. Each
+//! waits for a `go` file in its checkout, which the suite writes once both are running, so
+//! the job beside is running the whole time the filler fills.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::attempts::Rule;
+use super::suite::{AttemptReport, ControlReport};
+use super::world::World;
+use crate::config::{Config, Size};
+use crate::job::{AgentKind, Job, Trust};
+use crate::run::{Cancel, JobResult, Outcome, RunHooks, Runner};
+use crate::selftest::fixture_git as git;
+use crate::selftest::model_server::{ModelServer, Step};
+use crate::state::StateDir;
+
+pub const ID: &str = "disk-fill";
+/// The pair's file system: large enough that a filler going flat out (~2 GB/s here) is
+/// stopped well before it is full, small enough to fill in a second when nothing stops it.
+const FS_SIZE: &str = "size=512m";
+const LIMIT: &str = "64M";
+/// What the job beside writes and commits.
+const WORK_BYTES: u64 = 4 << 20;
+
+/// What the suite passes in.
+pub struct Setup<'a> {
+    pub world: &'a World,
+    pub server: &'a ModelServer,
+    pub config: &'a Config,
+    pub hooks: RunHooks,
+    pub env_source: Vec<(String, String)>,
+    pub agent: AgentKind,
+    pub trust: Trust,
+    /// Run the control pair (limit off) first.
+    pub control: bool,
+    /// The run itself has the limit off (the `no-disk-limit` mutation).
+    pub unlimited: bool,
+}
+
+/// One pair's end.
+struct Pair {
+    filler: JobResult,
+    beside: Option<JobResult>,
+    /// What the job beside's command printed (its tool result).
+    beside_output: String,
+    /// The filler's command started (it waited for its `go`).
+    filler_started: bool,
+    /// The file system was full at some point.
+    filled: bool,
+    marker: String,
+    /// Processes of the pair still there afterwards.
+    left: usize,
+    /// Workspaces (checkouts) left on the small file system.
+    leftovers: Vec<PathBuf>,
+}
+
+impl Pair {
+    /// The job beside did not get its work done.
+    fn harmed(&self) -> bool {
+        let done = self.beside.as_ref().is_some_and(|b| {
+            b.outcome == Outcome::Succeeded
+                && b.commits.len() == 1
+                && self.beside_output.contains(&self.marker)
+        });
+        !done
+    }
+
+    fn stopped_by_the_limit(&self) -> bool {
+        self.filler.limit_fired == Some("disk")
+    }
+
+    fn summary(&self) -> String {
+        let beside = match &self.beside {
+            Some(b) => format!(
+                "{:?}, {} commit(s), {}",
+                b.outcome,
+                b.commits.len(),
+                clip(&self.beside_output, 120)
+            ),
+            None => "never started".into(),
+        };
+        format!(
+            "filler: {:?}{} ({}); beside: {beside}; file system filled: {}",
+            self.filler.outcome,
+            self.filler
+                .limit_fired
+                .map(|l| format!(", limit_fired {l}"))
+                .unwrap_or_default(),
+            clip(self.filler.message.as_deref().unwrap_or(""), 160),
+            self.filled
+        )
+    }
+}
+
+/// The attempt's report and its controls. Without root (no tmpfs), one control says it was
+/// skipped.
+pub async fn attempt(s: &Setup<'_>) -> (Option<AttemptReport>, Vec<ControlReport>) {
+    let mut controls = Vec::new();
+    if !rustix::process::geteuid().is_root() {
+        controls.push(ControlReport::new(
+            "disk-fill: skipped",
+            true,
+            "mounting the small file system it fills needs root".into(),
+        ));
+        return (None, controls);
+    }
+    let revs = match disk_repo(s.world) {
+        Ok(revs) => revs,
+        Err(e) => {
+            controls.push(ControlReport::new("disk-fill: its repository", false, e));
+            return (None, controls);
+        }
+    };
+    let mut control_harmed = None;
+    if s.control {
+        match pair(s, &revs, false, "control").await {
+            Ok(p) => {
+                let harmed = p.harmed() && p.filled;
+                control_harmed = Some(harmed);
+                controls.push(ControlReport::new(
+                    "disk-fill harms the job beside it without the disk limit",
+                    harmed,
+                    p.summary(),
+                ));
+                controls.push(clean_control("control", &p));
+            }
+            Err(e) => controls.push(ControlReport::new(
+                "disk-fill harms the job beside it without the disk limit",
+                false,
+                e,
+            )),
+        }
+    }
+    let run = match pair(s, &revs, !s.unlimited, "run").await {
+        Ok(p) => p,
+        Err(e) => {
+            controls.push(ControlReport::new("disk-fill: the pair ran", false, e));
+            return (None, controls);
+        }
+    };
+    controls.push(ControlReport::new(
+        "disk-fill: the limit stops the filler, the job beside succeeds",
+        s.unlimited || (run.stopped_by_the_limit() && !run.harmed()),
+        run.summary(),
+    ));
+    controls.push(clean_control("run", &run));
+    let report = AttemptReport {
+        id: ID,
+        what: format!(
+            "a job fills its file system ({}) beside a job that needs {} MiB",
+            FS_SIZE.trim_start_matches("size="),
+            WORK_BYTES >> 20
+        ),
+        rule: Rule::Disk,
+        control_escaped: control_harmed,
+        ran: run.filler_started && (run.stopped_by_the_limit() || run.filled),
+        escaped: run.harmed() || !run.stopped_by_the_limit(),
+        refused_by_runner: None,
+        evidence: run.summary(),
+        network: None,
+    };
+    (Some(report), controls)
+}
+
+fn clean_control(which: &str, p: &Pair) -> ControlReport {
+    ControlReport::new(
+        &format!("disk-fill ({which}): no process or workspace left"),
+        p.left == 0 && p.leftovers.is_empty(),
+        format!(
+            "{} process(es); left: {:?}",
+            p.left,
+            p.leftovers.iter().map(|p| p.display()).collect::<Vec<_>>()
+        ),
+    )
+}
+
+/// The revisions of the pair: (the filler's, the other's).
+struct Revs {
+    repo: PathBuf,
+    fill: String,
+    beside: String,
+}
+
+fn disk_repo(world: &World) -> Result<Revs, String> {
+    let repo = world.path().join("disk-repo");
+    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| e.to_string();
+    std::fs::write(repo.join("README.md"), "beside\n").map_err(io)?;
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    git(&repo, &["add", "-A"])?;
+    git(&repo, &["commit", "-q", "-m", "beside"])?;
+    let beside = git(&repo, &["rev-parse", "HEAD"])?;
+    std::fs::write(repo.join("fill-me"), "this job fills its disk\n").map_err(io)?;
+    git(&repo, &["add", "-A"])?;
+    git(&repo, &["commit", "-q", "-m", "filler"])?;
+    let fill = git(&repo, &["rev-parse", "HEAD"])?;
+    Ok(Revs { repo, fill, beside })
+}
+
+/// The one step both jobs run. The filler writes 4 MiB files until the disk refuses (each
+/// under RLIMIT_FSIZE: the watchdog, not the per-file limit, must stop it), then holds what
+/// it wrote; the other writes and commits its work.
+fn step(token: &str) -> Step {
+    // `$w`: the waiting processes' names are in their argv[0] only, not in the script text
+    // that the command's own shell carries in its command line.
+    Step::bash(format!(
+        "w=wait; if [ -e fill-me ]; then \
+           (exec -a \"fill-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
+           i=0; while head -c 4194304 /dev/zero > fill-$i 2>/dev/null; do i=$((i+1)); done; \
+           echo FILLED-$i; (exec -a fill-hold sleep 300); \
+         else \
+           (exec -a \"beside-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
+           {{ head -c {WORK_BYTES} /dev/urandom > work.bin && git add work.bin && \
+              git commit -qm 'work beside the filler' && echo BESIDE-RAN-{token}; }} 2>&1; \
+         fi"
+    ))
+}
+
+async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<Pair, String> {
+    let token = format!("{}{label}", s.world.token);
+    let dir = s.world.path().join(format!("disk-{label}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let fs = Tmpfs::mount(&dir, FS_SIZE)?;
+    let state = StateDir::at(dir.join("state"));
+    std::fs::create_dir_all(state.root()).map_err(|e| e.to_string())?;
+    let mut config = s.config.clone();
+    let off = || Some(Size::Text("off".into()));
+    config.limits.disk = if limited {
+        Some(Size::Text(LIMIT.into()))
+    } else {
+        off()
+    };
+    config.limits.disk_reserve = if limited { None } else { off() };
+    let mut runner = Runner::new(state.clone(), config);
+    runner.env_source = s.env_source.clone();
+    runner.operator_home = Some(s.world.operator_home.clone());
+    runner.hooks = s.hooks.clone();
+
+    s.server.set_script(vec![step(&token), step(&token)]);
+    let before = s.server.exchanges().len();
+    let job = |name: &str, rev: &str| Job {
+        id: format!("{name}-{token}"),
+        repo: revs.repo.display().to_string(),
+        rev: rev.to_string(),
+        git_ref: Some("main".into()),
+        trust: s.trust,
+        agent: s.agent,
+        account: "main".into(),
+        prompt: "Do the step.".into(),
+        timeout: Duration::from_secs(180),
+    };
+    let (filler_job, beside_job) = (
+        job("disk-fill", &revs.fill),
+        job("disk-beside", &revs.beside),
+    );
+    let checkout = |j: &Job| crate::workspace::job_root(&state, &j.id).join("checkout");
+    let (filler_done, beside_done) = (AtomicBool::new(false), AtomicBool::new(false));
+    let filler_started = AtomicBool::new(false);
+    let (stop_filler, stopped) = tokio::sync::oneshot::channel::<()>();
+
+    let filler = async {
+        let cancel = async {
+            let _ = stopped.await;
+            Cancel::Terminate
+        };
+        let result = runner.run(&filler_job, cancel).await;
+        filler_done.store(true, Ordering::SeqCst);
+        result
+    };
+    let beside = async {
+        let waiting = format!("fill-wait-{token}");
+        let ready = wait_until(Duration::from_secs(120), || {
+            filler_done.load(Ordering::SeqCst) || running(&waiting)
+        })
+        .await;
+        let result = match ready && !filler_done.load(Ordering::SeqCst) {
+            true => {
+                filler_started.store(true, Ordering::SeqCst);
+                Some(runner.run(&beside_job, std::future::pending()).await)
+            }
+            false => None,
+        };
+        beside_done.store(true, Ordering::SeqCst);
+        result
+    };
+    let drive = async {
+        let waiting = format!("beside-wait-{token}");
+        wait_until(Duration::from_secs(120), || {
+            beside_done.load(Ordering::SeqCst) || running(&waiting)
+        })
+        .await;
+        let _ = std::fs::write(checkout(&filler_job).join("go"), "");
+        // Until the filler is stopped, or has filled the file system.
+        let mut filled = false;
+        wait_until(Duration::from_secs(60), || {
+            filled |= is_full(&dir);
+            filler_done.load(Ordering::SeqCst) || filled
+        })
+        .await;
+        let _ = std::fs::write(checkout(&beside_job).join("go"), "");
+        wait_until(Duration::from_secs(150), || {
+            filled |= is_full(&dir);
+            beside_done.load(Ordering::SeqCst)
+        })
+        .await;
+        let _ = stop_filler.send(());
+        filled
+    };
+    let (filler, beside, filled) = tokio::join!(filler, beside, drive);
+
+    let beside_output = s
+        .server
+        .tool_results_since(before)
+        .into_iter()
+        .map(|r| r.text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let left = s.server.confined_processes().len();
+    let leftovers = [&filler_job, &beside_job]
+        .into_iter()
+        .map(checkout)
+        .filter(|c| c.exists())
+        .collect();
+    drop(fs);
+    Ok(Pair {
+        filler,
+        beside,
+        beside_output,
+        filler_started: filler_started.load(Ordering::SeqCst),
+        filled,
+        marker: format!("BESIDE-RAN-{token}"),
+        left,
+        leftovers,
+    })
+}
+
+/// Polls `done` every 20 ms for at most `limit`; says whether it came true.
+async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether a process whose command line holds `token` runs.
+fn running(token: &str) -> bool {
+    crate::procfs::pids().into_iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+    })
+}
+
+/// Less than a megabyte free: as full as a writer of 4 MiB files gets it.
+fn is_full(dir: &Path) -> bool {
+    crate::disk::space::space(dir).is_ok_and(|s| s.free < 1 << 20)
+}
+
+/// A tmpfs mounted over a directory for the pair; unmounted (lazily: a process of a failed
+/// run may still hold it) when dropped.
+struct Tmpfs(CString);
+
+impl Tmpfs {
+    fn mount(dir: &Path, options: &str) -> Result<Tmpfs, String> {
+        let target = CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        let data = CString::new(options).map_err(|e| e.to_string())?;
+        // SAFETY: every pointer is a valid NUL-terminated string for the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "mounting a tmpfs on {}: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Tmpfs(target))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &flat[..i]),
+        None => flat,
+    }
+}
