@@ -98,7 +98,6 @@ fn trees(root: &Path) -> Vec<Tree> {
     vec![Tree {
         label: "checkout",
         path: root.to_path_buf(),
-        shared: false,
     }]
 }
 

@@ -71,6 +71,8 @@ in
       memory = optional t.size "memory.max of each job.";
       pids = optional types.ints.positive "pids.max of each job (RLIMIT_NPROC where there is no pids controller).";
       cpus = optional t.cpus "cpu.max of each job, in CPUs: a job is throttled to that share.";
+      disk = optional t.sizeOrOff "The most one job may have on disk at once (checkout, temp dirs, its files and git data), or `off` (default: 10G).";
+      disk_reserve = optional t.sizeOrOff "Space kept free on the file systems jobs write, or `off` (default: 1G or 5% of the file system, the smaller).";
     };
   };
 }

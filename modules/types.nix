@@ -60,6 +60,11 @@ rec {
       description = "size in bytes, or with a unit (`512M`, `4G`)";
     };
 
+  # A size, or `off` for no limit (src/disk/mod.rs: limits.disk, limits.disk_reserve).
+  sizeOrOff = types.either size (types.enum [ "off" ]) // {
+    description = "size in bytes, or with a unit (`10G`), or `off`";
+  };
+
   # A share of CPUs (src/serve/limits.rs parse_cpus): 0.001 to 4096.
   cpus = types.addCheck types.number (v: v >= 1.0e-3 && v <= 4096) // {
     description = "number of CPUs between 0.001 and 4096 (`1.5`)";

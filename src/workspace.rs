@@ -295,33 +295,24 @@ impl Workspace {
 }
 
 impl Workspace {
-    /// What the job writes, for the disk watchdog: its own trees whole, the bare clone's
-    /// parts it shares with other jobs of the repository by their growth. A tree inside
-    /// another (the checkout in the job's directory) counts under its own name.
+    /// What the job writes, for the disk watchdog: all of it is the job's own (the shared
+    /// clone is the runner's alone). A tree inside another (the checkout and the git store in
+    /// the job's directory) counts under its own name.
     pub fn disk_trees(&self) -> Vec<crate::disk::watch::Tree> {
         use crate::disk::watch::Tree;
-        let own = |label, path: &Path| Tree {
+        let tree = |label, path: &Path| Tree {
             label,
             path: path.to_path_buf(),
-            shared: false,
         };
         let p = &self.paths;
-        let mut trees = vec![
-            own("checkout", &p.checkout),
-            own("job files", &self.job_root),
-            own("temp dirs", &p.temp_dir),
-            own("temp dirs", &p.helper_tmp),
-            own("temp dirs", &self.proxy_tmp),
-            own("git data", &p.worktree_admin),
-        ];
-        for part in ["objects", "refs", "logs"] {
-            trees.push(Tree {
-                label: "git data",
-                path: p.bare_clone.join(part),
-                shared: true,
-            });
-        }
-        trees
+        vec![
+            tree("checkout", &p.checkout),
+            tree("git data", &p.git_store),
+            tree("job files", &self.job_root),
+            tree("temp dirs", &p.temp_dir),
+            tree("temp dirs", &p.helper_tmp),
+            tree("temp dirs", &self.proxy_tmp),
+        ]
     }
 }
 

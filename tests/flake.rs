@@ -115,6 +115,8 @@ fn full_config() -> Config {
             memory: Some(Size::Text("4G".into())),
             pids: Some(512),
             cpus: Some(1.5),
+            disk: Some(Size::Text("20G".into())),
+            disk_reserve: Some(Size::Text("off".into())),
         },
     }
 }
@@ -130,7 +132,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
       allow_untrusted = true;
       default_timeout = "45m";
       concurrency = 3;
-      limits = { memory = "4G"; pids = 512; cpus = 1.5; };
+      limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; };
     };
     accounts.work = {
       agent = "claude";

@@ -35,9 +35,6 @@ pub struct Tree {
     /// How the message names it: `checkout`, `temp dirs`, `job files`, `git data`.
     pub label: &'static str,
     pub path: PathBuf,
-    /// Shared with other jobs (the bare clone's objects and refs): only its growth since the
-    /// job started counts.
-    pub shared: bool,
 }
 
 /// Why the watchdog fired, in one line for the result's message.
@@ -107,7 +104,6 @@ impl Watchdog {
             limits,
             registry: registry.clone(),
             peak: peak.clone(),
-            baseline: None,
             used: 0,
             free_at_walk: HashMap::new(),
             named_fs: None,
@@ -157,8 +153,6 @@ struct State {
     limits: DiskLimits,
     registry: Arc<Registry>,
     peak: Arc<AtomicU64>,
-    /// What the shared trees held when the job started.
-    baseline: Option<Vec<u64>>,
     /// What the job had at the last walk.
     used: u64,
     free_at_walk: HashMap<u64, u64>,
@@ -308,43 +302,17 @@ impl State {
             .collect()
     }
 
-    /// What each labelled part of the job holds now, and what it holds on each file system:
-    /// its own trees whole, the shared ones by their growth since the first walk.
+    /// What each labelled part of the job holds now, and what it holds on each file system.
     fn walk(&mut self) -> (Vec<(&'static str, Usage)>, HashMap<u64, u64>) {
         let mut seen = Seen::with_roots(self.trees.iter().map(|t| t.path.as_path()));
         let mut parts: Vec<(&'static str, Usage)> = Vec::new();
         let mut by_dev: HashMap<u64, u64> = HashMap::new();
-        let mut on_dev = |tree: &Tree, bytes: u64| {
-            if let Ok(st) = rustix::fs::lstat(&tree.path) {
-                *by_dev.entry(st.st_dev).or_default() += bytes;
-            }
-        };
-        let mut shared_now = Vec::new();
-        for tree in self.trees.iter().filter(|t| !t.shared) {
+        for tree in &self.trees {
             let usage = usage::measure(&tree.path, &mut seen);
-            on_dev(tree, usage.bytes);
+            if let Ok(st) = rustix::fs::lstat(&tree.path) {
+                *by_dev.entry(st.st_dev).or_default() += usage.bytes;
+            }
             add(&mut parts, tree.label, usage);
-        }
-        for tree in self.trees.iter().filter(|t| t.shared) {
-            shared_now.push(usage::measure(&tree.path, &mut Seen::default()));
-        }
-        let baseline = self
-            .baseline
-            .get_or_insert_with(|| shared_now.iter().map(|u| u.bytes).collect());
-        for ((tree, now), base) in self
-            .trees
-            .iter()
-            .filter(|t| t.shared)
-            .zip(&shared_now)
-            .zip(baseline.iter())
-        {
-            let grown = Usage {
-                bytes: now.bytes.saturating_sub(*base),
-                entries: 0,
-                unseen: now.unseen,
-            };
-            on_dev(tree, grown.bytes);
-            add(&mut parts, tree.label, grown);
         }
         (parts, by_dev)
     }

@@ -15,7 +15,6 @@ fn state(id: &str, trees: Vec<Tree>, limits: DiskLimits, registry: &Arc<Registry
         limits,
         registry: registry.clone(),
         peak: Arc::new(AtomicU64::new(0)),
-        baseline: None,
         used: 0,
         free_at_walk: HashMap::new(),
         named_fs: None,
@@ -25,11 +24,10 @@ fn state(id: &str, trees: Vec<Tree>, limits: DiskLimits, registry: &Arc<Registry
     }
 }
 
-fn tree(label: &'static str, path: &std::path::Path, shared: bool) -> Tree {
+fn tree(label: &'static str, path: &std::path::Path) -> Tree {
     Tree {
         label,
         path: path.to_path_buf(),
-        shared,
     }
 }
 
@@ -47,10 +45,7 @@ fn the_limit_fires_past_the_limit_and_names_the_trees() {
         reserve: NO_RESERVE,
     };
     let registry = Arc::new(Registry::default());
-    let trees = vec![
-        tree("checkout", &checkout, false),
-        tree("temp dirs", &temp, false),
-    ];
+    let trees = vec![tree("checkout", &checkout), tree("temp dirs", &temp)];
     let mut s = state("j1", trees, limits, &registry);
     assert_eq!(s.tick(), None, "under the limit");
     write_file(&temp.join("big"), 3 << 20);
@@ -69,34 +64,6 @@ fn the_limit_fires_past_the_limit_and_names_the_trees() {
     assert!(s.peak.load(Ordering::Relaxed) > 3 << 20);
 }
 
-/// The shared bare clone's objects count by what they grew while the job ran.
-#[test]
-fn shared_trees_count_by_their_growth() {
-    let dir = tempfile::tempdir().unwrap();
-    let objects = dir.path().join("objects");
-    std::fs::create_dir(&objects).unwrap();
-    write_file(&objects.join("pack"), 4 << 20);
-    let limits = DiskLimits {
-        limit: Some(2 << 20),
-        reserve: NO_RESERVE,
-    };
-    let registry = Arc::new(Registry::default());
-    let mut s = state(
-        "j1",
-        vec![tree("git data", &objects, true)],
-        limits,
-        &registry,
-    );
-    assert_eq!(s.tick(), None, "what was there before is not the job's");
-    write_file(&objects.join("loose"), 3 << 20);
-    let fired = s.tick().expect("the growth is over the limit");
-    assert!(
-        fired.message.contains("git data 3 MiB"),
-        "{}",
-        fired.message
-    );
-}
-
 /// Below the reserve, the one job with the most on that file system fires; the others go on.
 #[test]
 fn below_the_reserve_the_largest_job_fires() {
@@ -112,18 +79,8 @@ fn below_the_reserve_the_largest_job_fires() {
         reserve: Reserve::Bytes(u64::MAX / 2),
     };
     let registry = Arc::new(Registry::default());
-    let mut small = state(
-        "small",
-        vec![tree("checkout", &a, false)],
-        limits,
-        &registry,
-    );
-    let mut large = state(
-        "large",
-        vec![tree("checkout", &b, false)],
-        limits,
-        &registry,
-    );
+    let mut small = state("small", vec![tree("checkout", &a)], limits, &registry);
+    let mut large = state("large", vec![tree("checkout", &b)], limits, &registry);
     // The small job walks first: alone in the registry, it is the largest for now.
     let _ = small.tick();
     let fired = large.tick().expect("the largest job fires");
@@ -148,7 +105,7 @@ async fn a_watchdog_fires_soon_after_a_job_writes_past_its_limit() {
         reserve: NO_RESERVE,
     };
     let registry = Arc::new(Registry::default());
-    let trees = vec![tree("temp dirs", dir.path(), false)];
+    let trees = vec![tree("temp dirs", dir.path())];
     let mut dog = Watchdog::start("j1", trees, limits, registry.clone()).unwrap();
     tokio::time::sleep(TICK * 2).await;
     let path = dir.path().join("fill");
