@@ -44,6 +44,8 @@ pub struct Setup<'a> {
     pub server: &'a ModelServer,
     pub config: &'a Config,
     pub hooks: RunHooks,
+    /// The suite's own processes in the model's network namespace, which outlive the jobs.
+    pub helpers: &'a [libc::pid_t],
     pub env_source: Vec<(String, String)>,
     pub agent: AgentKind,
     pub trust: Trust,
@@ -331,7 +333,12 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
         .map(|r| r.text)
         .collect::<Vec<_>>()
         .join("\n");
-    let left = s.server.confined_processes().len();
+    let left = s
+        .server
+        .confined_processes()
+        .iter()
+        .filter(|p| !s.helpers.contains(p))
+        .count();
     let leftovers = [&filler_job, &beside_job]
         .into_iter()
         .map(checkout)

@@ -371,11 +371,19 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     }
     // A job filling its disk beside another: in base runs and in the mutation that frees it.
     if cfg.mutation.is_none() || cfg.mutation == Some(Mutation::NoDiskLimit) {
+        // The agents in the model's network namespace, but not in the planted mount
+        // namespace: the pair's file system is mounted after it was made, and is not in it.
+        let confine = server.confiner();
+        let hooks = RunHooks {
+            agent_command: Some(Arc::new(move |cmd: &mut Command| confine(cmd))),
+            ..runner.hooks.clone()
+        };
         let (report, disk_controls) = super::disk::attempt(&super::disk::Setup {
             world: &world,
             server: &server,
             config: &runner.config,
-            hooks: runner.hooks.clone(),
+            hooks,
+            helpers: &helpers,
             env_source: env_source.clone(),
             agent: cfg.agent,
             trust: cfg.trust,
