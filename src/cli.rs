@@ -511,10 +511,15 @@ fn doctor(ctx: &Context) -> Result<(), Failure> {
     checks.push(disk_check(ctx));
     let mut failed = 0;
     for c in &checks {
-        let mark = if c.ok { "ok  " } else { "FAIL" };
+        let mark = match (c.ok, c.warn) {
+            (false, _) => "FAIL",
+            (true, true) => "warn",
+            (true, false) => "ok  ",
+        };
         out(format_args!("{mark} {:<40} {}", c.name, c.detail))?;
-        if let (false, Some(fix)) = (c.ok, &c.fix) {
-            out(format_args!("     fix: {fix}"))?;
+        match &c.fix {
+            Some(fix) if !c.ok || c.warn => out(format_args!("     fix: {fix}"))?,
+            _ => {}
         }
         failed += usize::from(!c.ok);
     }

@@ -19,6 +19,7 @@ pub mod job_git;
 pub mod lockfile;
 pub mod nar;
 pub mod netproxy;
+pub mod nix_setup;
 pub mod preflight;
 pub mod process;
 pub mod procfs;

@@ -16,6 +16,9 @@ use crate::job::AgentKind;
 pub struct Check {
     pub name: String,
     pub ok: bool,
+    /// Works, but weaker than it should be: `doctor` shows the fix without failing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warn: bool,
     pub detail: String,
     /// How to fix a failure.
     pub fix: Option<String>,
@@ -26,12 +29,14 @@ fn binary_check(tool: Tool, why: &str, fix: &str) -> Check {
         Ok(path) => Check {
             name: tool.program().to_string(),
             ok: true,
+            warn: false,
             detail: format!("{} ({why})", path.display()),
             fix: None,
         },
         Err(e) => Check {
             name: tool.program().to_string(),
             ok: false,
+            warn: false,
             detail: e.to_string(),
             fix: Some(fix.to_string()),
         },
@@ -43,12 +48,14 @@ fn ripgrep_check() -> Check {
         Ok(path) => Check {
             name: "rg".into(),
             ok: true,
+            warn: false,
             detail: format!("{} (srt scans deny paths with it)", path.display()),
             fix: None,
         },
         Err(_) => Check {
             name: "rg".into(),
             ok: false,
+            warn: false,
             detail: "ripgrep not found on PATH; srt refuses to start without it".into(),
             fix: Some("apt-get install ripgrep".into()),
         },
@@ -62,6 +69,7 @@ fn userns_check() -> Check {
         return Check {
             name,
             ok: false,
+            warn: false,
             detail: "not checked: bwrap not found".into(),
             fix: Some("apt-get install bubblewrap".into()),
         };
@@ -87,12 +95,14 @@ fn userns_check() -> Check {
         Ok(o) if o.status.success() => Check {
             name,
             ok: true,
+            warn: false,
             detail: "bwrap can create user, network and pid namespaces".into(),
             fix: None,
         },
         Ok(o) => Check {
             name,
             ok: false,
+            warn: false,
             detail: format!(
                 "bwrap cannot create namespaces: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
@@ -102,6 +112,7 @@ fn userns_check() -> Check {
         Err(e) => Check {
             name,
             ok: false,
+            warn: false,
             detail: format!("running {}: {e}", bwrap.display()),
             fix: None,
         },
@@ -201,6 +212,7 @@ pub fn doctor() -> Vec<Check> {
     let restrict = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     all.push(Check {
         name: "apparmor_restrict_unprivileged_userns".into(),
+        warn: false,
         ok: restrict.as_deref() != Some("1")
             || all.iter().any(|c| c.name == "user namespaces" && c.ok),
         detail: match restrict.as_deref() {
@@ -218,14 +230,17 @@ pub fn doctor() -> Vec<Check> {
     all.push(Check {
         name: "user.max_user_namespaces".into(),
         ok: !disabled,
+        warn: false,
         detail: max_userns.unwrap_or_else(|| "unknown".into()),
         fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
     });
-    all.push(nix_sandbox_check());
+    all.extend(crate::nix_setup::checks(&crate::nix_setup::Facts::gather()));
+    all.push(crate::nix_setup::bash_static_check());
     let (cgroups, limits) = crate::serve::limits::host_support();
     all.push(Check {
         name: "per-job limits".into(),
         ok: true,
+        warn: false,
         detail: limits,
         fix: (!cgroups).then(|| {
             "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup"
@@ -236,6 +251,7 @@ pub fn doctor() -> Vec<Check> {
     all.push(Check {
         name: "job temp dirs".into(),
         ok: true,
+        warn: false,
         detail: match &temp.why_not_tmpdir {
             None => format!("in {}", temp.path.display()),
             Some(why) => format!("in {}: {why}", temp.path.display()),
@@ -252,6 +268,7 @@ pub fn doctor() -> Vec<Check> {
     all.push(Check {
         name: crate::sandbox::policy::SRT_SHARED_TMP.into(),
         ok: !exists,
+        warn: false,
         detail: if exists {
             "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
              anything in it is readable by every job"
@@ -262,46 +279,6 @@ pub fn doctor() -> Vec<Check> {
         fix: exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
     });
     all
-}
-
-/// Whether Nix builds derivations in its own sandbox. Off means a devShell's build runs with
-/// the runner's rights, which is one reason untrusted revisions never build on the host.
-fn nix_sandbox_check() -> Check {
-    let name = "nix build sandbox".to_string();
-    let Ok(nix) = binaries::find(Tool::Nix) else {
-        return Check {
-            name,
-            ok: false,
-            detail: "nix not found".into(),
-            fix: Some("apt-get install nix-bin".into()),
-        };
-    };
-    let out = Command::new(&nix)
-        .args([
-            "--extra-experimental-features",
-            "nix-command",
-            "show-config",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output();
-    let value = out.ok().and_then(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix("sandbox = ").map(|v| v.trim().to_string()))
-    });
-    Check {
-        name,
-        ok: true,
-        detail: match value.as_deref() {
-            Some("true") => "on".into(),
-            Some(v) => {
-                format!("{v}: devShell builds of trusted revisions run with the runner's rights")
-            }
-            None => "unknown".into(),
-        },
-        fix: None,
-    }
 }
 
 /// Paths of the binaries a launch needs, after the checks passed.

@@ -231,7 +231,7 @@ async fn find_ref(
     })
 }
 
-fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+pub(crate) fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
     let mut parts = version
         .split(|c: char| !c.is_ascii_digit())
         .filter(|s| !s.is_empty());

@@ -33,6 +33,7 @@ use crate::git::GitError;
 use crate::git_objects;
 use crate::state::{StateDir, StateError};
 
+pub(crate) use build::version_at_least;
 pub use maintenance::{GcPolicy, GcReport, ListedEntry};
 
 #[derive(Debug, Clone, thiserror::Error)]

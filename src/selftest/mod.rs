@@ -44,6 +44,7 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
     if opts.registries {
         return registries_check(&runtime, &opts.agents);
     }
+    preflight(opts)?;
     devshell_check(ctx)?;
     let mut failures = Vec::new();
     for agent in &opts.agents {
@@ -178,6 +179,24 @@ fn registries_check(
             1,
             format!("the registries check failed for {}", failed.join(", ")),
         ))
+    }
+}
+
+/// Refuses to start, with `doctor`'s message for the first thing to fix, when the host cannot
+/// build the sample's devShell (the Nix setup, the static bash) or run an agent's job: a
+/// failure half-way would say less.
+fn preflight(opts: &SelftestOptions) -> Result<(), Failure> {
+    let mut checks = crate::nix_setup::checks(&crate::nix_setup::Facts::gather());
+    checks.push(crate::nix_setup::bash_static_check());
+    for agent in &opts.agents {
+        checks.extend(crate::preflight::checks_for(*agent, true));
+    }
+    match crate::preflight::refusal(&checks) {
+        Some(why) => Err(Failure::new(
+            3,
+            format!("this host cannot run the selftest: {why}"),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -1,0 +1,502 @@
+//! The Nix setup the runner finds, and what is wrong with it: `doctor` reports it and
+//! `selftest` refuses to start on a failure, instead of failing at its first devShell.
+//!
+//! The setups the runner supports (README, "Supported Nix setups"):
+//! - (a) the runner as root with single-user Nix (a local store): Nix builds as the users of
+//!   `build-users-group`, in its sandbox. What `scripts/setup` makes on Debian and Ubuntu.
+//! - (b) the runner as any user through `nix-daemon` (NixOS, the official multi-user
+//!   installer, Debian's `nix-setup-systemd`): the daemon builds, in its sandbox, as its build
+//!   users; the user must be in the daemon's `allowed-users`.
+//!
+//! Which store a `nix` opens follows Nix's own rule for the default `store = auto`: the local
+//! store when its state directory is writable, else the daemon when its socket exists.
+//! Facts are gathered first ([`Facts::gather`]), then judged by a pure function ([`checks`]).
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::binaries::{self, Tool};
+use crate::preflight::Check;
+
+/// What the checks need to know about the host.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub uid: u32,
+    pub user: String,
+    /// The groups the user is in, by name.
+    pub groups: Vec<String>,
+    /// `nix --version`'s number, or why it could not be had.
+    pub version: Result<String, String>,
+    /// `nix show-config`, as this user's nix sees it (nix.conf, `NIX_CONFIG`).
+    pub config: BTreeMap<String, String>,
+    /// Nix's state directory (`NIX_STATE_DIR`, else `/nix/var/nix`) and whether this user may
+    /// write it (then `store = auto` opens the local store).
+    pub state_dir: PathBuf,
+    pub state_dir_writable: bool,
+    /// The daemon's socket (`NIX_DAEMON_SOCKET_PATH`, else under the state directory).
+    pub socket: PathBuf,
+    pub socket_exists: bool,
+    /// `nix store ping` through the daemon, when the daemon is the store.
+    pub ping: Option<Result<(), String>>,
+    /// The members of the group `build-users-group` names, `None` when it does not exist.
+    pub build_group_members: Option<usize>,
+}
+
+/// Which store this user's `nix` opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    Local,
+    Daemon(PathBuf),
+    /// Neither: no write access to the local store and no daemon socket.
+    Unreachable,
+    /// A store URL the runner does not judge (`ssh://`, a chroot store, ...).
+    Other(String),
+}
+
+impl Facts {
+    pub fn store(&self) -> Store {
+        match self
+            .config
+            .get("store")
+            .map(String::as_str)
+            .unwrap_or("auto")
+        {
+            "auto" | "" if self.state_dir_writable => Store::Local,
+            "auto" | "" if self.socket_exists => Store::Daemon(self.socket.clone()),
+            "auto" | "" => Store::Unreachable,
+            "local" => Store::Local,
+            "daemon" => Store::Daemon(self.socket.clone()),
+            url => match url.strip_prefix("unix://") {
+                Some(path) => Store::Daemon(PathBuf::from(path)),
+                None => Store::Other(url.to_string()),
+            },
+        }
+    }
+
+    /// Asks the host: the `nix` the runner would use, this process's user, the group database.
+    pub fn gather() -> Facts {
+        let uid = rustix::process::geteuid().as_raw();
+        let (user, groups) = user_and_groups(uid);
+        let state_dir = std::env::var_os("NIX_STATE_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/nix/var/nix"));
+        let socket = std::env::var_os("NIX_DAEMON_SOCKET_PATH")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| state_dir.join("daemon-socket/socket"));
+        let mut facts = Facts {
+            uid,
+            user,
+            groups,
+            version: Err("not asked".into()),
+            config: BTreeMap::new(),
+            ping: None,
+            build_group_members: None,
+            state_dir_writable: rustix::fs::access(
+                &state_dir,
+                rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+            )
+            .is_ok(),
+            socket_exists: socket.exists(),
+            state_dir,
+            socket,
+        };
+        let nix = match binaries::find(Tool::Nix) {
+            Ok(nix) => nix,
+            Err(e) => {
+                facts.version = Err(e.to_string());
+                return facts;
+            }
+        };
+        facts.version = nix_output(&nix, &["--version"]).map(|text| {
+            // "nix (Nix) 2.8.0"
+            text.split_whitespace()
+                .last()
+                .unwrap_or_default()
+                .to_string()
+        });
+        if let Ok(text) = nix_output(&nix, &["show-config"]) {
+            facts.config = text
+                .lines()
+                .filter_map(|l| l.split_once(" = "))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .collect();
+        }
+        if matches!(facts.store(), Store::Daemon(_)) {
+            facts.ping = Some(nix_output(&nix, &["store", "ping"]).map(drop));
+        }
+        if let Some(group) = facts
+            .config
+            .get("build-users-group")
+            .filter(|g| !g.is_empty())
+        {
+            facts.build_group_members = group_members(group);
+        }
+        facts
+    }
+}
+
+/// Runs the runner's `nix` with the features the runner enables for its own runs.
+fn nix_output(nix: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(nix)
+        .args(["--extra-experimental-features", "nix-command flakes"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {}: {e}", nix.display()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Nix's last line is its error; earlier lines are warnings.
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        Err(last.trim().trim_start_matches("error: ").to_string())
+    }
+}
+
+/// The checks of the Nix setup, in the order a fix is needed.
+pub fn checks(f: &Facts) -> Vec<Check> {
+    let mut checks = vec![flakes_check(f), store_check(f)];
+    if f.store() == Store::Local && f.uid == 0 {
+        checks.push(build_users_check(f));
+    }
+    checks.push(sandbox_check(f));
+    checks
+}
+
+fn check(name: &str, ok: bool, detail: String, fix: Option<String>) -> Check {
+    Check {
+        name: name.into(),
+        ok,
+        warn: false,
+        detail,
+        fix,
+    }
+}
+
+fn flakes_check(f: &Facts) -> Check {
+    match &f.version {
+        Err(e) => check(
+            "nix flakes",
+            false,
+            format!("nix --version failed: {e}"),
+            Some("apt-get install nix-bin, or set QUEST_RUNNER_NIX".into()),
+        ),
+        Ok(v) if !crate::devshell::version_at_least(v, (2, 4)) => check(
+            "nix flakes",
+            false,
+            format!("Nix {v} has no flakes; the runner builds every devShell from a flake"),
+            Some("install Nix 2.4 or later".into()),
+        ),
+        Ok(v) => check(
+            "nix flakes",
+            true,
+            format!(
+                "Nix {v}; the runner enables nix-command and flakes for its own runs \
+                 (--extra-experimental-features), whatever nix.conf says"
+            ),
+            None,
+        ),
+    }
+}
+
+fn store_check(f: &Facts) -> Check {
+    let name = "nix store";
+    match f.store() {
+        Store::Local if f.uid == 0 => check(
+            name,
+            true,
+            format!(
+                "local store ({} writable), as root: single-user Nix",
+                f.state_dir.display()
+            ),
+            None,
+        ),
+        Store::Local => check(
+            name,
+            true,
+            format!(
+                "local store ({} writable by {}): single-user Nix owned by this user",
+                f.state_dir.display(),
+                f.user
+            ),
+            None,
+        ),
+        Store::Daemon(socket) => match &f.ping {
+            Some(Ok(())) | None => check(
+                name,
+                true,
+                format!(
+                    "nix-daemon at {}, which answers {}",
+                    socket.display(),
+                    f.user
+                ),
+                None,
+            ),
+            Some(Err(e)) if e.contains("cannot connect") || e.contains("Connection refused") => {
+                check(
+                    name,
+                    false,
+                    format!("no nix-daemon answers at {}: {e}", socket.display()),
+                    Some(
+                        "start nix-daemon (systemctl start nix-daemon; NixOS and the official \
+                         multi-user installer run it)"
+                            .into(),
+                    ),
+                )
+            }
+            Some(Err(e)) => check(
+                name,
+                false,
+                format!(
+                    "the nix-daemon at {} refused {}: {e}{}",
+                    socket.display(),
+                    f.user,
+                    allowed_users_note(f)
+                ),
+                Some(format!(
+                    "add {} (or @group) to allowed-users in the daemon's nix.conf \
+                     (NixOS: nix.settings.allowed-users) and restart nix-daemon",
+                    f.user
+                )),
+            ),
+        },
+        Store::Unreachable => check(
+            name,
+            false,
+            format!(
+                "{} (uid {}) cannot write the Nix store ({}) and no nix-daemon socket exists at {}",
+                f.user,
+                f.uid,
+                f.state_dir.display(),
+                f.socket.display()
+            ),
+            Some(
+                "run the runner as root with single-user Nix (scripts/setup), or as this user \
+                 through nix-daemon: NixOS and the official multi-user installer run it; \
+                 Debian and Ubuntu: apt-get install nix-setup-systemd"
+                    .into(),
+            ),
+        ),
+        Store::Other(url) => check(
+            name,
+            true,
+            format!("store = {url} (not checked by the runner)"),
+            None,
+        ),
+    }
+}
+
+/// Why the daemon's `allowed-users` may not name this user, as far as this user's nix.conf
+/// shows it (the daemon may read another).
+fn allowed_users_note(f: &Facts) -> String {
+    let Some(allowed) = f.config.get("allowed-users") else {
+        return String::new();
+    };
+    let names: Vec<&str> = allowed.split_whitespace().collect();
+    let named = names.iter().any(|n| {
+        *n == "*"
+            || *n == f.user
+            || n.strip_prefix('@')
+                .is_some_and(|g| f.groups.iter().any(|m| m == g))
+    });
+    if named {
+        String::new()
+    } else {
+        format!(" (allowed-users = {allowed} does not name {})", f.user)
+    }
+}
+
+fn build_users_check(f: &Facts) -> Check {
+    let name = "nix build users";
+    let group = f
+        .config
+        .get("build-users-group")
+        .cloned()
+        .unwrap_or_default();
+    let fix = || {
+        Some(format!(
+            "scripts/setup makes them; by hand: groupadd --system {group}, then for i in 1..10: \
+             useradd --system --no-create-home --home-dir /var/empty --shell /usr/sbin/nologin \
+             --gid {group} --groups {group} {group}$i"
+        ))
+    };
+    if group.is_empty() {
+        return check(
+            name,
+            true,
+            "none (build-users-group is empty): builds run as root, still in Nix's sandbox".into(),
+            None,
+        );
+    }
+    match f.build_group_members {
+        None => check(
+            name,
+            false,
+            format!(
+                "build-users-group = {group}, but the group {group} does not exist: Nix refuses \
+                 to build as root"
+            ),
+            fix(),
+        ),
+        Some(0) => check(
+            name,
+            false,
+            format!("the group {group} (build-users-group) has no members: Nix cannot build"),
+            fix(),
+        ),
+        Some(n) => check(
+            name,
+            true,
+            format!("{n} users in {group}: builds run as one of them"),
+            None,
+        ),
+    }
+}
+
+fn sandbox_check(f: &Facts) -> Check {
+    let value = f.config.get("sandbox").map(String::as_str);
+    let whose = match f.store() {
+        Store::Daemon(_) => " (as this user's nix.conf says; the daemon's own nix.conf decides)",
+        _ => "",
+    };
+    let mut c = match value {
+        Some("true") => check(
+            "nix build sandbox",
+            true,
+            format!("on{whose}: a trusted revision's builds see nothing of the host"),
+            None,
+        ),
+        Some(v) => check(
+            "nix build sandbox",
+            true,
+            format!(
+                "{v}{whose}: a trusted revision's devShell builds run with the runner's rights \
+                 and see the host's files (evaluation always does)"
+            ),
+            Some("remove `sandbox = false` from nix.conf, or set `sandbox = true`".into()),
+        ),
+        None => check(
+            "nix build sandbox",
+            true,
+            "unknown (nix show-config gave no answer)".into(),
+            None,
+        ),
+    };
+    c.warn = !matches!(value, Some("true") | None);
+    c
+}
+
+/// The static bash the selftest's devShells build with.
+pub fn bash_static_check() -> Check {
+    let name = "bash-static";
+    let fix = Some("apt-get install bash-static, or set QUEST_RUNNER_BASH_STATIC".to_string());
+    match binaries::find(Tool::BashStatic) {
+        Err(e) => check(name, false, e.to_string(), fix),
+        Ok(path) => match crate::selftest::static_bash::is_dynamically_linked(&path) {
+            Ok(false) => check(
+                name,
+                true,
+                format!(
+                    "{} (builds the selftest's devShells in Nix's sandbox)",
+                    path.display()
+                ),
+                None,
+            ),
+            Ok(true) => check(
+                name,
+                false,
+                format!(
+                    "{} is dynamically linked: Nix's sandbox has no library for it",
+                    path.display()
+                ),
+                fix,
+            ),
+            Err(e) => check(name, false, format!("reading {}: {e}", path.display()), fix),
+        },
+    }
+}
+
+/// This user's name and the names of its groups, from the user and group databases
+/// (glibc's `files` backend is built into the static binary). A uid without a name is shown
+/// as its number.
+fn user_and_groups(uid: u32) -> (String, Vec<String>) {
+    let fallback = (uid.to_string(), Vec::new());
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the result points into `pwd` and `buf`.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() {
+        return fallback;
+    }
+    // SAFETY: getpwuid_r succeeded, so pw_name is a NUL-terminated string in `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    let user = name.to_string_lossy().into_owned();
+    let mut gids = vec![0 as libc::gid_t; 256];
+    let mut n = gids.len() as libc::c_int;
+    // SAFETY: `gids` holds `n` entries; getgrouplist writes at most that many.
+    let rc = unsafe { libc::getgrouplist(name.as_ptr(), pwd.pw_gid, gids.as_mut_ptr(), &mut n) };
+    let groups = if rc < 0 {
+        Vec::new()
+    } else {
+        gids[..n as usize]
+            .iter()
+            .filter_map(|gid| group_name(*gid))
+            .collect()
+    };
+    (user, groups)
+}
+
+fn group_name(gid: libc::gid_t) -> Option<String> {
+    with_group(|grp, buf, found| unsafe {
+        // SAFETY: as in `with_group`.
+        libc::getgrgid_r(gid, grp, buf.as_mut_ptr(), buf.len(), found)
+    })
+    .map(|(name, _)| name)
+}
+
+/// The number of members the group `name` lists, `None` when there is no such group.
+fn group_members(name: &str) -> Option<usize> {
+    let cname = CString::new(name).ok()?;
+    with_group(|grp, buf, found| unsafe {
+        // SAFETY: as in `with_group`.
+        libc::getgrnam_r(cname.as_ptr(), grp, buf.as_mut_ptr(), buf.len(), found)
+    })
+    .map(|(_, members)| members)
+}
+
+/// Calls a `getgr*_r` function with valid buffers; returns the group's name and member count.
+fn with_group(
+    call: impl FnOnce(&mut libc::group, &mut Vec<libc::c_char>, &mut *mut libc::group) -> libc::c_int,
+) -> Option<(String, usize)> {
+    let mut buf = vec![0 as libc::c_char; 64 * 1024];
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    if call(&mut grp, &mut buf, &mut found) != 0 || found.is_null() {
+        return None;
+    }
+    // SAFETY: the call succeeded: gr_name is a NUL-terminated string and gr_mem a
+    // NULL-terminated array of them, all inside `buf`.
+    unsafe {
+        let name = std::ffi::CStr::from_ptr(grp.gr_name)
+            .to_string_lossy()
+            .into_owned();
+        let mut members = 0;
+        while !(*grp.gr_mem.add(members)).is_null() {
+            members += 1;
+        }
+        Some((name, members))
+    }
+}
+
+#[cfg(test)]
+#[path = "nix_setup_tests.rs"]
+mod tests;
