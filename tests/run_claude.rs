@@ -55,7 +55,7 @@ fn job_file(dir: &Path, job: serde_json::Value) -> PathBuf {
 async fn refusals_name_their_reason() {
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "x")]);
-    let server = ModelServer::start_isolated(vec![]).expect("model server");
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     let repo_path = repo.src().to_string_lossy().into_owned();
@@ -295,7 +295,7 @@ async fn claude_job_uses_the_devshell_and_commits() {
         // A copy, as repositories keep one for each agent: sent once.
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
-    let server = ModelServer::start_isolated(vec![Step::bash(
+    let server = ModelServer::start_isolated_if_root(vec![Step::bash(
         "echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
@@ -473,7 +473,7 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     const FIVE_S: std::time::Duration = std::time::Duration::from_secs(5);
-    let server = ModelServer::start_isolated(vec![]).expect("model server");
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     let run = |job: serde_json::Value| {

@@ -77,7 +77,7 @@ async fn opencode_job_uses_the_devshell_and_commits() {
         // A copy, as repositories keep one for each agent: sent once.
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
-    let server = ModelServer::start_isolated(vec![Step::bash(
+    let server = ModelServer::start_isolated_if_root(vec![Step::bash(
         "echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )])
     .expect("model server");

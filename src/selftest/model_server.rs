@@ -166,6 +166,17 @@ impl ModelServer {
         Self::serve(script, listener, Some(netns))
     }
 
+    /// [`Self::start_isolated`] when this process may make a network namespace (root), else
+    /// [`Self::start`]: an unprivileged runner's selftest and tests (the README's setup with
+    /// nix-daemon) get the caller's loopback, and [`Self::confined_processes`] sees nothing.
+    pub fn start_isolated_if_root(script: Vec<Step>) -> io::Result<ModelServer> {
+        if rustix::process::geteuid().is_root() {
+            Self::start_isolated(script)
+        } else {
+            Self::start(script)
+        }
+    }
+
     fn serve(
         script: Vec<Step>,
         listener: std::net::TcpListener,

@@ -133,22 +133,14 @@ fn agent_binary(agent: AgentKind) -> Option<PathBuf> {
     .ok()
 }
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 /// Runs the suite once.
 pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let started = Instant::now();
     let world = World::new(cfg.agent)?;
     // Loopback only, in a namespace of its own when we may create one: the agents' own
     // vendor traffic then fails at once instead of leaving the machine.
-    let server = if is_root() {
-        ModelServer::start_isolated(Vec::new())
-    } else {
-        ModelServer::start(Vec::new())
-    }
-    .map_err(|e| format!("starting the scripted model: {e}"))?;
+    let server = ModelServer::start_isolated_if_root(Vec::new())
+        .map_err(|e| format!("starting the scripted model: {e}"))?;
     // Trusted runs: a registry the commands reach as they would npm's, through the runner's
     // proxy (the policy hook below lists it as a registry: reads only).
     let registry = match cfg.trust {
@@ -773,11 +765,7 @@ async fn project_config_control(world: &World, t: &Targets, agent: AgentKind) ->
             detail: "agent binary not found".into(),
         };
     };
-    let server = match if is_root() {
-        ModelServer::start_isolated(Vec::new())
-    } else {
-        ModelServer::start(Vec::new())
-    } {
+    let server = match ModelServer::start_isolated_if_root(Vec::new()) {
         Ok(s) => s,
         Err(e) => {
             return ControlReport {
