@@ -37,7 +37,8 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// The static bash every fixture flake builds with (see `quest_runner::selftest::static_bash`),
-/// one copy per bash binary under Cargo's `target/tmp`: shared by the tests of a checkout and
+/// one copy per bash binary under Cargo's `target/tmp` (or `QUEST_RUNNER_TEST_SCRATCH`, for a
+/// user who may not write there: scripts/test-daemon): shared by the tests of a checkout and
 /// named by the binary's hash, so a run against another bash (the Debian 13 rootfs's) never
 /// swaps the file under a running test.
 pub fn fixture_bash() -> &'static BuilderInput {
@@ -47,8 +48,10 @@ pub fn fixture_bash() -> &'static BuilderInput {
         let bash = quest_runner::binaries::find(quest_runner::binaries::Tool::BashStatic)
             .expect("a static bash (apt-get install bash-static, or QUEST_RUNNER_BASH_STATIC)");
         let digest = sha2::Sha256::digest(std::fs::read(&bash).unwrap());
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("static-bash-{}", &hex::encode(digest)[..16]));
+        let scratch = std::env::var_os("QUEST_RUNNER_TEST_SCRATCH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+        let dir = scratch.join(format!("static-bash-{}", &hex::encode(digest)[..16]));
         BuilderInput::install_from(&bash, &dir).unwrap()
     })
 }
@@ -453,7 +456,7 @@ impl Hanging {
         let token = unique_token();
         let repo = Repo::new();
         let rev = repo.commit(&[("README.md", "x")]);
-        let server = ModelServer::start_isolated(vec![Step::bash(format!(
+        let server = ModelServer::start_isolated_if_root(vec![Step::bash(format!(
             "(exec -a hang-{token} tail -f /dev/null)"
         ))])
         .expect("model server");
