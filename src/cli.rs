@@ -247,7 +247,7 @@ pub fn main() -> ExitCode {
         }) = EnvOnlyCli::try_parse_from(&args)
         {
             init_logging(globals.log_format);
-            return exit(context(&globals).and_then(|ctx| env(&ctx, env_args)));
+            return exit(context(&globals, true).and_then(|ctx| env(&ctx, env_args)));
         }
     }
     let cli = Cli::parse_from(args);
@@ -319,12 +319,17 @@ pub struct Context {
     pub config_path: PathBuf,
 }
 
-fn context(cli: &Globals) -> Result<Context, Failure> {
+/// With `check_owner`, a state directory of another user is refused (see
+/// [`StateDir::check_owner`]).
+fn context(cli: &Globals, check_owner: bool) -> Result<Context, Failure> {
     let root = match &cli.state_dir {
         Some(dir) => dir.clone(),
         None => StateDir::default_path().map_err(|e| Failure::new(3, e))?,
     };
     let state = StateDir::at(root);
+    if check_owner {
+        state.check_owner().map_err(|e| Failure::new(3, e))?;
+    }
     let (config_path, required) = match &cli.config {
         Some(path) => (path.clone(), true),
         None => (state.config_file(), false),
@@ -344,7 +349,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         // Deployment files need neither the state directory nor the configuration.
         Command::SystemdUnit(args) => return crate::deploy::systemd_unit_command(args),
         Command::ApparmorProfile => return crate::deploy::apparmor_profile_command(),
-        _ => context(&cli.globals)?,
+        // `doctor` reports the state directory's owner among its checks.
+        _ => context(&cli.globals, !matches!(cli.command, Command::Doctor))?,
     };
     match cli.command {
         Command::Env(args) => env(&ctx, args),
@@ -509,6 +515,19 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
 fn doctor(ctx: &Context) -> Result<(), Failure> {
     let mut checks = crate::preflight::doctor();
     checks.push(disk_check(ctx));
+    checks.push(crate::preflight::Check {
+        name: "state directory".into(),
+        ok: ctx.state.check_owner().is_ok(),
+        warn: false,
+        detail: match ctx.state.check_owner() {
+            Ok(()) => format!(
+                "{} (this user's, or made on first use)",
+                ctx.state.root().display()
+            ),
+            Err(e) => e.to_string(),
+        },
+        fix: None,
+    });
     let mut failed = 0;
     for c in &checks {
         let mark = match (c.ok, c.warn) {
@@ -536,6 +555,7 @@ fn disk_check(ctx: &Context) -> crate::preflight::Check {
     crate::preflight::Check {
         name: "disk limits".into(),
         ok: room.is_ok(),
+        warn: false,
         detail: match &room {
             Ok(()) => runner.disk.summary(),
             Err(why) => why.clone(),

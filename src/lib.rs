@@ -30,4 +30,5 @@ pub mod selftest;
 pub mod serve;
 pub mod state;
 pub mod store_path;
+pub mod users;
 pub mod workspace;

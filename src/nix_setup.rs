@@ -13,7 +13,6 @@
 //! Facts are gathered first ([`Facts::gather`]), then judged by a pure function ([`checks`]).
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -34,6 +33,7 @@ pub struct Facts {
     /// Nix's state directory (`NIX_STATE_DIR`, else `/nix/var/nix`) and whether this user may
     /// write it (then `store = auto` opens the local store).
     pub state_dir: PathBuf,
+    pub state_dir_exists: bool,
     pub state_dir_writable: bool,
     /// The daemon's socket (`NIX_DAEMON_SOCKET_PATH`, else under the state directory).
     pub socket: PathBuf,
@@ -51,20 +51,25 @@ pub enum Store {
     Daemon(PathBuf),
     /// Neither: no write access to the local store and no daemon socket.
     Unreachable,
+    /// No `/nix` at all for a user who is not root: Nix would make a store under
+    /// `~/.local/share/nix/root`, whose paths are not under `/nix/store` where a job's sandbox
+    /// looks for them.
+    Chroot,
     /// A store URL the runner does not judge (`ssh://`, a chroot store, ...).
     Other(String),
 }
 
 impl Facts {
     pub fn store(&self) -> Store {
-        match self
-            .config
-            .get("store")
-            .map(String::as_str)
-            .unwrap_or("auto")
-        {
+        // Nix's own order for `auto`: a writable state directory, then the daemon's socket,
+        // then (Linux, not root, no state directory) a chroot store, else the local store,
+        // which only root can create.
+        let url = self.config.get("store").map(String::as_str);
+        match url.unwrap_or("auto") {
             "auto" | "" if self.state_dir_writable => Store::Local,
             "auto" | "" if self.socket_exists => Store::Daemon(self.socket.clone()),
+            "auto" | "" if self.uid != 0 && !self.state_dir_exists => Store::Chroot,
+            "auto" | "" if self.uid == 0 => Store::Local,
             "auto" | "" => Store::Unreachable,
             "local" => Store::Local,
             "daemon" => Store::Daemon(self.socket.clone()),
@@ -78,7 +83,7 @@ impl Facts {
     /// Asks the host: the `nix` the runner would use, this process's user, the group database.
     pub fn gather() -> Facts {
         let uid = rustix::process::geteuid().as_raw();
-        let (user, groups) = user_and_groups(uid);
+        let (user, groups) = crate::users::user_and_groups(uid);
         let state_dir = std::env::var_os("NIX_STATE_DIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -101,6 +106,7 @@ impl Facts {
             )
             .is_ok(),
             socket_exists: socket.exists(),
+            state_dir_exists: state_dir.exists(),
             state_dir,
             socket,
         };
@@ -133,7 +139,7 @@ impl Facts {
             .get("build-users-group")
             .filter(|g| !g.is_empty())
         {
-            facts.build_group_members = group_members(group);
+            facts.build_group_members = crate::users::group_members(group);
         }
         facts
     }
@@ -214,7 +220,7 @@ fn store_check(f: &Facts) -> Check {
             name,
             true,
             format!(
-                "local store ({} writable), as root: single-user Nix",
+                "local store ({}), as root: single-user Nix",
                 f.state_dir.display()
             ),
             None,
@@ -278,12 +284,19 @@ fn store_check(f: &Facts) -> Check {
                 f.state_dir.display(),
                 f.socket.display()
             ),
-            Some(
-                "run the runner as root with single-user Nix (scripts/setup), or as this user \
-                 through nix-daemon: NixOS and the official multi-user installer run it; \
-                 Debian and Ubuntu: apt-get install nix-setup-systemd"
-                    .into(),
+            no_store_fix(),
+        ),
+        Store::Chroot => check(
+            name,
+            false,
+            format!(
+                "no {} and no nix-daemon: Nix would keep {}'s store under \
+                 ~/.local/share/nix/root, where a job's sandbox (which reads /nix/store) cannot \
+                 see it",
+                f.state_dir.display(),
+                f.user
             ),
+            no_store_fix(),
         ),
         Store::Other(url) => check(
             name,
@@ -292,6 +305,16 @@ fn store_check(f: &Facts) -> Check {
             None,
         ),
     }
+}
+
+/// For a user whose `nix` has no store the runner can use: the two supported setups.
+fn no_store_fix() -> Option<String> {
+    Some(
+        "run the runner as root with single-user Nix (scripts/setup), or as this user through \
+         nix-daemon: NixOS and the official multi-user installer run it; Debian and Ubuntu: \
+         apt-get install nix-setup-systemd"
+            .into(),
+    )
 }
 
 /// Why the daemon's `allowed-users` may not name this user, as far as this user's nix.conf
@@ -421,79 +444,6 @@ pub fn bash_static_check() -> Check {
             ),
             Err(e) => check(name, false, format!("reading {}: {e}", path.display()), fix),
         },
-    }
-}
-
-/// This user's name and the names of its groups, from the user and group databases
-/// (glibc's `files` backend is built into the static binary). A uid without a name is shown
-/// as its number.
-fn user_and_groups(uid: u32) -> (String, Vec<String>) {
-    let fallback = (uid.to_string(), Vec::new());
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; the result points into `pwd` and `buf`.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() {
-        return fallback;
-    }
-    // SAFETY: getpwuid_r succeeded, so pw_name is a NUL-terminated string in `buf`.
-    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-    let user = name.to_string_lossy().into_owned();
-    let mut gids = vec![0 as libc::gid_t; 256];
-    let mut n = gids.len() as libc::c_int;
-    // SAFETY: `gids` holds `n` entries; getgrouplist writes at most that many.
-    let rc = unsafe { libc::getgrouplist(name.as_ptr(), pwd.pw_gid, gids.as_mut_ptr(), &mut n) };
-    let groups = if rc < 0 {
-        Vec::new()
-    } else {
-        gids[..n as usize]
-            .iter()
-            .filter_map(|gid| group_name(*gid))
-            .collect()
-    };
-    (user, groups)
-}
-
-fn group_name(gid: libc::gid_t) -> Option<String> {
-    with_group(|grp, buf, found| unsafe {
-        // SAFETY: as in `with_group`.
-        libc::getgrgid_r(gid, grp, buf.as_mut_ptr(), buf.len(), found)
-    })
-    .map(|(name, _)| name)
-}
-
-/// The number of members the group `name` lists, `None` when there is no such group.
-fn group_members(name: &str) -> Option<usize> {
-    let cname = CString::new(name).ok()?;
-    with_group(|grp, buf, found| unsafe {
-        // SAFETY: as in `with_group`.
-        libc::getgrnam_r(cname.as_ptr(), grp, buf.as_mut_ptr(), buf.len(), found)
-    })
-    .map(|(_, members)| members)
-}
-
-/// Calls a `getgr*_r` function with valid buffers; returns the group's name and member count.
-fn with_group(
-    call: impl FnOnce(&mut libc::group, &mut Vec<libc::c_char>, &mut *mut libc::group) -> libc::c_int,
-) -> Option<(String, usize)> {
-    let mut buf = vec![0 as libc::c_char; 64 * 1024];
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::group = std::ptr::null_mut();
-    if call(&mut grp, &mut buf, &mut found) != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: the call succeeded: gr_name is a NUL-terminated string and gr_mem a
-    // NULL-terminated array of them, all inside `buf`.
-    unsafe {
-        let name = std::ffi::CStr::from_ptr(grp.gr_name)
-            .to_string_lossy()
-            .into_owned();
-        let mut members = 0;
-        while !(*grp.gr_mem.add(members)).is_null() {
-            members += 1;
-        }
-        Some((name, members))
     }
 }
 

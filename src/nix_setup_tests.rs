@@ -15,6 +15,7 @@ fn facts(uid: u32, config: &[(&str, &str)]) -> Facts {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         state_dir: "/nix/var/nix".into(),
+        state_dir_exists: true,
         state_dir_writable: uid == 0,
         socket: "/nix/var/nix/daemon-socket/socket".into(),
         socket_exists: false,
@@ -84,6 +85,31 @@ fn a_user_without_store_access_or_daemon_is_told_both_ways_out() {
     );
     let fix = c.fix.unwrap();
     assert!(fix.contains("root") && fix.contains("nix-daemon"), "{fix}");
+}
+
+#[test]
+fn root_opens_the_local_store_before_nix_made_it() {
+    // A fresh nix-bin: /nix/var/nix appears on root's first nix run.
+    let mut f = facts(0, STOCK);
+    f.state_dir_exists = false;
+    f.state_dir_writable = false;
+    assert_eq!(f.store(), Store::Local);
+    assert!(checks(&f).iter().all(|c| c.ok), "{:?}", checks(&f));
+}
+
+#[test]
+fn a_user_without_nix_dirs_would_get_a_chroot_store_the_sandbox_cannot_see() {
+    let mut f = facts(1000, STOCK);
+    f.state_dir_exists = false;
+    assert_eq!(f.store(), Store::Chroot);
+    let c = named(&checks(&f), "nix store").clone();
+    assert!(
+        !c.ok && c.detail.contains("~/.local/share/nix/root"),
+        "{c:?}"
+    );
+    // A daemon's socket wins, as in Nix.
+    f.socket_exists = true;
+    assert_eq!(f.store(), Store::Daemon(f.socket.clone()));
 }
 
 #[test]

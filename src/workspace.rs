@@ -482,6 +482,8 @@ pub(crate) fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceErr
 pub async fn ensure_bare_clone(state: &StateDir, job: &Job) -> Result<PathBuf, WorkspaceError> {
     state.ensure_dir(Path::new("repos"))?;
     let path = bare_clone_path(state, &job.repo);
+    state.check_ours(&path)?;
+    state.check_ours(&bare_lock_path(&path))?;
     fetch(&path, job).await?;
     Ok(path)
 }

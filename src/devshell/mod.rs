@@ -60,20 +60,27 @@ pub enum DevShellError {
     Git(Arc<GitError>),
     #[error("{0}")]
     State(Arc<StateError>),
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path}: {source}{owner}")]
     Io {
         action: &'static str,
         path: PathBuf,
         source: Arc<std::io::Error>,
+        /// Who owns the path, when another user does and that is why access was denied.
+        owner: String,
     },
 }
 
 impl DevShellError {
     pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        let owner = match source.kind() {
+            std::io::ErrorKind::PermissionDenied => crate::state::foreign_owner_note(path),
+            _ => String::new(),
+        };
         DevShellError::Io {
             action,
             path: path.to_path_buf(),
             source: Arc::new(source),
+            owner,
         }
     }
 
