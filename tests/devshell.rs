@@ -505,6 +505,46 @@ fn cache_ls_and_gc_remove_entries_with_their_roots() {
     runner.assert_nothing_cached();
 }
 
+/// The cache's root keeps the devShell's store path alive, for root's own store and for a
+/// user of nix-daemon (an indirect root the daemon records; scripts/test-daemon runs this as
+/// such a user): Nix refuses to delete it until `cache gc` removes the root.
+#[test]
+fn the_cache_root_keeps_the_devshell_from_nix_gc() {
+    let repo = Repo::new();
+    // A store path of this test alone, so no other root keeps it.
+    let rev = repo.commit(&[("flake.nix", &flake(&format!("T = \"{}\";", unique_token())))]);
+    let runner = Runner::new();
+    let shell = runner.env_json(&repo.bare(), &rev, &[]);
+    let path = as_str(&shell, "store_path");
+    let delete = || {
+        Command::new(real_nix().with_file_name("nix-store"))
+            .args(["--delete", &path])
+            .output()
+            .unwrap()
+    };
+    let out = delete();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("still alive"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(Path::new(&path).exists());
+
+    let gc = runner
+        .command()
+        .args(["cache", "gc", "--older-than", "0s"])
+        .output()
+        .unwrap();
+    assert!(gc.status.success());
+    let out = delete();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!Path::new(&path).exists(), "deleted once unrooted");
+}
+
 fn nix_minor_version() -> (u32, u32) {
     let out = Command::new(real_nix()).arg("--version").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
