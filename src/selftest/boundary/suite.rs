@@ -133,6 +133,10 @@ fn agent_binary(agent: AgentKind) -> Option<PathBuf> {
     .ok()
 }
 
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// Runs the suite once.
 pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let started = Instant::now();
