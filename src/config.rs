@@ -29,6 +29,43 @@ pub struct Config {
     /// not change them.
     #[serde(skip_serializing_if = "LimitsConfig::is_empty")]
     pub limits: LimitsConfig,
+    /// Where `serve`, `submit` and the other queue commands find the jobs: the state
+    /// directory's own queue when absent, else a PostgreSQL database that runners on many
+    /// hosts share. Read at start: SIGHUP does not change it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueConfig>,
+}
+
+/// The shared job queue (`queue` in the config): a PostgreSQL database.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// A libpq connection string (`host=db.example.org dbname=quest user=runner`), a
+    /// `postgresql://` URL, or the path of the server's socket directory or socket
+    /// (`/run/postgresql`). Never a password: that is `password_file`'s.
+    pub postgres: String,
+    /// A file holding the database password, read at each connection (so a rotated password
+    /// needs no restart). Jobs' commands are denied it, as account files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// How long a claimed job stays this runner's without a renewal (renewed every third of
+    /// it): a runner that dies loses its jobs to the others this long after its last renewal.
+    /// Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+}
+
+impl QueueConfig {
+    /// The default of `lease`.
+    pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// `lease`, parsed (checked when the config was loaded).
+    pub fn lease(&self) -> std::time::Duration {
+        self.lease
+            .as_deref()
+            .and_then(|l| humantime::parse_duration(l).ok())
+            .unwrap_or(Self::DEFAULT_LEASE)
+    }
 }
 
 /// Per-job limits: cgroup v2 where the runner's cgroup is delegated, rlimits or nothing
@@ -101,6 +138,7 @@ impl Default for Config {
             default_timeout: "1h".to_string(),
             concurrency_setting: None,
             limits: LimitsConfig::default(),
+            queue: None,
         }
     }
 }
@@ -267,6 +305,9 @@ impl Config {
         if let Some(cpus) = config.limits.cpus {
             crate::serve::limits::parse_cpus(&cpus.to_string())
                 .map_err(|m| field("limits.cpus", m))?;
+        }
+        if let Some(queue) = &config.queue {
+            crate::serve::pg::target::check(queue).map_err(|m| field("queue", m))?;
         }
         for (name, account) in &config.accounts {
             let secrets = match account {

@@ -508,11 +508,17 @@ impl Runner {
         )
     }
 
-    /// Every account's secret files and the config file: a job must read none of them,
-    /// wherever the operator keeps them.
+    /// Every account's secret files, the queue database's password file and the config
+    /// file: a job must read none of them, wherever the operator keeps them.
     fn private_files(&self) -> Vec<PathBuf> {
         use crate::config::Account;
         let mut files: Vec<PathBuf> = self.config_file.iter().cloned().collect();
+        files.extend(
+            self.config
+                .queue
+                .as_ref()
+                .and_then(|q| q.password_file.clone()),
+        );
         for account in self.config.accounts.values() {
             match account {
                 Account::Claude(a) => files.extend(

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::limits::Limits;
-use super::queue::{CancelOutcome, FsQueue, JobState, QueueError};
+use super::pg::{self, PgError};
+use super::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
 use super::ServeOptions;
 use crate::cli::{Context, Failure};
 use crate::job::JobSpec;
@@ -106,15 +107,65 @@ fn failure(e: QueueError) -> Failure {
     Failure::new(if e.is_bad_input() { 2 } else { 3 }, e)
 }
 
+fn pg_failure(e: PgError) -> Failure {
+    Failure::new(if e.is_bad_input() { 2 } else { 3 }, e)
+}
+
+fn default_timeout(ctx: &Context) -> Result<Duration, Failure> {
+    humantime::parse_duration(&ctx.config.default_timeout)
+        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))
+}
+
 fn open(ctx: &Context) -> Result<FsQueue, Failure> {
-    let timeout = humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))?;
-    FsQueue::open(&ctx.state, timeout).map_err(failure)
+    FsQueue::open(&ctx.state, default_timeout(ctx)?).map_err(failure)
+}
+
+/// Where the queue commands find the jobs: the config's `queue`.
+enum Queue {
+    Dir(FsQueue),
+    Pg(Box<PgCli>),
+}
+
+impl Queue {
+    fn open(ctx: &Context) -> Result<Queue, Failure> {
+        let Some(queue) = &ctx.config.queue else {
+            return open(ctx).map(Queue::Dir);
+        };
+        // Checked when the config was loaded.
+        let target = pg::target::PgTarget::from_config(queue)
+            .map_err(|e| Failure::new(2, format!("config queue: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+        Ok(Queue::Pg(Box::new(PgCli { target, runtime })))
+    }
+}
+
+/// A queue command's way to the PostgreSQL queue.
+struct PgCli {
+    target: pg::target::PgTarget,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl PgCli {
+    /// Runs `f` on a connection (the schema brought up to date first).
+    fn run<T, F, Fut>(&self, f: F) -> Result<T, Failure>
+    where
+        F: FnOnce(tokio_postgres::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, PgError>>,
+    {
+        self.runtime
+            .block_on(async {
+                let client = pg::admin::connect(&self.target).await?;
+                f(client).await
+            })
+            .map_err(pg_failure)
+    }
 }
 
 /// `quest-runner serve`. `config_flag` is `--config`, for SIGHUP to reload the same file.
 pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Result<(), Failure> {
-    let queue = Arc::new(open(&ctx)?);
     let (config_path, config_required) = match config_flag {
         Some(path) => (path, true),
         None => (ctx.state.config_file(), false),
@@ -163,12 +214,41 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         Some(DiskLimit::Bytes(b)) => runner.disk.limit = Some(b),
         None => {}
     }
-    let reload_queue = queue.clone();
-    let served = runtime.block_on(super::serve(queue, runner, options, move |config| {
-        if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
-            reload_queue.set_default_timeout(t);
+    let served = match ctx.config.queue.clone() {
+        None => {
+            let queue = Arc::new(open(&ctx)?);
+            let reload_queue = queue.clone();
+            runtime.block_on(super::serve(queue, runner, options, move |config| {
+                if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
+                    reload_queue.set_default_timeout(t);
+                }
+            }))
         }
-    }));
+        Some(settings) => {
+            let target = pg::target::PgTarget::from_config(&settings)
+                .map_err(|e| Failure::new(2, format!("config queue: {e}")))?;
+            let timeout = default_timeout(&ctx)?;
+            runtime.block_on(async {
+                let queue =
+                    pg::PgQueue::open(target, &ctx.state, &ctx.config, settings.lease(), timeout)
+                        .await
+                        .map_err(pg_failure)?;
+                let queue = Arc::new(queue);
+                let reload_queue = queue.clone();
+                let served = super::serve(queue.clone(), runner, options, move |config| {
+                    if config.queue.as_ref() != Some(&settings) {
+                        tracing::warn!(
+                            "SIGHUP: the queue setting changed; it applies at the next start"
+                        );
+                    }
+                    reload_queue.reloaded(config);
+                })
+                .await;
+                queue.close().await;
+                Ok::<_, Failure>(served)
+            })?
+        }
+    };
     runtime.shutdown_timeout(Duration::from_millis(500));
     served.map_err(|e| Failure::new(1, e))
 }
@@ -184,15 +264,24 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
     } else {
         JobSpec::from_file(&args.job).map_err(bad)?
     };
-    let queue = open(&ctx)?;
-    let job = queue.submit(spec, &ctx.config).map_err(failure)?;
+    let job = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => queue.submit(spec, &ctx.config).map_err(failure)?,
+        Queue::Pg(db) => {
+            let timeout = default_timeout(&ctx)?;
+            let config = &ctx.config;
+            db.run(|client| async move { pg::admin::submit(&client, spec, config, timeout).await })?
+        }
+    };
     crate::cli::out(job.id)?;
     Ok(())
 }
 
 /// `quest-runner jobs [--json]`.
 pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
-    let listed = open(&ctx)?.list();
+    let listed: Vec<Listed> = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => queue.list(),
+        Queue::Pg(db) => db.run(|client| async move { pg::admin::list(&client).await })?,
+    };
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         writeln!(
@@ -223,12 +312,21 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
 
 /// `quest-runner show ID`: the job's queue entry (job, attempts, result) and its state.
 pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
-    let queue = open(&ctx)?;
-    let (state, entry) = queue.show(&args.id).map_err(failure)?;
-    let mut value = serde_json::to_value(&entry).unwrap_or_default();
-    value["id"] = args.id.clone().into();
-    value["state"] = state.name().into();
-    value["dir"] = queue.job_dir(&args.id).display().to_string().into();
+    let value = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => {
+            let (state, entry) = queue.show(&args.id).map_err(failure)?;
+            let mut value = serde_json::to_value(&entry).unwrap_or_default();
+            value["id"] = args.id.clone().into();
+            value["state"] = state.name().into();
+            value["dir"] = queue.job_dir(&args.id).display().to_string().into();
+            value
+        }
+        Queue::Pg(db) => {
+            crate::job::check_id(&args.id).map_err(|e| Failure::new(2, e))?;
+            let id = &args.id;
+            db.run(|client| async move { pg::admin::show(&client, id).await })?
+        }
+    };
     crate::cli::out(format_args!(
         "{}",
         serde_json::to_string_pretty(&value).unwrap_or_default()
@@ -239,7 +337,21 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 /// `quest-runner logs ID [--follow] [--transcript]`.
 pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
     crate::job::check_id(&args.id).map_err(|e| Failure::new(2, e))?;
-    let queue = open(&ctx)?;
+    let queue = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => queue,
+        Queue::Pg(db) => {
+            let stream = if args.transcript {
+                pg::logship::Stream::Transcript
+            } else {
+                pg::logship::Stream::Agent
+            };
+            let (id, follow) = (&args.id, args.follow);
+            return db.run(|client| async move {
+                let mut out = std::io::stdout().lock();
+                pg::admin::logs(&client, id, stream, follow, &mut out).await
+            });
+        }
+    };
     let Some(mut state) = queue.find_state(&args.id) else {
         return Err(failure(QueueError::NotFound(args.id)));
     };
@@ -288,7 +400,14 @@ fn copy_from(path: &Path, offset: u64, out: &mut impl Write) -> std::io::Result<
 
 /// `quest-runner cancel ID`.
 pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
-    match open(&ctx)?.cancel(&args.id).map_err(failure)? {
+    let outcome = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => queue.cancel(&args.id).map_err(failure)?,
+        Queue::Pg(db) => {
+            let id = &args.id;
+            db.run(|client| async move { pg::admin::cancel(&client, id).await })?
+        }
+    };
+    match outcome {
         CancelOutcome::Dequeued => crate::cli::out(format_args!("{}: cancelled", args.id))?,
         CancelOutcome::Requested => crate::cli::out(format_args!(
             "{}: cancel requested; its runner stops it",
@@ -300,7 +419,20 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 
 /// `quest-runner gc --older-than D`: prints the removed jobs' ids as JSON.
 pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
-    let removed = open(&ctx)?.gc(args.older_than).map_err(failure)?;
+    let removed = match Queue::open(&ctx)? {
+        Queue::Dir(queue) => queue.gc(args.older_than).map_err(failure)?,
+        Queue::Pg(db) => {
+            let older_than = args.older_than;
+            let removed =
+                db.run(|client| async move { pg::admin::gc(&client, older_than).await })?;
+            // This host's files of them, if it is a runner's (the others' runners remove
+            // theirs when they next look).
+            for id in &removed {
+                pg::remove_local(&ctx.state, id);
+            }
+            removed
+        }
+    };
     crate::cli::out(format_args!(
         "{}",
         serde_json::json!({ "removed": removed })

@@ -19,6 +19,7 @@ pub mod cgroup;
 pub mod commands;
 pub mod limits;
 pub mod notify;
+pub mod pg;
 pub mod procs;
 pub mod queue;
 pub mod source;
@@ -202,6 +203,7 @@ pub async fn serve<S: JobSource>(
                 }
             }
             _ = tokio::time::sleep(options.poll), if stopping.is_none() => {}
+            () = source.changed(), if stopping.is_none() => {}
             _ = tokio::time::sleep_until(deadline), if stopping.is_some() => {
                 tracing::error!(left = tasks.len(),
                     "jobs did not stop in time; exiting anyway (the next start recovers them)");

@@ -107,6 +107,9 @@ pub struct Attempt {
     pub started_at: String,
     /// The serve process that ran it: a crash report names it.
     pub runner_pid: u32,
+    /// The host it ran on (the PostgreSQL queue's runners are on many).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,6 +402,7 @@ impl FsQueue {
                         number: attempt,
                         started_at: now_rfc3339(),
                         runner_pid: std::process::id(),
+                        host: None,
                         ended_at: None,
                         outcome: None,
                         reason: None,

@@ -3,7 +3,8 @@
 //! Execution (the serve loop, [`crate::run::Runner`]) only ever talks to a [`JobSource`]; the
 //! on-disk queue ([`super::queue::FsQueue`]) is the first implementation. Another intake — a
 //! forge's job API, say — implements the same five calls and needs no change to execution
-//! ([`JobSource::hold_idle`] has a default).
+//! ([`JobSource::hold_idle`] and [`JobSource::changed`] have defaults). The PostgreSQL queue
+//! ([`super::pg::PgQueue`]) is the second.
 //!
 //! The contract, which the serve loop relies on:
 //! - [`JobSource::claim`] hands a job to exactly one runner process, even when several poll
@@ -80,6 +81,13 @@ pub trait JobSource: Send + Sync + 'static {
         &self,
         max_attempts: u32,
     ) -> impl Future<Output = Result<Recovered, Self::Error>> + Send;
+
+    /// Resolves when the source may have something new for this runner — a job queued, a
+    /// cancel asked for — so that the serve loop need not wait for its next poll. The default
+    /// never resolves: the loop polls.
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 
     /// If no runner runs job `id` now, a guard that keeps every runner from starting it
     /// until the guard is dropped; `None` if one runs it. On start, `serve` removes what a
