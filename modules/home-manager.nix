@@ -5,8 +5,8 @@
 #
 # The configuration is a file of the user's (xdg.configFile), at a path that does not change:
 # a settings change then reloads the runner (SIGHUP) and its running jobs go on, where a new
-# path in the unit would restart it and kill them. Only `settings.limits`, read at start,
-# restart it.
+# path in the unit would restart it and kill them. Only `settings.limits` and the queue, read
+# at start, restart it.
 {
   config,
   lib,
@@ -36,13 +36,13 @@ let
 
   # launchd has no reload: after home-manager links a changed config, signal the agent as
   # systemd's ExecReload would — unless its plist changed too (home-manager has restarted it
-  # with the new config already), or the limits did (read at start: restart it).
+  # with the new config already), or the limits or the queue did (read at start: restart it).
   reloadOnDarwin = ''
     service="gui/$(id -u)/${label}"
     if /bin/launchctl print "$service" >/dev/null 2>&1; then
       old="''${oldGenPath:-}/home-files/${config.xdg.configFile.${configName}.target}"
       plist="LaunchAgents/${label}.plist"
-      limits() { ${lib.getExe pkgs.jq} -S '.limits // {}' "$1"; }
+      limits() { ${lib.getExe pkgs.jq} -S '{limits: (.limits // {}), queue: .queue}' "$1"; }
       if [ -n "''${oldGenPath:-}" ] && ! cmp -s "$oldGenPath/$plist" "$newGenPath/$plist"; then
         :
       elif [ -e "$old" ] && [ "$(limits "$old")" != "$(limits ${configFile})" ]; then

@@ -21,6 +21,8 @@ let
   # StateDirectory= takes a name below /var/lib; the state directory option is a full path.
   stateDirName = lib.removePrefix "/var/lib/" cfg.stateDir;
 
+  createLocally = cfg.queue.postgresql.enable && cfg.queue.postgresql.createLocally;
+
   # The unit's settings as they end up, defaults and overrides merged.
   service = config.systemd.services.quest-runner.serviceConfig;
   enabled = v: v != false && v != "no";
@@ -91,11 +93,12 @@ in
   imports = shared.imports;
 
   options.services.quest-runner =
-    shared.options {
-      defaultStateDir = "/var/lib/quest-runner";
-      where = "system service";
-    }
-    // {
+    lib.recursiveUpdate
+      (shared.options {
+        defaultStateDir = "/var/lib/quest-runner";
+        where = "system service";
+      })
+      {
       user = mkOption {
         type = types.str;
         default = "quest-runner";
@@ -121,6 +124,18 @@ in
           systemd [Service] settings merged over the defaults from
           nix/service-hardening.json. Read the reason given there before relaxing or
           tightening one: several defaults exist because bwrap needs them.
+        '';
+      };
+
+      queue.postgresql.createLocally = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Run the queue's database on this host: services.postgresql with a database and a
+          role named after the service's user (ensureDatabases, ensureUsers with
+          ensureDBOwnership), reached over /run/postgresql with peer authentication, so no
+          password exists. Runners on other hosts then need a way in (a role with a
+          password, `services.postgresql.enableTCPIP` and `authentication`), set by you.
         '';
       };
 
@@ -176,7 +191,9 @@ in
 
     systemd.services.quest-runner = {
       description = unit.unit.Description;
-      after = unit.unit.After;
+      # With the database on this host, after it (and its ensure* setup).
+      after = unit.unit.After ++ lib.optional createLocally "postgresql.service";
+      requires = lib.optional createLocally "postgresql.service";
       wants = unit.unit.Wants;
       wantedBy = unit.install.WantedBy;
 
@@ -207,6 +224,17 @@ in
         }
         // lib.optionalAttrs (cfg.environmentFile != null) { EnvironmentFile = cfg.environmentFile; }
         // cfg.serviceOverrides;
+    };
+
+    services.postgresql = mkIf createLocally {
+      enable = true;
+      ensureDatabases = [ cfg.user ];
+      ensureUsers = [
+        {
+          name = cfg.user;
+          ensureDBOwnership = true;
+        }
+      ];
     };
 
     security.apparmor.policies.quest-runner-bwrap = mkIf cfg.apparmor.enable {

@@ -203,6 +203,42 @@ rec {
         '';
       };
 
+      queue.postgresql = {
+        enable = lib.mkEnableOption ''
+          the PostgreSQL job queue: runners on many hosts take jobs from one database
+          (`queue` in the runner's configuration) instead of the state directory's own
+          queue. `quest-runner submit`, `jobs`, `show`, `logs` and `cancel` then work from
+          any host that reaches it. Read at start: a change restarts the service'';
+
+        url = mkOption {
+          type = types.nullOr t.postgres;
+          default = null;
+          example = "postgresql://quest-runner@db.example.org/quest-runner";
+          description = ''
+            The database: a libpq connection string (`host=db.example.org dbname=quest`), a
+            `postgresql://` URL or the server's socket directory. Never a password: see
+            {option}`passwordFile`. The connection has no TLS: reach a server on another host
+            over a network you trust, an SSH tunnel or a VPN.
+          '';
+        };
+
+        passwordFile = secretFile ''
+          A file holding the database password, read at each connection. Jobs' commands are
+          denied it by its name; keep it under the state directory or /run/keys.
+        '';
+
+        lease = mkOption {
+          type = types.nullOr t.duration;
+          default = null;
+          example = "1m";
+          description = ''
+            How long a claimed job stays this runner's without a renewal (renewed every third
+            of it). A runner that dies loses its jobs to the others this long after its last
+            renewal. Null: the runner's default, 30s. Give every runner the same.
+          '';
+        };
+      };
+
       environmentFile = mkOption {
         type = types.nullOr t.runtimePath;
         default = null;
@@ -250,16 +286,44 @@ rec {
     ripgrep
   ];
 
-  # The runner's config as a Nix value: the settings, and the accounts.
+  # The config's `queue` (src/config.rs QueueConfig), or null for the state directory's own
+  # queue. With createLocally (NixOS), the local server's socket, as the service's user, in
+  # the database named after it.
+  queueJson =
+    cfg:
+    let
+      q = cfg.queue.postgresql;
+    in
+    if !q.enable then
+      null
+    else
+      withoutNulls {
+        postgres =
+          if q.createLocally or false then "host=/run/postgresql dbname=${cfg.user} user=${cfg.user}" else q.url;
+        password_file = q.passwordFile;
+        inherit (q) lease;
+      };
+
+  # The runner's config as a Nix value: the settings, the accounts and the queue.
   finalSettings =
-    cfg: withoutNulls cfg.settings // { accounts = lib.mapAttrs (_: accountJson) cfg.accounts; };
+    cfg:
+    withoutNulls cfg.settings
+    // {
+      accounts = lib.mapAttrs (_: accountJson) cfg.accounts;
+    }
+    // lib.optionalAttrs cfg.queue.postgresql.enable { queue = queueJson cfg; };
 
   configFile = cfg: pkgs.writeText "quest-runner-config.json" (builtins.toJSON (finalSettings cfg));
 
-  # What the runner reads only when it starts: the modules restart the service when this
-  # changes, where any other change of the config reloads it.
+  # What the runner reads only when it starts — the limits and the queue: the modules restart
+  # the service when this changes, where any other change of the config reloads it.
   limitsFile =
-    cfg: pkgs.writeText "quest-runner-limits.json" (builtins.toJSON (withoutNulls cfg.settings.limits));
+    cfg:
+    pkgs.writeText "quest-runner-limits.json" (
+      builtins.toJSON (
+        withoutNulls cfg.settings.limits // lib.optionalAttrs cfg.queue.postgresql.enable { queue = queueJson cfg; }
+      )
+    );
 
   assertions =
     cfg:
@@ -272,6 +336,16 @@ rec {
         }) (lib.subtractLists accountFields.${a.agent} optionalFields)
       ) cfg.accounts
     )
+    ++ lib.optional cfg.queue.postgresql.enable {
+      assertion = (cfg.queue.postgresql.createLocally or false) != (cfg.queue.postgresql.url != null);
+      message =
+        if cfg.queue.postgresql.url == null then
+          "services.quest-runner.queue.postgresql: set url (and passwordFile if the server wants a password)${
+            lib.optionalString (cfg.queue.postgresql ? createLocally) ", or createLocally = true"
+          }."
+        else
+          "services.quest-runner.queue.postgresql: url and createLocally exclude each other: createLocally makes and uses a database on this host.";
+    }
     ++ map (name: {
       # src/config.rs: a name starting with `-` would be read by nix as a flag.
       assertion = builtins.match "[A-Za-z0-9_][A-Za-z0-9_-]*" name != null;

@@ -36,6 +36,18 @@ rec {
     merge = lib.mergeEqualOption;
   };
 
+  # Where the PostgreSQL queue is (src/serve/pg/target.rs): a libpq connection string, a
+  # postgresql:// URL or a socket path, without a password (that goes in a file).
+  postgres =
+    types.addCheck text (
+      s:
+      builtins.match ".*(^|[[:space:]])password[[:space:]]*=.*" s == null
+      && builtins.match "[A-Za-z]+://[^/@]*:[^/@]*@.*" s == null
+    )
+    // {
+      description = "PostgreSQL connection string, URL or socket path without a password (the password goes in passwordFile)";
+    };
+
   # A host jobs may reach (src/sandbox/policy.rs): a name, not a URL.
   host = types.addCheck text (s: builtins.match "[^/[:space:]]+" s != null) // {
     description = "host name (no scheme, path or spaces)";

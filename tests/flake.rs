@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use quest_runner::config::{
-    Account, ClaudeAccount, Config, LimitsConfig, NetworkConfig, NixConfig, OpencodeAccount, Size,
+    Account, ClaudeAccount, Config, LimitsConfig, NetworkConfig, NixConfig, OpencodeAccount,
+    QueueConfig, Size,
 };
 use quest_runner::sandbox::{policy, Platform};
 
@@ -118,6 +119,11 @@ fn full_config() -> Config {
             disk: Some(Size::Text("20G".into())),
             disk_reserve: Some(Size::Text("off".into())),
         },
+        queue: Some(QueueConfig {
+            postgres: "postgresql://runner@db.example.org/quest".into(),
+            password_file: Some("/run/keys/quest-runner-db".into()),
+            lease: Some("45s".into()),
+        }),
     }
 }
 
@@ -133,6 +139,12 @@ const FULL_MODULE_CONFIG: &str = r#"{
       default_timeout = "45m";
       concurrency = 3;
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; };
+    };
+    queue.postgresql = {
+      enable = true;
+      url = "postgresql://runner@db.example.org/quest";
+      passwordFile = "/run/keys/quest-runner-db";
+      lease = "45s";
     };
     accounts.work = {
       agent = "claude";
@@ -173,8 +185,8 @@ fn settings_have_an_option_for_every_config_field() {
     let Some(nix) = nix_instantiate("settings_have_an_option_for_every_config_field") else {
         return;
     };
-    // The runner's fields: every leaf of a fully set Config. `accounts` is the modules' own
-    // option; nix.options takes any Nix setting name.
+    // The runner's fields: every leaf of a fully set Config. `accounts` and `queue` are the
+    // modules' own options (`queue.postgresql`); nix.options takes any Nix setting name.
     let full = full_config();
     let mut fields = Vec::new();
     leaves(
@@ -183,7 +195,7 @@ fn settings_have_an_option_for_every_config_field() {
         &["accounts", "nix.options"],
         &mut fields,
     );
-    fields.retain(|f| f != "accounts");
+    fields.retain(|f| f != "accounts" && !f.starts_with("queue."));
     fields.sort();
 
     let options = eval_lib(

@@ -350,6 +350,122 @@ in
     checks = got: noComplaints got ++ [ (check (got.config.concurrency == 3) "concurrency") ];
   };
 
+  # ---- the PostgreSQL queue -----------------------------------------------------------------
+
+  # The database on this host: services.postgresql with a database and role named after the
+  # service's user, reached over the socket with peer authentication (no password at all).
+  nixos-queue-create-locally = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        createLocally = true;
+      };
+    };
+    checks =
+      got:
+      noComplaints got
+      ++ [
+        (check (
+          got.config.queue == { postgres = "host=/run/postgresql dbname=quest-runner user=quest-runner"; }
+        ) "the queue: ${builtins.toJSON (got.config.queue or null)}")
+        (check got.postgresql.enable "services.postgresql enabled")
+        (check (got.postgresql.ensureDatabases == [ "quest-runner" ]) "the database: ${toString got.postgresql.ensureDatabases}")
+        (check (
+          got.postgresql.ensureUsers == [
+            {
+              name = "quest-runner";
+              ensureDBOwnership = true;
+            }
+          ]
+        ) "the role owns its database: ${builtins.toJSON got.postgresql.ensureUsers}")
+        (check (lib.elem "postgresql.service" got.service.after && lib.elem "postgresql.service" got.service.requires) "ordered after PostgreSQL, which it requires")
+      ];
+  };
+
+  # Another host's database: a URL and a password file; the queue is read at start, so a
+  # change restarts the service.
+  nixos-queue-url = {
+    module = "nixos";
+    configs = {
+      before = typical;
+      queued = lib.recursiveUpdate typical {
+        services.quest-runner.queue.postgresql = {
+          enable = true;
+          url = "postgresql://quest-runner@db.example.org/quest";
+          passwordFile = "/run/keys/quest-runner-db";
+          lease = "1m";
+        };
+      };
+    };
+    checks = got: [
+      (check (got.queued.failedAssertions == [ ] && got.queued.warnings == [ ]) "complaints: ${toString (got.queued.failedAssertions ++ got.queued.warnings)}")
+      (check (
+        got.queued.config.queue == {
+          postgres = "postgresql://quest-runner@db.example.org/quest";
+          password_file = "/run/keys/quest-runner-db";
+          lease = "1m";
+        }
+      ) "the queue: ${builtins.toJSON (got.queued.config.queue or null)}")
+      (check (!(got.before.config ? queue)) "no queue unless enabled")
+      (check (!got.queued.postgresql.enable) "no local PostgreSQL for a URL")
+      (check (!lib.elem "postgresql.service" got.queued.service.after) "not ordered after a local PostgreSQL")
+      (check (got.before.service.restartTriggers != got.queued.service.restartTriggers) "a queue change restarts")
+    ];
+  };
+
+  nixos-queue-password-in-url = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        url = "postgresql://quest-runner:hunter2@db.example.org/quest";
+      };
+    };
+    error = "is not of type `null or PostgreSQL connection string, URL or socket path without a password (the password goes in passwordFile)'";
+  };
+
+  nixos-queue-password-in-conninfo = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        url = "host=db.example.org dbname=quest password=hunter2";
+      };
+    };
+    error = "PostgreSQL connection string, URL or socket path without a password";
+  };
+
+  nixos-queue-password-file-literal = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        url = "postgresql://quest-runner@db.example.org/quest";
+        passwordFile = ./cases.nix;
+      };
+    };
+    error = "services.quest-runner.queue.postgresql.passwordFile' is not of type `null or absolute path as a string, outside the Nix store";
+  };
+
+  nixos-queue-nowhere = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical { services.quest-runner.queue.postgresql.enable = true; };
+    checks = asserts [ "queue.postgresql: set url" "or createLocally = true" ];
+  };
+
+  nixos-queue-url-and-local = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        createLocally = true;
+        url = "postgresql://quest-runner@db.example.org/quest";
+      };
+    };
+    checks = asserts [ "url and createLocally exclude each other" ];
+  };
+
   # ---- home-manager -------------------------------------------------------------------------
 
   home-linux-typical = {
@@ -409,6 +525,29 @@ in
         (check ((unit got.before).X-Reload-Triggers != (unit got.reloaded).X-Reload-Triggers) "a settings change changes the reload trigger")
         (check ((unit got.before).X-Restart-Triggers != (unit got.restarted).X-Restart-Triggers) "a limits change changes the restart trigger")
       ];
+  };
+
+  home-queue-url = {
+    module = "home";
+    config = lib.recursiveUpdate typicalHome {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        url = "/run/postgresql";
+      };
+    };
+    checks = got: [
+      (check (got.config.queue == { postgres = "/run/postgresql"; }) "the queue: ${builtins.toJSON (got.config.queue or null)}")
+      (check (got.failedAssertions == [ ]) "failed assertions: ${toString got.failedAssertions}")
+    ];
+  };
+
+  home-queue-nowhere = {
+    module = "home";
+    config = lib.recursiveUpdate typicalHome { services.quest-runner.queue.postgresql.enable = true; };
+    checks = got: [
+      (check (has "queue.postgresql: set url" got.failedAssertions) "asks for url: ${toString got.failedAssertions}")
+      (check (!has "createLocally" got.failedAssertions) "home-manager has no createLocally")
+    ];
   };
 
   home-settings-typo = {

@@ -58,6 +58,7 @@ let
       service = {
         inherit (svc)
           after
+          requires
           wants
           wantedBy
           serviceConfig
@@ -71,6 +72,10 @@ let
         restartTriggers = map toString svc.restartTriggers;
       };
       user = config.users.users.quest-runner or null;
+      postgresql = {
+        inherit (config.services.postgresql) enable ensureDatabases;
+        ensureUsers = map (u: { inherit (u) name ensureDBOwnership; }) config.services.postgresql.ensureUsers;
+      };
       apparmor = lib.mapAttrs (_: p: p.profile) config.security.apparmor.policies;
     };
 

@@ -7,6 +7,7 @@
 #   environment.etc        nixos/modules/system/etc/etc.nix
 #   security.apparmor      nixos/modules/security/apparmor.nix
 #   nix.package            nixos/modules/config/nix.nix
+#   services.postgresql    nixos/modules/services/databases/postgresql.nix
 # Only the options the module touches, with their types and defaults: a value of the wrong
 # type or an option NixOS does not have fails here as it would there. The flake's checks
 # evaluate the module against the real NixOS as well (nix/checks.nix).
@@ -279,6 +280,35 @@ in
           };
         }
       );
+    };
+
+    services.postgresql = {
+      enable = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      ensureDatabases = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+      };
+      ensureUsers = mkOption {
+        type = types.listOf (
+          types.submodule {
+            options = {
+              name = mkOption { type = types.str; };
+              ensureDBOwnership = mkOption {
+                type = types.bool;
+                default = false;
+              };
+              ensureClauses = mkOption {
+                type = types.attrsOf types.anything;
+                default = { };
+              };
+            };
+          }
+        );
+        default = [ ];
+      };
     };
 
     nix.package = mkOption {
