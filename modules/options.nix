@@ -53,6 +53,15 @@ let
         default = null;
         description = "The model (opencode: `provider/model`).";
       };
+      budget = mkOption {
+        type = types.nullOr types.ints.positive;
+        default = null;
+        description = ''
+          Tokens per UTC day across every job of this account, counted by the runner's model
+          gateway in the state directory (shared by every runner of it). A request past it is
+          refused and its job ends with `limit_fired = "tokens"`.
+        '';
+      };
       config = mkOption {
         type = types.nullOr t.json;
         default = null;
@@ -71,7 +80,7 @@ let
   accountJson =
     a:
     lib.filterAttrs (_: v: v != null) {
-      inherit (a) agent model config;
+      inherit (a) agent model config budget;
       api_key_file = a.apiKeyFile;
       credentials_file = a.credentialsFile;
       auth_file = a.authFile;
@@ -85,14 +94,17 @@ let
       "credentialsFile"
       "baseUrl"
       "model"
+      "budget"
     ];
     opencode = [
       "authFile"
       "model"
       "config"
+      "budget"
     ];
   };
   optionalFields = [
+    "budget"
     "apiKeyFile"
     "credentialsFile"
     "authFile"

@@ -73,6 +73,11 @@ in
       cpus = optional t.cpus "cpu.max of each job, in CPUs: a job is throttled to that share.";
       disk = optional t.sizeOrOff "The most one job may have on disk at once (checkout, temp dirs, its files and git data), or `off` (default: 10G).";
       disk_reserve = optional t.sizeOrOff "Space kept free on the file systems jobs write, or `off` (default: 1G or 5% of the file system, the smaller).";
+      tokens = optional types.ints.positive ''
+        The most model tokens a job may use (input, output, cache reads and writes), counted by
+        the runner's model gateway: the request after the one that reaches it is refused and the
+        job ends with `limit_fired = "tokens"`.
+      '';
     };
   };
 }

@@ -91,6 +91,11 @@ pub struct LimitsConfig {
     /// file system, the smaller].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_reserve: Option<Size>,
+    /// The most model tokens a job may use (input, output, cache reads and writes), counted
+    /// by the model gateway: the request after the one that reaches it is refused and the
+    /// job ends (`limit_fired: "tokens"`). Read for each job, so a reload applies it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
 }
 
 impl LimitsConfig {
@@ -178,6 +183,10 @@ pub struct ClaudeAccount {
     pub base_url: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
+    /// Tokens per UTC day across every job of this account, in every runner of this state
+    /// directory (`<state>/gateway/budget/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -193,9 +202,20 @@ pub struct OpencodeAccount {
     /// `provider/model`.
     #[serde(default)]
     pub model: Option<String>,
+    /// Tokens per UTC day, as a Claude Code account's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u64>,
 }
 
 impl Account {
+    /// The account's daily token budget.
+    pub fn budget(&self) -> Option<u64> {
+        match self {
+            Account::Claude(a) => a.budget,
+            Account::Opencode(a) => a.budget,
+        }
+    }
+
     pub fn agent(&self) -> crate::job::AgentKind {
         match self {
             Account::Claude(_) => crate::job::AgentKind::Claude,
@@ -299,6 +319,9 @@ impl Config {
             let (name, message) = m.split_once(": ").unwrap_or(("limits.disk", &m));
             field(name, message.to_string())
         })?;
+        if config.limits.tokens == Some(0) {
+            return Err(field("limits.tokens", "must be at least 1".into()));
+        }
         if config.limits.pids == Some(0) {
             return Err(field("limits.pids", "must be at least 1".into()));
         }
@@ -310,6 +333,12 @@ impl Config {
             crate::serve::pg::target::check(queue).map_err(|m| field("queue", m))?;
         }
         for (name, account) in &config.accounts {
+            if account.budget() == Some(0) {
+                return Err(field(
+                    &format!("accounts.{name}.budget"),
+                    "must be at least 1 (tokens per day)".into(),
+                ));
+            }
             let secrets = match account {
                 Account::Claude(a) => vec![&a.api_key_file, &a.credentials_file],
                 Account::Opencode(a) => vec![&a.auth_file],

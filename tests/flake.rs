@@ -90,6 +90,7 @@ fn full_config() -> Config {
             credentials_file: Some("/var/lib/quest-runner/claude/.credentials.json".into()),
             base_url: Some("https://gateway.example.org".into()),
             model: Some("claude-sonnet-4-5".into()),
+            budget: Some(2_000_000),
         }),
     );
     accounts.insert(
@@ -98,6 +99,7 @@ fn full_config() -> Config {
             auth_file: Some("/var/lib/quest-runner/opencode/auth.json".into()),
             config: Some(serde_json::json!({"small_model": "anthropic/claude-haiku-4-5"})),
             model: Some("anthropic/claude-sonnet-4-5".into()),
+            budget: Some(1_000_000),
         }),
     );
     Config {
@@ -118,6 +120,7 @@ fn full_config() -> Config {
             cpus: Some(1.5),
             disk: Some(Size::Text("20G".into())),
             disk_reserve: Some(Size::Text("off".into())),
+            tokens: Some(500_000),
         },
         queue: Some(QueueConfig {
             postgres: "postgresql://runner@db.example.org/quest".into(),
@@ -138,7 +141,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
       allow_untrusted = true;
       default_timeout = "45m";
       concurrency = 3;
-      limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; };
+      limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; tokens = 500000; };
     };
     queue.postgresql = {
       enable = true;
@@ -152,12 +155,14 @@ const FULL_MODULE_CONFIG: &str = r#"{
       credentialsFile = "/var/lib/quest-runner/claude/.credentials.json";
       baseUrl = "https://gateway.example.org";
       model = "claude-sonnet-4-5";
+      budget = 2000000;
     };
     accounts.oc = {
       agent = "opencode";
       authFile = "/var/lib/quest-runner/opencode/auth.json";
       config.small_model = "anthropic/claude-haiku-4-5";
       model = "anthropic/claude-sonnet-4-5";
+      budget = 1000000;
     };
   };
 }"#;

@@ -266,6 +266,7 @@ fn oc_account() -> OpencodeAccount {
             "mcp": {"x": {"command": "evil"}},
         })),
         model: Some("p/m".into()),
+        budget: None,
     }
 }
 

@@ -95,7 +95,7 @@ pub fn line(at: SystemTime, e: &Entry<'_>, decision: &Decision) -> String {
 }
 
 /// Printable ASCII but space and `%` as is; everything else `%XX`.
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if (0x21..0x7f).contains(&b) && b != b'%' {

@@ -589,6 +589,7 @@ pub(crate) fn scripted_config(
                 }},
             })),
             model: Some("scripted/scripted".into()),
+            budget: None,
         }),
     };
     config.accounts.insert("main".into(), account);
