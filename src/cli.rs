@@ -494,8 +494,9 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     };
     let policy = runner.policy(&job, &paths);
     let rendered = match ctx.config.accounts.get(&job.account) {
-        Some(crate::config::Account::Claude(account)) => {
-            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, account)})
+        Some(crate::config::Account::Claude(_)) => {
+            let token = crate::agent::claude::token_file(&paths.job_dir);
+            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token)})
         }
         Some(crate::config::Account::Opencode(_)) => {
             let srt = crate::preflight::resolve(crate::binaries::Tool::Srt);

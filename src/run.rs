@@ -67,12 +67,17 @@ pub struct JobResult {
     /// Requests the runner's proxy allowed and refused, and the job's network log (trusted
     /// jobs; untrusted ones reach no host).
     pub network: Option<crate::netproxy::NetworkSummary>,
-    /// The limit that stopped the job (`disk` here; `serve` adds those its cgroups report).
+    /// The limit that stopped the job (`disk` and `tokens` here; `serve` adds those its
+    /// cgroups report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_fired: Option<&'static str>,
     /// The most the job had on disk at one of the disk watchdog's measurements, in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_used: Option<u64>,
+    /// The job's model use as the runner's gateway metered it: requests, tokens per model,
+    /// time waiting on the model (absent when the agent reached no model through it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::Usage>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -125,6 +130,11 @@ pub struct Runner {
     pub disk: DiskLimits,
     /// This runner's running jobs' disk use: which one the reserve stops.
     pub disk_jobs: Arc<crate::disk::watch::Registry>,
+    /// The model gateway, started with the first job that needs it; one per process, kept
+    /// by a runner reloaded from it ([`Runner::reloaded`]).
+    gateway: Arc<tokio::sync::OnceCell<crate::gateway::Gateway>>,
+    /// How the gateway is started (tests add the CA of a loopback TLS upstream).
+    pub gateway_options: crate::gateway::GatewayOptions,
 }
 
 /// Adjusts the agent's command before it starts.
@@ -159,6 +169,9 @@ pub struct RunHooks {
     /// --registries` leaves it on the host's network, to reach the real registries, with its
     /// listening socket in the namespace.
     pub proxy_command: Option<CommandHook>,
+    /// Binds the model gateway's listening socket (default: `127.0.0.1:0`): the suite binds
+    /// it where its confined agents reach it.
+    pub gateway_listener: Option<Arc<crate::netproxy::job::BindListener>>,
 }
 
 impl Runner {
@@ -173,6 +186,7 @@ impl Runner {
         }
         // Checked when the config was loaded.
         let disk = DiskLimits::from_config(&config.limits).unwrap_or_default();
+        let gateway_options = crate::gateway::GatewayOptions::new(state.root());
         Runner {
             state,
             config,
@@ -185,7 +199,93 @@ impl Runner {
             temp_parent,
             disk,
             disk_jobs: Arc::default(),
+            gateway: Arc::new(tokio::sync::OnceCell::new()),
+            gateway_options,
         }
+    }
+
+    /// This runner with another config and devShell engine (SIGHUP), and the same gateway.
+    pub fn reloaded(&self, config: Config, devshells: Arc<DevShells>) -> Runner {
+        Runner {
+            state: self.state.clone(),
+            config,
+            devshells,
+            hooks: self.hooks.clone(),
+            env_source: self.env_source.clone(),
+            operator_home: self.operator_home.clone(),
+            config_file: self.config_file.clone(),
+            job_agent: self.job_agent.clone(),
+            temp_parent: self.temp_parent.clone(),
+            // Limits are read at start, like the cgroup ones; the running jobs stay registered.
+            disk: self.disk,
+            disk_jobs: self.disk_jobs.clone(),
+            gateway: self.gateway.clone(),
+            gateway_options: self.gateway_options.clone(),
+        }
+    }
+
+    /// The runner's model gateway, started on first use.
+    pub async fn gateway(&self) -> Result<&crate::gateway::Gateway, String> {
+        self.gateway
+            .get_or_try_init(|| async {
+                let listener = match &self.hooks.gateway_listener {
+                    Some(bind) => bind(),
+                    None => std::net::TcpListener::bind("127.0.0.1:0"),
+                }
+                .map_err(|e| format!("binding the model gateway's port on loopback: {e}"))?;
+                crate::gateway::Gateway::start(listener, self.gateway_options.clone())
+            })
+            .await
+    }
+
+    /// Opens the job's way to its model through the gateway, or `None` for an account whose
+    /// agent holds its login itself (see [`crate::gateway::account`]).
+    async fn open_model_access(
+        &self,
+        job: &Job,
+        account: &crate::config::Account,
+    ) -> Result<Option<(crate::gateway::JobGrant, agent::GatewayAccess)>, String> {
+        use crate::config::Account;
+        use crate::gateway::{account::route, budget::Budget, JobSpec, Route};
+        let auth_json = match account {
+            Account::Opencode(a) => a.auth_file.as_ref().and_then(|f| {
+                let text = zeroize::Zeroizing::new(std::fs::read_to_string(f).ok()?);
+                serde_json::from_str::<serde_json::Value>(&text).ok()
+            }),
+            Account::Claude(_) => None,
+        };
+        let (upstream, secret, provider) = match route(&job.account, account, auth_json.as_ref())? {
+            Route::Gateway {
+                upstream,
+                secret,
+                provider,
+            } => (upstream, secret, provider),
+            Route::Direct { why } => {
+                tracing::info!(job = %job.id, account = %job.account, "the agent holds the account's login itself: {why}");
+                return Ok(None);
+            }
+        };
+        let gateway = self.gateway().await?;
+        let credential = gateway
+            .credential(&secret)
+            .map_err(|e| format!("account {}: {e}", job.account))?;
+        let grant = gateway.open(JobSpec {
+            job_id: job.id.clone(),
+            account: job.account.clone(),
+            upstream,
+            credential,
+            token_limit: self.config.limits.tokens,
+            budget: account
+                .budget()
+                .map(|b| Budget::new(self.state.root(), &job.account, b)),
+            log: workspace::job_root(&self.state, &job.id).join("model.log"),
+        })?;
+        let access = agent::GatewayAccess {
+            base_url: grant.base_url.clone(),
+            token: grant.token.clone(),
+            provider,
+        };
+        Ok(Some((grant, access)))
     }
 
     /// Runs `job` until it ends or `cancel` resolves. Always returns a result; the result is
@@ -214,6 +314,7 @@ impl Runner {
             network: None,
             limit_fired: None,
             disk_used: None,
+            usage: None,
         };
         tokio::pin!(cancel);
         tokio::select! {
@@ -400,6 +501,8 @@ impl Runner {
             AgentKind::Opencode => (Tool::Opencode, preflight::resolve(Tool::Srt)),
         };
         let program = preflight::resolve(tool).ok_or("the agent binary vanished")?;
+        // Dropped when this returns: the job's token is worthless from then on.
+        let model = self.open_model_access(job, account).await?;
         let inputs = AgentInputs {
             job,
             account,
@@ -409,6 +512,7 @@ impl Runner {
             program: &program,
             srt: srt.as_deref(),
             host_env: self.env_source.clone(),
+            gateway: model.as_ref().map(|(_, access)| access),
         };
         let launch = agent::plan(&inputs).map_err(|e| e.to_string())?;
         launch.write_files().map_err(|e| e.to_string())?;
@@ -432,7 +536,10 @@ impl Runner {
             },
             spawned,
             job_markers(&paths),
-            proxy_failed,
+            EndsEarly {
+                proxy_failed,
+                limit_fired: model.as_ref().map(|(grant, _)| grant.limit_fired()),
+            },
         )
         .await;
         result.disk_used = disk.as_ref().map(|d| d.peak());
@@ -441,6 +548,10 @@ impl Runner {
         if let Some(proxy) = proxy {
             result.network = Some(proxy.stop().await);
         }
+        if let Some((grant, _)) = &model {
+            result.usage = Some(grant.usage());
+        }
+        drop(model);
         let ended = ended?;
         match ended {
             AgentEnd::Exited(code) => {
@@ -461,6 +572,11 @@ impl Runner {
                         .map(|n| format!(" ({n})"))
                         .unwrap_or_default()
                 ));
+            }
+            AgentEnd::TokensSpent(why) => {
+                result.outcome = Outcome::Failed;
+                result.limit_fired = Some("tokens");
+                result.message = Some(why);
             }
             AgentEnd::TimedOut => {
                 result.outcome = Outcome::TimedOut;
@@ -606,6 +722,8 @@ enum AgentEnd {
     TimedOut,
     /// The disk watchdog stopped the job.
     Disk(crate::disk::watch::Fired),
+    /// The gateway refused a request past a token cap: why.
+    TokensSpent(String),
 }
 
 /// What bounds the agent's process tree besides its timeout.
@@ -619,6 +737,18 @@ struct AgentLimits<'a> {
     disk: Option<&'a mut crate::disk::watch::Watchdog>,
 }
 
+/// What ends a job before its agent exits, besides its timeout.
+struct EndsEarly {
+    /// The job's network proxy never served.
+    proxy_failed: Option<crate::netproxy::proxy::StartupFailure>,
+    /// The gateway refused a request past a token cap.
+    limit_fired: Option<tokio::sync::watch::Receiver<Option<String>>>,
+}
+
+/// How long an agent whose request a token cap refused may take to show the error and exit
+/// before its tree is stopped.
+const TOKENS_SPENT_GRACE: Duration = Duration::from_secs(10);
+
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
 /// cancelled job) stops the agent's whole process tree, as does a timeout.
 async fn run_agent(
@@ -627,7 +757,10 @@ async fn run_agent(
     limits: AgentLimits<'_>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
-    proxy_failed: Option<crate::netproxy::proxy::StartupFailure>,
+    EndsEarly {
+        proxy_failed,
+        limit_fired,
+    }: EndsEarly,
 ) -> Result<AgentEnd, String> {
     use std::os::unix::process::ExitStatusExt;
     let transcript = std::fs::File::create(&launch.transcript)
@@ -696,9 +829,26 @@ async fn run_agent(
             None => std::future::pending().await,
         }
     };
+    let limit_fired = async move {
+        match limit_fired {
+            Some(mut fired) => {
+                let why = fired
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .map(|why| why.clone().unwrap_or_default());
+                match why {
+                    Some(why) => why,
+                    None => std::future::pending().await,
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
     let end = tokio::select! {
         fired = disk_fired => AgentEnd::Disk(fired),
-        waited = tokio::time::timeout(timeout, child.wait()) => match waited {
+        waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
             Ok(Ok(status)) => match (status.code(), status.signal()) {
                 (Some(code), _) => AgentEnd::Exited(code),
                 (None, Some(sig)) => AgentEnd::Signalled(sig),
@@ -708,6 +858,12 @@ async fn run_agent(
             Err(_) => AgentEnd::TimedOut,
         },
         e = proxy_failed => return Err(format!("the job's network proxy: {e}")),
+        why = limit_fired => {
+            // The agent got the refusal; let it say so and exit on its own first.
+            let grace = (tokio::time::Instant::now() + TOKENS_SPENT_GRACE).min(deadline);
+            let _ = tokio::time::timeout_at(grace, child.wait()).await;
+            AgentEnd::TokensSpent(why)
+        }
     };
     if matches!(end, AgentEnd::Disk(_)) {
         // No grace: a job filling the disk would go on writing through it.

@@ -75,8 +75,26 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
         program: Path::new("/bin/claude"),
         srt: None,
         host_env: host_env(),
+        gateway: Some(&claude_gateway()),
     })
     .unwrap()
+}
+
+/// The job's way to its model: the gateway's address and token, never the account's key.
+fn claude_gateway() -> GatewayAccess {
+    GatewayAccess {
+        base_url: "http://127.0.0.1:7".into(),
+        token: "qrgw-jobtoken".into(),
+        provider: None,
+    }
+}
+
+fn oc_gateway() -> GatewayAccess {
+    GatewayAccess {
+        base_url: "http://127.0.0.1:7/v1".into(),
+        token: "qrgw-jobtoken".into(),
+        provider: Some("p".into()),
+    }
 }
 
 fn key_account() -> ClaudeAccount {
@@ -152,7 +170,10 @@ fn claude_settings_render_the_policy() {
     assert_eq!(list(&s["permissions"]["deny"]), ["WebFetch"]);
     assert_eq!(s["permissions"]["defaultMode"], "dontAsk");
     assert_eq!(s["disableAllHooks"], true);
-    assert_eq!(s["apiKeyHelper"], "cat '/secrets/anthropic'");
+    assert_eq!(
+        s["apiKeyHelper"],
+        "cat '/state/jobs/j1/runner/claude/gateway-token'"
+    );
 }
 
 #[test]
@@ -181,7 +202,7 @@ fn claude_environment_is_scrubbed_and_holds_no_secret() {
         env["CLAUDE_ENV_FILE"],
         "/state/jobs/j1/runner/devshell-hook.sh"
     );
-    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9");
+    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:7");
     assert!(env.values().all(|v| !v.contains("leak")));
 }
 
@@ -201,17 +222,26 @@ fn devshell_hook_sources_the_copy_inside_the_sandbox() {
 }
 
 #[test]
-fn oauth_login_is_linked_not_copied() {
+fn the_agent_gets_the_gateway_token_never_the_login_or_key() {
     let launch = claude_launch(&ClaudeAccount {
         credentials_file: Some("/secrets/claude/.credentials.json".into()),
         ..Default::default()
     });
-    match file(&launch, ".credentials.json") {
-        Contents::Symlink(target) => {
-            assert_eq!(target, Path::new("/secrets/claude/.credentials.json"))
+    assert!(
+        !launch
+            .files
+            .iter()
+            .any(|f| f.path.ends_with(".credentials.json")),
+        "the runner holds the login"
+    );
+    match file(&launch, "claude/gateway-token") {
+        Contents::File(token, mode) => {
+            assert_eq!((token.as_str(), *mode), ("qrgw-jobtoken", 0o600))
         }
         other => panic!("{other:?}"),
     }
+    let planned = serde_json::to_string(&launch).unwrap();
+    assert!(!planned.contains("/secrets/"), "{planned}");
 }
 
 #[test]
@@ -229,6 +259,7 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
             program: Path::new("/bin/claude"),
             srt: None,
             host_env: vec![],
+            gateway: Some(&claude_gateway()),
         })
     };
     let err = inputs(&Account::Claude(ClaudeAccount::default())).unwrap_err();
@@ -238,6 +269,14 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
 }
 
 fn opencode_launch(account: &OpencodeAccount, confine: bool) -> Launch {
+    opencode_launch_via(account, confine, Some(&oc_gateway()))
+}
+
+fn opencode_launch_via(
+    account: &OpencodeAccount,
+    confine: bool,
+    gateway: Option<&GatewayAccess>,
+) -> Launch {
     let ws = workspace();
     let mut policy = policy(&ws);
     policy.confine_file_tools = confine;
@@ -252,6 +291,7 @@ fn opencode_launch(account: &OpencodeAccount, confine: bool) -> Launch {
         program: Path::new("/bin/opencode"),
         srt: Some(Path::new("/bin/srt")),
         host_env: host_env(),
+        gateway,
     })
     .unwrap()
 }
@@ -392,9 +432,20 @@ fn opencode_wrapper_runs_commands_in_srt_with_a_scrubbed_environment() {
 }
 
 #[test]
-fn opencode_auth_is_linked_and_srt_is_required() {
+fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
     let launch = opencode_launch(&oc_account(), true);
-    match file(&launch, "opencode/auth.json") {
+    assert!(
+        !launch.files.iter().any(|f| f.path.ends_with("auth.json")),
+        "through the gateway, opencode holds no login"
+    );
+    let config: serde_json::Value =
+        serde_json::from_str(text(&launch, "opencode/opencode.json")).unwrap();
+    let options = &config["provider"]["p"]["options"];
+    assert_eq!(options["baseURL"], "http://127.0.0.1:7/v1");
+    assert_eq!(options["apiKey"], "qrgw-jobtoken");
+    // An OAuth login opencode refreshes itself stays a link to the account's auth.json.
+    let direct = opencode_launch_via(&oc_account(), true, None);
+    match file(&direct, "opencode/auth.json") {
         Contents::Symlink(t) => assert_eq!(t, Path::new("/secrets/auth.json")),
         other => panic!("{other:?}"),
     }
@@ -411,6 +462,7 @@ fn opencode_auth_is_linked_and_srt_is_required() {
         program: Path::new("/bin/opencode"),
         srt: None,
         host_env: vec![],
+        gateway: None,
     })
     .unwrap_err();
     assert!(err.to_string().contains("srt"));
@@ -462,7 +514,10 @@ fn claude_settings_render_macos_paths() {
             private_files: vec![],
         },
     );
-    let s = claude::settings(&policy, &key_account());
+    let s = claude::settings(
+        &policy,
+        Path::new("/Users/op/Library/quest/jobs/j1/runner/claude/gateway-token"),
+    );
     let fs = &s["sandbox"]["filesystem"];
     let deny_read = fs["denyRead"].to_string();
     // The operator's ~/Library/Keychains is covered by /Users itself.

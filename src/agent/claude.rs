@@ -3,7 +3,8 @@
 //! does not cover.
 //!
 //! The job gets a Claude config dir of its own (`CLAUDE_CONFIG_DIR`) holding only the
-//! settings rendered here and a link to the account's login. With `--setting-sources user`
+//! settings rendered here and the job's gateway token: Claude Code talks to the runner's model
+//! gateway (`ANTHROPIC_BASE_URL`), which holds the account's key or login. With `--setting-sources user`
 //! those settings are all that load: the checkout's `.claude/settings.json` (hooks,
 //! permissions, sandbox loosening) never does, and `--strict-mcp-config` keeps out its
 //! `.mcp.json`. The devShell is sourced before each command, inside the sandbox, through
@@ -21,8 +22,14 @@ pub fn config_dir(job_dir: &Path) -> PathBuf {
     job_dir.join("claude")
 }
 
-/// The settings file: sandbox, permissions, and the API key helper.
-pub fn settings(policy: &SandboxPolicy, account: &ClaudeAccount) -> Value {
+/// The job's gateway token, in the job's Claude config dir (which commands cannot read).
+pub fn token_file(job_dir: &Path) -> PathBuf {
+    config_dir(job_dir).join("gateway-token")
+}
+
+/// The settings file: sandbox, permissions, and the API key helper, which hands Claude Code
+/// the job's gateway token (`token_file`), never the account's key.
+pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
     let checkout = rule_path(&policy.checkout);
     let temp = rule_path(&policy.tmpdir);
     // dontAsk denies whatever no rule allows, so these rules are the file tools' whole reach.
@@ -75,14 +82,12 @@ pub fn settings(policy: &SandboxPolicy, account: &ClaudeAccount) -> Value {
         settings["sandbox"]["network"]["httpProxyPort"] = json!(port);
         settings["sandbox"]["network"]["socksProxyPort"] = json!(port);
     }
-    if let Some(key_file) = &account.api_key_file {
-        // Claude Code runs the helper itself, outside the sandbox, and sends the key as a
-        // header: it never enters an environment a command could inherit.
-        settings["apiKeyHelper"] = json!(format!(
-            "cat {}",
-            crate::devshell::render::quote(&key_file.to_string_lossy())
-        ));
-    }
+    // Claude Code runs the helper itself, outside the sandbox, and sends what it prints as
+    // its API key: the token never enters an environment a command could inherit.
+    settings["apiKeyHelper"] = json!(format!(
+        "cat {}",
+        crate::devshell::render::quote(&token_file.to_string_lossy())
+    ));
     settings
 }
 
@@ -101,13 +106,17 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     if account.api_key_file.is_none() && account.credentials_file.is_none() {
         return Err(AgentError::NoCredentials(inputs.job.account.clone()));
     }
+    let gateway = inputs.gateway.ok_or(AgentError::Unsupported(
+        "Claude Code jobs reach their model through the runner's gateway, which is not open",
+    ))?;
     let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let config_dir = config_dir(job_dir);
     let hook = job_dir.join("devshell-hook.sh");
-    let settings = settings(policy, account);
+    let token_file = token_file(job_dir);
+    let settings = settings(policy, &token_file);
 
-    let mut files = vec![
+    let files = vec![
         PlannedFile {
             path: config_dir.clone(),
             contents: Contents::Dir,
@@ -123,13 +132,11 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
             path: hook.clone(),
             contents: Contents::File(devshell_hook(policy), 0o600),
         },
+        PlannedFile {
+            path: token_file,
+            contents: Contents::File(gateway.token.clone(), 0o600),
+        },
     ];
-    if let Some(credentials) = &account.credentials_file {
-        files.push(PlannedFile {
-            path: config_dir.join(".credentials.json"),
-            contents: Contents::Symlink(credentials.clone()),
-        });
-    }
 
     let mut env = policy.environment(inputs.host_env.clone());
     let temp = policy.tmpdir.to_string_lossy().into_owned();
@@ -146,9 +153,8 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     ] {
         env.insert(k.to_string(), v);
     }
-    if let Some(url) = &account.base_url {
-        env.insert("ANTHROPIC_BASE_URL".to_string(), url.clone());
-    }
+    // The account's own base_url is the gateway's upstream.
+    env.insert("ANTHROPIC_BASE_URL".to_string(), gateway.base_url.clone());
 
     let mut args: Vec<String> = [
         "-p",

@@ -61,6 +61,20 @@ pub struct AgentInputs<'a> {
     pub srt: Option<&'a Path>,
     /// The runner's own environment, filtered by the policy.
     pub host_env: Vec<(String, String)>,
+    /// The job's way to its model through the runner's gateway; `None`: the agent holds the
+    /// account's login itself (opencode OAuth entries).
+    pub gateway: Option<&'a GatewayAccess>,
+}
+
+/// What an agent needs to reach its model through the gateway: never the account's secret.
+#[derive(Debug, Clone)]
+pub struct GatewayAccess {
+    /// The gateway's address and the upstream's base path.
+    pub base_url: String,
+    /// The job's token, sent where the API key would be.
+    pub token: String,
+    /// opencode: the provider pointed at the gateway.
+    pub provider: Option<String>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

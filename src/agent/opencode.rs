@@ -123,8 +123,14 @@ pub fn plugin(policy: &SandboxPolicy, dirs: &Dirs) -> String {
         )
 }
 
-/// opencode.json: the runner's settings, with the account's provider and model.
-pub fn config(policy: &SandboxPolicy, account: &OpencodeAccount, shell: &Path) -> Value {
+/// opencode.json: the runner's settings, with the account's provider and model; with a
+/// gateway, the provider's `baseURL` is the gateway and its `apiKey` the job's token.
+pub fn config(
+    policy: &SandboxPolicy,
+    account: &OpencodeAccount,
+    shell: &Path,
+    gateway: Option<&super::GatewayAccess>,
+) -> Value {
     let mut permission = json!({
         "*": "allow",
         // Commands that name outside paths reach srt, which decides; an "ask" would end
@@ -164,6 +170,13 @@ pub fn config(policy: &SandboxPolicy, account: &OpencodeAccount, shell: &Path) -
     }
     if let Some(model) = &account.model {
         config["model"] = json!(model);
+    }
+    if let Some(gw) = gateway {
+        if let Some(provider) = &gw.provider {
+            let options = &mut config["provider"][provider.as_str()]["options"];
+            options["baseURL"] = json!(gw.base_url);
+            options["apiKey"] = json!(gw.token);
+        }
     }
     config
 }
@@ -259,7 +272,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         ),
         file(
             &opencode_config.join("opencode.json"),
-            pretty(&config(policy, account, &shell)),
+            pretty(&config(policy, account, &shell, inputs.gateway)),
             0o600,
         ),
         // Global instructions: opencode reads them from its config directory.
@@ -300,7 +313,9 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
             0o600,
         ));
     }
-    if let Some(auth) = &account.auth_file {
+    // Through the gateway, opencode holds no login at all; otherwise (OAuth entries, which
+    // opencode refreshes itself) it reads the account's auth.json through a link.
+    if let (Some(auth), None) = (&account.auth_file, inputs.gateway) {
         files.push(PlannedFile {
             path: dirs.data.join("opencode/auth.json"),
             contents: Contents::Symlink(auth.clone()),

@@ -88,6 +88,12 @@ pub struct Exchange {
     pub served: Served,
     /// When the request's body had arrived.
     pub at: std::time::Instant,
+    /// The credential it carried: `x-api-key`, or the token of `Authorization: Bearer`.
+    pub key: Option<String>,
+    /// It came in on the host-side listener ([`ModelServer::upstream_url`]), which only the
+    /// runner's gateway reaches: confined agents and their commands live in the private
+    /// namespace.
+    pub via_host: bool,
 }
 
 /// A tool result an agent sent back to the model.
@@ -136,15 +142,22 @@ struct State {
 
 pub struct ModelServer {
     pub addr: SocketAddr,
+    /// A second listener in the caller's network namespace ([`Self::start_isolated`]): where
+    /// the runner's model gateway, which runs there, sends the requests it forwards.
+    pub host_addr: Option<SocketAddr>,
     state: Arc<Mutex<State>>,
     netns: Option<OwnedFd>,
     task: JoinHandle<()>,
+    host_task: Option<JoinHandle<()>>,
 }
 
 impl Drop for ModelServer {
     fn drop(&mut self) {
         // The accept task owns the connections' JoinSet: aborting it aborts them all.
         self.task.abort();
+        if let Some(t) = &self.host_task {
+            t.abort();
+        }
     }
 }
 
@@ -163,7 +176,22 @@ impl ModelServer {
         let (listener, netns) = std::thread::spawn(bind_in_new_netns)
             .join()
             .map_err(|_| io::Error::other("the network namespace thread panicked"))??;
-        Self::serve(script, listener, Some(netns))
+        let host = std::net::TcpListener::bind("127.0.0.1:0")?;
+        host.set_nonblocking(true)?;
+        let mut server = Self::serve(script, listener, Some(netns))?;
+        server.host_addr = Some(host.local_addr()?);
+        let host = TcpListener::from_std(host)?;
+        server.host_task = Some(tokio::spawn(accept_loop(host, server.state.clone(), true)));
+        Ok(server)
+    }
+
+    /// Where a model gateway running in the caller's namespace reaches the server: the
+    /// host-side listener of [`Self::start_isolated`], else [`Self::base_url`].
+    pub fn upstream_url(&self) -> String {
+        match self.host_addr {
+            Some(addr) => format!("http://{addr}"),
+            None => self.base_url(),
+        }
     }
 
     /// [`Self::start_isolated`] when this process may make a network namespace (root), else
@@ -190,12 +218,14 @@ impl ModelServer {
             next: 0,
             log: Vec::new(),
         }));
-        let task = tokio::spawn(accept_loop(listener, state.clone()));
+        let task = tokio::spawn(accept_loop(listener, state.clone(), false));
         Ok(ModelServer {
             addr,
+            host_addr: None,
             state,
             netns,
             task,
+            host_task: None,
         })
     }
 
@@ -248,6 +278,24 @@ impl ModelServer {
             .ok()
             .flatten(),
         }
+    }
+
+    /// A connection to `127.0.0.1:port` as the confined agent would make it: from inside the
+    /// server's private network namespace (or the caller's, for [`Self::start`]).
+    pub fn connect_loopback(&self, port: u16) -> io::Result<std::net::TcpStream> {
+        let Some(fd) = self.netns.as_ref().map(|ns| ns.as_raw_fd()) else {
+            return std::net::TcpStream::connect(("127.0.0.1", port));
+        };
+        std::thread::spawn(move || {
+            // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace
+            // handle, alive while `self` is. The socket keeps the namespace it was made in.
+            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            std::net::TcpStream::connect(("127.0.0.1", port))
+        })
+        .join()
+        .map_err(|_| io::Error::other("the network namespace thread panicked"))?
     }
 
     /// Makes `cmd` run in the server's private network namespace (no-op for [`Self::start`]).
@@ -473,13 +521,13 @@ fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
+async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, via_host: bool) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(serve_connection(stream, state.clone()));
+                    conns.spawn(serve_connection(stream, state.clone(), via_host));
                 }
                 Err(e) => {
                     eprintln!("model server: accept: {e}");
@@ -496,6 +544,8 @@ struct Request {
     path: String,
     close: bool,
     body: Vec<u8>,
+    key: Option<String>,
+    via_host: bool,
 }
 
 struct Response {
@@ -504,12 +554,15 @@ struct Response {
     body: Vec<u8>,
 }
 
-async fn serve_connection(stream: TcpStream, state: Arc<Mutex<State>>) {
+async fn serve_connection(stream: TcpStream, state: Arc<Mutex<State>>, via_host: bool) {
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     loop {
         let request = match read_request(&mut read, &mut write).await {
-            Ok(Some(r)) => r,
+            Ok(Some(mut r)) => {
+                r.via_host = via_host;
+                r
+            }
             Ok(None) => return,
             Err(e) => {
                 eprintln!("model server: bad request: {e}");
@@ -577,6 +630,7 @@ async fn read_request<R: AsyncRead + Unpin>(
     let mut length: Option<usize> = None;
     let mut chunked = false;
     let mut expect_continue = false;
+    let mut key = None;
     let mut head_size = request_line.len();
     loop {
         let line = read_line(r).await?;
@@ -598,6 +652,12 @@ async fn read_request<R: AsyncRead + Unpin>(
             "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
             "connection" => close = value.eq_ignore_ascii_case("close"),
             "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
+            "x-api-key" => key = Some(value.to_string()),
+            "authorization" => {
+                if let Some(token) = value.strip_prefix("Bearer ") {
+                    key = Some(token.trim().to_string());
+                }
+            }
             _ => {}
         }
     }
@@ -620,6 +680,8 @@ async fn read_request<R: AsyncRead + Unpin>(
         path: path.to_string(),
         close,
         body,
+        key,
+        via_host: false,
     }))
 }
 
@@ -714,6 +776,8 @@ fn respond(state: &Mutex<State>, req: &Request) -> Response {
         body: body.clone(),
         served: served.clone(),
         at: std::time::Instant::now(),
+        key: req.key.clone(),
+        via_host: req.via_host,
     });
     drop(st);
 

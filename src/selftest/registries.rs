@@ -351,6 +351,8 @@ pub async fn run(agent: AgentKind, reachable: &[Registry]) -> Result<RegistriesR
         // Where the agent's sandbox reaches it; the proxy itself is not confined.
         proxy_listener: Some(Arc::new(server.binder())),
         proxy_command: None,
+        // Where the confined agent reaches it; it forwards to the model's host-side listener.
+        gateway_listener: Some(Arc::new(server.binder())),
     };
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
     let network_log = crate::selftest::boundary::suite::network_log(&result);

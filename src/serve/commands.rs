@@ -291,17 +291,18 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
         )
     } else {
         let mut text = format!(
-            "{:<32} {:<10} {:<10} {:>3}  {:<20}  {}\n",
-            "ID", "STATE", "OUTCOME", "TRY", "SUBMITTED", "MESSAGE"
+            "{:<32} {:<10} {:<10} {:>3}  {:<20}  {:<28}  {}\n",
+            "ID", "STATE", "OUTCOME", "TRY", "SUBMITTED", "MODEL", "MESSAGE"
         );
         for j in &listed {
             text.push_str(&format!(
-                "{:<32} {:<10} {:<10} {:>3}  {:<20}  {}\n",
+                "{:<32} {:<10} {:<10} {:>3}  {:<20}  {:<28}  {}\n",
                 j.id,
                 j.state.name(),
                 j.outcome.as_deref().unwrap_or("-"),
                 j.attempts,
                 j.submitted_at.as_deref().unwrap_or("-"),
+                j.usage.as_ref().map_or("-".to_string(), |u| u.brief()),
                 j.message.as_deref().unwrap_or("")
             ));
         }

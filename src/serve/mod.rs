@@ -391,20 +391,7 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         concurrency = config.concurrency(),
         "SIGHUP: configuration reloaded"
     );
-    Some(Runner {
-        state: current.state.clone(),
-        config,
-        devshells,
-        hooks: current.hooks.clone(),
-        env_source: current.env_source.clone(),
-        operator_home: current.operator_home.clone(),
-        config_file: current.config_file.clone(),
-        job_agent: current.job_agent.clone(),
-        temp_parent: current.temp_parent.clone(),
-        // Limits are read at start, like the cgroup ones; the running jobs stay registered.
-        disk: current.disk,
-        disk_jobs: current.disk_jobs.clone(),
-    })
+    Some(current.reloaded(config, devshells))
 }
 
 /// Runs one claimed job to its end and reports it to the source.

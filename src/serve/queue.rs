@@ -225,6 +225,9 @@ pub struct Listed {
     pub message: Option<String>,
     pub repo: Option<String>,
     pub rev: Option<String>,
+    /// The finished job's model use (the result's `usage`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::Usage>,
 }
 
 /// The claim a serve process holds on a running job.
@@ -722,6 +725,7 @@ impl FsQueue {
                         message: Some(reason.trim().to_string()),
                         repo: None,
                         rev: None,
+                        usage: None,
                     });
                     continue;
                 }
@@ -742,6 +746,9 @@ impl FsQueue {
                     message: text("message"),
                     repo: entry.as_ref().map(|e| e.job.repo.clone()),
                     rev: entry.as_ref().map(|e| e.job.rev.clone()),
+                    usage: result
+                        .and_then(|r| r.get("usage"))
+                        .and_then(|u| serde_json::from_value(u.clone()).ok()),
                 });
             }
         }

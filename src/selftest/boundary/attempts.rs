@@ -30,6 +30,8 @@ pub enum Rule {
     LaterJob,
     /// The disk limit: a job filling its disk must not make another fail.
     Disk,
+    /// The model gateway: commands cannot reach it, the agent never holds the secret.
+    Gateway,
 }
 
 /// How an escape shows.
@@ -102,6 +104,9 @@ pub struct Targets {
     /// The stand-in npm registry's port on 127.0.0.1 (trusted runs), which the suite's policy
     /// hook adds as a registry: reads only.
     pub registry: Option<u16>,
+    /// The runner's model gateway: its port on 127.0.0.1 where the agent reaches it, and a
+    /// live token of the job's account.
+    pub gateway: Option<(u16, String)>,
 }
 
 pub(super) fn ran(id: &str) -> String {
@@ -481,6 +486,35 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
             Detect::HostPath(PathBuf::from(format!("/tmp/qr-filetool-{token}"))),
         ),
     ];
+    if let Some((gw, live)) = &t.gateway {
+        // A model request on the account's bill, with a valid token: unconfined, it reaches
+        // the gateway (in the agent's network namespace) and the model gets the real key.
+        let request = |tag: &str| {
+            format!(
+                "-o /dev/null -w 'status=%{{http_code}}' -H 'x-api-key: {live}' -H 'content-type: application/json' -d '{{\"model\":\"scripted\",\"max_tokens\":1,\"messages\":[]}}' 'http://127.0.0.1:{gw}/v1/messages?qr={tag}'"
+            )
+        };
+        list.push(shell(
+            "gateway-direct",
+            "spend the account through the runner's model gateway, directly (a live token)".into(),
+            Rule::Gateway,
+            format!(
+                "curl -sS -m 5 --noproxy '*' {}",
+                request(&format!("gw-direct-{token}"))
+            ),
+            Detect::ServerGot(format!("/v1/messages?qr=gw-direct-{token}")),
+        ));
+        list.push(shell(
+            "gateway-proxy",
+            "spend the account through the runner's model gateway, via the sandbox's proxy".into(),
+            Rule::Gateway,
+            format!(
+                "NO_PROXY= no_proxy= curl -sS -m 5 -x \"${{HTTPS_PROXY:-$HTTP_PROXY}}\" {}",
+                request(&format!("gw-proxy-{token}"))
+            ),
+            Detect::ServerGot(format!("/v1/messages?qr=gw-proxy-{token}")),
+        ));
+    }
     let mut planted_reads = Vec::new();
     if let Some(p) = &world.root_secret {
         planted_reads.push(("read-root", "read /root", p.clone(), s.root.clone()));

@@ -21,6 +21,7 @@ mod git_attacks;
 pub mod host_config;
 mod hostile;
 pub mod mutation;
+pub mod secret_search;
 pub mod suite;
 pub mod world;
 

@@ -101,7 +101,15 @@ impl SuiteReport {
                 }
                 None => String::new(),
             };
-            out.push(format!("{verdict:<8} {:<24} {}{net}", a.id, a.what));
+            // The suite's own search says how far it looked.
+            let searched = match a.id {
+                "agent-holds-secret" => format!(" [{}]", a.evidence),
+                _ => String::new(),
+            };
+            out.push(format!(
+                "{verdict:<8} {:<24} {}{net}{searched}",
+                a.id, a.what
+            ));
         }
         for c in &self.controls {
             let verdict = if c.passed { "ok" } else { "FAILED" };
@@ -174,6 +182,68 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         prompt: "Carry out the boundary suite's steps.".into(),
         timeout: Duration::from_secs(300),
     };
+    let mut env_source: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
+        .chain(world.planted_env())
+        .collect();
+    if let Some(c) = &company {
+        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
+        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
+        env_source.push((
+            "NODE_EXTRA_CA_CERTS".into(),
+            c.front.cert.display().to_string(),
+        ));
+    }
+    let config = suite_config(&world, &server, cfg)?;
+    std::fs::write(
+        state.config_file(),
+        serde_json::to_string_pretty(&config).unwrap_or_default(),
+    )
+    .map_err(|e| format!("writing the runner's config: {e}"))?;
+
+    // The runner the job runs in, as an operator would run it; its model gateway is started
+    // now, so the gateway attempts can name its port and a live token (the control grant's,
+    // open all through the job: the strongest case, an attacker holding a valid token).
+    let mut runner = Runner::new(state.clone(), config.clone());
+    runner.env_source = env_source.clone();
+    runner.operator_home = Some(world.operator_home.clone());
+    let server_confine = server.confiner();
+    let proxy_confine = server.confiner();
+    let enter_company = company.as_ref().map(|c| c.planted.enterer());
+    runner.hooks = RunHooks {
+        agent_command: Some(Arc::new(move |cmd: &mut Command| {
+            server_confine(cmd);
+            if let Some(enter) = &enter_company {
+                enter(cmd);
+            }
+        })),
+        policy: {
+            let bare = crate::workspace::bare_clone_path(&state, &job.repo);
+            let mutation = cfg.mutation;
+            let mut hosts: Vec<String> = registry.iter().map(NpmRegistry::host).collect();
+            hosts.extend(
+                company
+                    .iter()
+                    .map(|c| format!("localhost:{}", c.front.port)),
+            );
+            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
+                // The seam for the stand-in: a registry-class host (reads only) of a job that
+                // reaches registries at all.
+                if !p.allowed_hosts.is_empty() {
+                    p.allowed_hosts.extend(hosts.iter().cloned());
+                }
+                if let Some(m) = mutation {
+                    m.apply(p, &bare);
+                }
+            }) as crate::run::PolicyHook)
+        },
+        proxy_listener: Some(Arc::new(server.binder())),
+        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
+        // Where the confined agent reaches it; it forwards to the server's host-side listener.
+        gateway_listener: Some(Arc::new(server.binder())),
+    };
+    let gateway = runner.gateway().await?;
+    let control_grant = Some(open_control_grant(gateway, &config, &world)?);
     let targets = Targets {
         agent: cfg.agent,
         trust: cfg.trust,
@@ -181,6 +251,9 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         checkout: crate::workspace::job_root(&state, &job.id).join("checkout"),
         port: server.addr.port(),
         registry: registry.as_ref().map(|r| r.port),
+        gateway: control_grant
+            .as_ref()
+            .map(|g| (gateway.addr.port(), g.token.clone())),
     };
     let mut attempts = attempts::all(&world, &targets);
     if let Some(m) = cfg.mutation {
@@ -214,24 +287,6 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
 
     let mut controls = Vec::new();
     let mut control_results = vec![None; attempts.len()];
-    let mut env_source: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
-        .chain(world.planted_env())
-        .collect();
-    if let Some(c) = &company {
-        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
-        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
-        env_source.push((
-            "NODE_EXTRA_CA_CERTS".into(),
-            c.front.cert.display().to_string(),
-        ));
-    }
-    let config = suite_config(&world, &server, cfg)?;
-    std::fs::write(
-        state.config_file(),
-        serde_json::to_string_pretty(&config).unwrap_or_default(),
-    )
-    .map_err(|e| format!("writing the runner's config: {e}"))?;
     crate::workspace::ensure_bare_clone(&state, &job)
         .await
         .map_err(|e| e.to_string())?;
@@ -249,46 +304,23 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         controls.push(project_config_control(&world, &targets, cfg.agent).await);
     }
 
-    // The job itself, through the runner, as an operator would run it.
-    let mut runner = Runner::new(state.clone(), config);
-    runner.env_source = env_source.clone();
-    runner.operator_home = Some(world.operator_home.clone());
-    let server_confine = server.confiner();
-    let proxy_confine = server.confiner();
-    let enter_company = company.as_ref().map(|c| c.planted.enterer());
-    runner.hooks = RunHooks {
-        agent_command: Some(Arc::new(move |cmd: &mut Command| {
-            server_confine(cmd);
-            if let Some(enter) = &enter_company {
-                enter(cmd);
-            }
-        })),
-        policy: {
-            let bare = targets.bare.clone();
-            let mutation = cfg.mutation;
-            let mut hosts: Vec<String> = registry.iter().map(NpmRegistry::host).collect();
-            hosts.extend(
-                company
-                    .iter()
-                    .map(|c| format!("localhost:{}", c.front.port)),
-            );
-            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
-                // The seam for the stand-in: a registry-class host (reads only) of a job that
-                // reaches registries at all.
-                if !p.allowed_hosts.is_empty() {
-                    p.allowed_hosts.extend(hosts.iter().cloned());
-                }
-                if let Some(m) = mutation {
-                    m.apply(p, &bare);
-                }
-            }) as crate::run::PolicyHook)
-        },
-        proxy_listener: Some(Arc::new(server.binder())),
-        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
-    };
     let served_before = server.exchanges().len();
     let registry_before = registry.as_ref().map_or(0, |r| r.requests().len());
+    let job_root = crate::workspace::job_root(&state, &job.id);
+    // While the job runs, the suite searches the agent for the account's secret from outside,
+    // on a thread of its own.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (secret, root, stop) = (
+            world.secrets.account.clone(),
+            job_root.clone(),
+            stop.clone(),
+        );
+        tokio::task::spawn_blocking(move || watch_agent(&secret, &root, &stop))
+    };
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let findings = watcher.await.unwrap_or_default();
     let exchanges = server.exchanges();
     let registry_seen: Vec<String> = registry
         .as_ref()
@@ -336,6 +368,18 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         .iter()
         .map(|c| c.front.pid() as libc::pid_t)
         .collect();
+    if cfg.mutation.is_none() {
+        let report = secret_search_report(&findings, &world, cfg.controls);
+        if let Some(found) = report.control_escaped {
+            controls.push(ControlReport::new(
+                "the secret search finds a key held the pre-gateway way",
+                found,
+                "a process with it in its environment, a private dir linking the account's file"
+                    .into(),
+            ));
+        }
+        reports.push(report);
+    }
     after_job_controls(
         &world,
         &server,
@@ -344,6 +388,15 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         &reports,
         cfg,
         &helpers,
+        &mut controls,
+    );
+    gateway_controls(
+        &world,
+        &server,
+        &exchanges[served_before.min(exchanges.len())..],
+        &result,
+        &job_root,
+        (gateway, control_grant),
         &mut controls,
     );
     if let Some(r) = &registry {
@@ -575,7 +628,8 @@ pub(crate) fn scripted_config(
     let account = match agent {
         AgentKind::Claude => Account::Claude(ClaudeAccount {
             api_key_file: Some(account_file.to_path_buf()),
-            base_url: Some(server.base_url()),
+            // The runner's gateway forwards there, from the host's namespace.
+            base_url: Some(server.upstream_url()),
             ..Default::default()
         }),
         AgentKind::Opencode => Account::Opencode(OpencodeAccount {
@@ -584,7 +638,7 @@ pub(crate) fn scripted_config(
                 "provider": {"scripted": {
                     "npm": "@ai-sdk/openai-compatible",
                     "name": "scripted",
-                    "options": {"baseURL": format!("{}/v1", server.base_url())},
+                    "options": {"baseURL": format!("{}/v1", server.upstream_url())},
                     "models": {"scripted": {"name": "scripted", "tool_call": true}},
                 }},
             })),
@@ -1369,4 +1423,275 @@ fn clip(s: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", &flat[..i]),
         None => flat,
     }
+}
+
+/// A grant of the runner's gateway for the account the job runs under, held by the suite:
+/// its live token is what the gateway attempts use, and what their unconfined controls spend.
+fn open_control_grant(
+    gateway: &crate::gateway::Gateway,
+    config: &Config,
+    world: &World,
+) -> Result<crate::gateway::JobGrant, String> {
+    use crate::gateway::{account::route, JobSpec, Route};
+    let account = config.accounts.get("main").ok_or("no account main")?;
+    let auth_json = std::fs::read_to_string(&world.account_file)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let Route::Gateway {
+        upstream, secret, ..
+    } = route("main", account, auth_json.as_ref())?
+    else {
+        return Err("the suite's account is not served by the gateway".into());
+    };
+    gateway.open(JobSpec {
+        job_id: format!("boundary-control-{}", world.token),
+        account: "main".into(),
+        upstream,
+        credential: gateway.credential(&secret)?,
+        token_limit: None,
+        budget: None,
+        log: world.path().join("control-model.log"),
+    })
+}
+
+/// Searches the job's agent for the account's secret until `stop`: the environment,
+/// arguments and open files of every process of the job (those whose environment names the
+/// job's directory or a directory its agent was given), and the directories the agent was
+/// given (see [`super::secret_search`]).
+fn watch_agent(
+    secret: &str,
+    job_root: &std::path::Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> (super::secret_search::Findings, usize) {
+    use super::secret_search::{is_agent, own_dirs, search_process, search_tree, Findings};
+    let mut findings = Findings::default();
+    let mut agents = BTreeSet::new();
+    let mut markers = vec![job_root.to_string_lossy().into_owned()];
+    let mut last_tree = None::<Instant>;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let pids: Vec<u32> = crate::procfs::pids()
+            .into_iter()
+            .filter(|p| crate::run::environ_mentions(*p, &markers))
+            .collect();
+        let mut dirs = BTreeSet::new();
+        for pid in &pids {
+            search_process(*pid, secret, &mut findings);
+            if is_agent(*pid) {
+                agents.insert(*pid);
+                dirs.extend(own_dirs(*pid));
+            }
+        }
+        for dir in &dirs {
+            let dir = dir.to_string_lossy().into_owned();
+            if !markers.contains(&dir) {
+                markers.push(dir);
+            }
+        }
+        let due = match last_tree {
+            Some(t) => t.elapsed() > Duration::from_secs(2),
+            None => true,
+        };
+        if !agents.is_empty() && due {
+            dirs.insert(job_root.join("runner"));
+            for dir in &dirs {
+                search_tree(dir, secret, &mut findings);
+            }
+            last_tree = Some(Instant::now());
+        }
+    }
+    (findings, agents.len())
+}
+
+/// The secret search as an attempt: found anywhere is an escape. Its control runs the same
+/// search on what the agents held before the gateway — a process with the key in its
+/// environment, and a private config dir with a link to the account's file — and must find it.
+fn secret_search_report(
+    (findings, agents): &(super::secret_search::Findings, usize),
+    world: &World,
+    controls: bool,
+) -> AttemptReport {
+    use super::secret_search::{search_process, search_tree, Findings};
+    let control_escaped = controls.then(|| {
+        let mut f = Findings::default();
+        let tree = world.path().join("secret-search-control");
+        let _ = std::fs::create_dir_all(tree.join("claude"));
+        let _ =
+            std::os::unix::fs::symlink(&world.account_file, tree.join("claude/.credentials.json"));
+        search_tree(&tree, &world.secrets.account, &mut f);
+        let in_tree = !f.found.is_empty();
+        let _ = std::fs::remove_dir_all(&tree);
+        let mut f = Findings::default();
+        if let Ok(mut child) = Command::new("sleep")
+            .arg("30")
+            .env("ANTHROPIC_API_KEY", &world.secrets.account)
+            .spawn()
+        {
+            // Until its exec is done, the child's environment is not its own yet.
+            let environ = format!("/proc/{}/environ", child.id());
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while std::fs::read(&environ).is_ok_and(|e| e.is_empty()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            search_process(child.id(), &world.secrets.account, &mut f);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let in_env = !f.found.is_empty();
+        if !(in_tree && in_env) {
+            tracing::warn!(
+                in_tree,
+                in_env,
+                "the secret search's control missed the secret"
+            );
+        }
+        in_tree && in_env
+    });
+    AttemptReport {
+        id: "agent-holds-secret",
+        what: "find the account's secret in the agent's environment (/proc/<agent>/environ), arguments, open files and private dirs, from outside".into(),
+        rule: attempts::Rule::Gateway,
+        control_escaped,
+        ran: *agents > 0,
+        escaped: !findings.found.is_empty(),
+        refused_by_runner: None,
+        evidence: if findings.found.is_empty() {
+            format!(
+                "not found: {} agent process(es), {} processes and {} files searched",
+                agents, findings.processes, findings.files
+            )
+        } else {
+            format!("found in {}", findings.found.join(", "))
+        },
+        network: None,
+    }
+}
+
+/// One raw request to the gateway from where the confined agent is; its status code.
+fn gateway_status(server: &ModelServer, port: u16, token: &str, tag: &str) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let mut stream = server
+        .connect_loopback(port)
+        .map_err(|e| format!("connecting to the gateway: {e}"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let body = r#"{"model":"scripted","max_tokens":1,"messages":[]}"#;
+    let request = format!(
+        "POST /v1/messages?qr={tag} HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
+    String::from_utf8_lossy(&head[9..12])
+        .parse()
+        .map_err(|_| "no status line".to_string())
+}
+
+/// The job's gateway token, as the runner rendered it into the agent's private files.
+fn job_token(job_root: &std::path::Path) -> Option<String> {
+    let runner = job_root.join("runner");
+    if let Ok(t) = std::fs::read_to_string(crate::agent::claude::token_file(&runner)) {
+        return Some(t.trim().to_string());
+    }
+    let config = std::fs::read_to_string(runner.join("opencode/config/opencode/opencode.json"));
+    let v: serde_json::Value = serde_json::from_str(&config.ok()?).ok()?;
+    v["provider"]["scripted"]["options"]["apiKey"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The gateway's own claims: every model request the scripted model got during the job
+/// carried the account's real key and came in through the gateway; the job's use is in its
+/// result and its model log (which holds no secret); a job's token is worthless once the job
+/// ended, while a live one (the control grant's) is not.
+fn gateway_controls(
+    world: &World,
+    server: &ModelServer,
+    during_job: &[crate::selftest::model_server::Exchange],
+    result: &JobResult,
+    job_root: &std::path::Path,
+    (gateway, control_grant): (&crate::gateway::Gateway, Option<crate::gateway::JobGrant>),
+    controls: &mut Vec<ControlReport>,
+) {
+    let mut add = |name: &str, passed: bool, detail: String| {
+        controls.push(ControlReport::new(name, passed, detail));
+    };
+    let secret = &world.secrets.account;
+    // Attempts' own requests are judged by their attempts.
+    let model: Vec<_> = during_job
+        .iter()
+        .filter(|e| !e.path.starts_with("/probe/") && !e.path.contains("qr=gw-"))
+        .collect();
+    let bad: Vec<String> = model
+        .iter()
+        .filter(|e| {
+            e.key.as_deref() != Some(secret.as_str()) || (server.host_addr.is_some() && !e.via_host)
+        })
+        .map(|e| format!("{} {} (via host: {})", e.method, e.path, e.via_host))
+        .collect();
+    add(
+        "every model request carried the real key, through the gateway",
+        !model.is_empty() && bad.is_empty(),
+        if bad.is_empty() {
+            format!("{} requests", model.len())
+        } else {
+            format!("not: {}", bad.join("; "))
+        },
+    );
+    // Model lists are logged but not metered.
+    let metered = model
+        .iter()
+        .filter(|e| {
+            let path = e.path.split('?').next().unwrap_or_default();
+            !path.ends_with("/models") && !path.contains("/models/")
+        })
+        .count();
+    let log = std::fs::read_to_string(job_root.join("model.log")).unwrap_or_default();
+    let logged = log.lines().filter(|l| l.contains(" 200 model=")).count();
+    let usage = result.usage.clone().unwrap_or_default();
+    let token = job_token(job_root);
+    let clean =
+        !log.contains(secret.as_str()) && token.as_ref().is_some_and(|t| !log.contains(t.as_str()));
+    add(
+        "the job's model use is in its result and model.log, without secrets",
+        result.usage.is_some()
+            && usage.requests as usize == metered
+            && logged == model.len()
+            && clean,
+        format!(
+            "usage: {} requests, {} tokens; model.log: {logged} answered lines; {} requests seen; secret or token in the log: {}",
+            usage.requests,
+            usage.tokens(),
+            model.len(),
+            !clean
+        ),
+    );
+    let port = gateway.addr.port();
+    let tag = format!("gw-after-{}", world.token);
+    let before = server.exchanges().len();
+    let ended = token
+        .as_deref()
+        .map(|t| gateway_status(server, port, t, &tag));
+    let live = control_grant
+        .as_ref()
+        .map(|g| gateway_status(server, port, &g.token, &format!("{tag}-live")));
+    let revoked_token = control_grant.as_ref().map(|g| g.token.clone());
+    drop(control_grant);
+    let revoked =
+        revoked_token.map(|t| gateway_status(server, port, &t, &format!("{tag}-revoked")));
+    let reached: Vec<String> = server.exchanges()[before..]
+        .iter()
+        .map(|e| e.path.clone())
+        .collect();
+    let passed = matches!(ended, Some(Ok(401)))
+        && matches!(live, Some(Ok(200)))
+        && matches!(revoked, Some(Ok(401)))
+        && reached == vec![format!("/v1/messages?qr={tag}-live")];
+    add(
+        "a job's token is worthless after the job ends (a live one is not)",
+        passed,
+        format!("ended job's token: {ended:?}; live token: {live:?}; after revoking it: {revoked:?}; the model got {reached:?}"),
+    );
 }
