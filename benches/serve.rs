@@ -168,18 +168,23 @@ async fn main() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let elapsed = started.elapsed();
+        // Idle again, with the model gateway and its TLS roots loaded by the jobs.
+        std::thread::sleep(Duration::from_millis(1000));
+        let after = rss_kb(pid);
         drop(serve);
         let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
         own.sort();
         println!(
             "  concurrency {concurrency}: {:.2} jobs/s ({:.1} s for {JOBS}); runner's own work \
-             per job {} ms median (max {}); serve RSS idle {:.1} MB, busy {:.1} MB",
+             per job {} ms median (max {}); serve RSS idle {:.1} MB, busy {:.1} MB, idle after \
+             the jobs (model gateway started) {:.1} MB",
             JOBS as f64 / elapsed.as_secs_f64(),
             elapsed.as_secs_f64(),
             own[own.len() / 2],
             own[own.len() - 1],
             idle as f64 / 1024.0,
             busy as f64 / 1024.0,
+            after as f64 / 1024.0,
         );
     }
     server.kill_confined();

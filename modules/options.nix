@@ -31,22 +31,23 @@ let
         description = "The agent this account logs in.";
       };
       apiKeyFile = secretFile ''
-        Claude Code: a file holding an API key. Claude Code reads it through its apiKeyHelper,
-        so the key is never in an environment variable a job's commands could inherit.
+        Claude Code: a file holding an API key. The runner's model gateway reads it and puts it
+        on each request; Claude Code itself only gets a job token.
       '';
       credentialsFile = secretFile ''
-        Claude Code: the `.credentials.json` of a `/login`. It is linked into each job's
-        private config dir and may be refreshed by Claude Code, so it must be a writable file
-        of the service's user (e.g. under the state directory).
+        Claude Code: the `.credentials.json` of a `/login`. The runner holds it and refreshes
+        it, writing it back, so it must be a writable file of the service's user (e.g. under
+        the state directory).
       '';
       authFile = secretFile ''
-        opencode: its `auth.json` (from `opencode auth login`), writable by the service's
-        user for the same reason.
+        opencode: its `auth.json` (from `opencode auth login`). Entries of type `api` are
+        served by the runner's model gateway; OAuth entries are linked into the job for opencode,
+        which refreshes them, so it must be writable by the service's user.
       '';
       baseUrl = mkOption {
         type = types.nullOr t.text;
         default = null;
-        description = "Claude Code: the API endpoint (ANTHROPIC_BASE_URL), for gateways.";
+        description = "Claude Code: the API endpoint the runner's model gateway forwards to (default: Anthropic's API).";
       };
       model = mkOption {
         type = types.nullOr t.text;

@@ -381,13 +381,45 @@ async fn claude_job_uses_the_devshell_and_commits() {
         1,
         "the instructions once in the first request: {first}"
     );
-    // The key never reached the model in a request body, and nothing is left behind.
+    // The key never reached the model in a request body, but was on every request, put
+    // there by the runner's gateway (Claude Code held only the job's token).
     for body in server.requests() {
         assert!(
             !body.to_string().contains("SECRET-KEY"),
             "the key reached the model"
         );
     }
+    let exchanges = server.exchanges();
+    assert!(
+        exchanges
+            .iter()
+            .all(|e| e.key.as_deref() == Some("sk-test-SECRET-KEY-0042")),
+        "a request without the account's key: {:?}",
+        exchanges
+            .iter()
+            .map(|e| (&e.path, &e.key))
+            .collect::<Vec<_>>()
+    );
+    let usage = &result["usage"];
+    assert_eq!(
+        usage["requests"].as_u64(),
+        Some(exchanges.len() as u64),
+        "{usage}"
+    );
+    // By model, as the answers name it (the scripted model echoes Claude Code's choice).
+    let by_model: u64 = usage["models"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(by_model, exchanges.len() as u64, "{usage}");
+    let model_log = std::fs::read_to_string(job_dir.join("model.log")).unwrap();
+    assert_eq!(model_log.lines().count(), exchanges.len(), "{model_log}");
+    assert!(!model_log.contains("SECRET-KEY"));
+    let settings = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
+    assert!(!settings.contains("anthropic-key"), "{settings}");
+    assert!(!job_dir.join("runner/claude/.credentials.json").exists());
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     let temp = claude_job_temp_dir(&job_dir);
     assert!(!temp.exists(), "temp dir {} left", temp.display());
@@ -603,4 +635,82 @@ async fn a_job_past_its_disk_limit_is_stopped_and_says_so() {
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     let temp = claude_job_temp_dir(&job_dir);
     assert!(!temp.exists(), "temp dir {} left", temp.display());
+}
+
+/// `limits.tokens`: the request after the one that reaches it is refused by the gateway, with
+/// an error Claude Code shows, and the job ends naming the limit and the figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_limit_refuses_the_next_request_and_ends_the_job() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    // Each scripted answer is 2 tokens: the limit is spent after the second.
+    let server = ModelServer::start_isolated(
+        (0..6)
+            .map(|i| Step::bash(format!("echo step-{i}")))
+            .collect(),
+    )
+    .expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let config_path = runner.state().join("config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["limits"] = serde_json::json!({"tokens": 3});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "capped", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_CLAUDE",
+        agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+    )
+    .args(["run", "--job"])
+    .arg(&file);
+    server.confine(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let job_dir = runner.state().join("jobs/capped");
+    let model_log = std::fs::read_to_string(job_dir.join("model.log")).unwrap_or_default();
+    let diagnostics = format!(
+        "{stdout}\n--- stderr ---\n{}\n--- model.log ---\n{model_log}\n--- requests ---\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.summary()
+    );
+    assert_eq!(out.status.code(), Some(1), "{diagnostics}");
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["outcome"], "failed", "{diagnostics}");
+    assert_eq!(result["limit_fired"], "tokens", "{diagnostics}");
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("token limit is spent") && message.contains("of 3 (limits.tokens)"),
+        "{diagnostics}"
+    );
+    assert!(
+        result["usage"]["tokens"].is_null(),
+        "usage keeps its own fields"
+    );
+    assert!(
+        result["usage"]["refused"].as_u64() >= Some(1),
+        "{diagnostics}"
+    );
+    assert!(
+        model_log.contains("refused 400 token_limit"),
+        "{diagnostics}"
+    );
+    assert!(
+        server.steps_served() < 6,
+        "the job went on after the cap: {diagnostics}"
+    );
+    // Claude Code was told why.
+    let transcript =
+        std::fs::read_to_string(job_dir.join("runner/transcript.jsonl")).unwrap_or_default();
+    assert!(
+        transcript.contains("token limit"),
+        "{diagnostics}\n{transcript}"
+    );
+    assert!(server.confined_processes().is_empty(), "processes left");
 }

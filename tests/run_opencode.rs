@@ -156,6 +156,36 @@ async fn opencode_job_uses_the_devshell_and_commits() {
             "the key reached the model"
         );
     }
+    // opencode held only the job's token; the gateway put the key on every request, and
+    // metered them.
+    let exchanges = server.exchanges();
+    assert!(
+        exchanges
+            .iter()
+            .all(|e| e.key.as_deref() == Some("sk-test-SECRET-AUTH-7")),
+        "{:?}",
+        exchanges
+            .iter()
+            .map(|e| (&e.path, &e.key))
+            .collect::<Vec<_>>()
+    );
+    let runner_files = job_dir.join("runner/opencode");
+    assert!(!runner_files.join("data/opencode/auth.json").exists());
+    let config =
+        std::fs::read_to_string(runner_files.join("config/opencode/opencode.json")).unwrap();
+    assert!(!config.contains("SECRET-AUTH"), "{config}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(job_dir.join("result.json")).unwrap())
+            .unwrap();
+    let completions = exchanges
+        .iter()
+        .filter(|e| e.path.ends_with("/chat/completions"))
+        .count();
+    assert_eq!(
+        result["usage"]["requests"].as_u64(),
+        Some(completions as u64),
+        "{result}"
+    );
     // The instructions, once, in each request that carries the system prompt (opencode's
     // first is its title request, which has none).
     let counts: Vec<usize> = server
@@ -208,7 +238,16 @@ async fn opencode_timeout_stops_its_detached_commands() {
         .await
         .unwrap();
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(watcher.join().unwrap(), "the hanging command never ran");
+    assert!(
+        watcher.join().unwrap(),
+        "the hanging command never ran\n--- stdout ---\n{}\n--- agent.log ---\n{}\n--- model.log ---\n{}\n--- requests ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string(runner.state().join("jobs/oc-timeout/runner/agent.log"))
+            .unwrap_or_default(),
+        std::fs::read_to_string(runner.state().join("jobs/oc-timeout/model.log"))
+            .unwrap_or_default(),
+        server.summary()
+    );
     let result: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(out.status.code(), Some(5), "{result}");

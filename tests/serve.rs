@@ -328,6 +328,8 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
             let v = wait_state(&runner, id, "done", &serve, Duration::from_secs(240));
             assert_eq!(v["result"]["outcome"], "succeeded", "{v}");
             assert_eq!(v["attempts"].as_array().unwrap().len(), 1);
+            // `show` has the job's model use, as the gateway metered it.
+            assert!(v["result"]["usage"]["requests"].as_u64() > Some(0), "{v}");
             assert_clean(&runner, id);
         }
         let elapsed = started.elapsed();
@@ -351,6 +353,25 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
         table.lines().filter(|l| l.contains(" done ")).count(),
         4,
         "{table}"
+    );
+    // And `jobs` lists it: requests, tokens in and out.
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.contains(" done ") && l.contains(" req, ") && l.contains(" out tok"))
+            .count(),
+        4,
+        "{table}"
+    );
+    let listed = runner.command().args(["jobs", "--json"]).output().unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["usage"]["output_tokens"].as_u64() > Some(0)),
+        "{listed}"
     );
     let logs = runner.command().args(["logs", "s1"]).output().unwrap();
     assert!(logs.status.success());

@@ -177,6 +177,47 @@ fn claude_settings_render_the_policy() {
 }
 
 #[test]
+fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() {
+    let ws = workspace();
+    let mut policy = policy(&ws);
+    policy.env.pass.push("*".into());
+    let job = job(AgentKind::Claude);
+    let acct = Account::Claude(key_account());
+    let mut env = host_env();
+    env.push(("ANTHROPIC_API_KEY".into(), "sk-from-the-environment".into()));
+    env.push((
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "oauth-from-the-environment".into(),
+    ));
+    let launch = plan(&AgentInputs {
+        job: &job,
+        account: &acct,
+        policy: &policy,
+        workspace: &ws,
+        system_prompt: "",
+        program: Path::new("/bin/claude"),
+        srt: None,
+        host_env: env,
+        gateway: Some(&claude_gateway()),
+    })
+    .unwrap();
+    for k in [
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+    ] {
+        assert!(
+            !launch.env.contains_key(k),
+            "{k} would win over the job token"
+        );
+    }
+    assert!(
+        launch.env.contains_key("AWS_SECRET_ACCESS_KEY"),
+        "the rest passes"
+    );
+}
+
+#[test]
 fn claude_environment_is_scrubbed_and_holds_no_secret() {
     let launch = claude_launch(&key_account());
     let env = &launch.env;

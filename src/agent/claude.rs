@@ -155,6 +155,15 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     }
     // The account's own base_url is the gateway's upstream.
     env.insert("ANTHROPIC_BASE_URL".to_string(), gateway.base_url.clone());
+    // Claude Code prefers these to its apiKeyHelper: the job's token must be its only
+    // credential, whatever the environment it is started from holds.
+    for k in [
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+    ] {
+        env.remove(k);
+    }
 
     let mut args: Vec<String> = [
         "-p",
