@@ -45,6 +45,16 @@ async fn once(client: &Client, url: &str, key: &str) -> (Duration, Duration) {
     (first.unwrap_or(total), total)
 }
 
+/// This process's resident memory, kB.
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -60,8 +70,10 @@ async fn main() {
     let server = ModelServer::start(Vec::new()).expect("scripted model");
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, "sk-bench").expect("key");
+    let before = rss_kb();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let gateway = Gateway::start(listener, GatewayOptions::new(dir.path())).expect("gateway");
+    let started = rss_kb();
     let grant = gateway
         .open(JobSpec {
             job_id: "bench".into(),
@@ -131,6 +143,14 @@ async fn main() {
             gt.as_secs_f64() / dt.as_secs_f64(),
         );
     }
+    let after = rss_kb();
+    println!(
+        "  resident memory: {:.1} MB before the gateway, +{:.1} MB once started (the system's CA roots loaded), +{:.1} MB after {} requests",
+        before as f64 / 1024.0,
+        started.saturating_sub(before) as f64 / 1024.0,
+        after.saturating_sub(before) as f64 / 1024.0,
+        ROUNDS * PER_ROUND * 2 + 40
+    );
     let usage = grant.usage();
     println!(
         "  metered: {} requests, {} tokens; model.log {} lines",

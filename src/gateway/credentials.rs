@@ -173,6 +173,11 @@ impl ClaudeLogin {
         }
     }
 
+    /// Whether the login's file holds a login (its tokens may be expired: they are refreshed).
+    pub fn check(&self) -> Result<(), String> {
+        self.read().map(|_| ())
+    }
+
     fn read(&self) -> Result<(Value, OAuth), String> {
         let path = &self.file;
         let text = Zeroizing::new(

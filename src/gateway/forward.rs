@@ -349,12 +349,17 @@ impl Done {
             lock(&self.gate.usage).record(&model, &found.tokens, wait);
             let total = found.tokens.total();
             if let Some(budget) = self.gate.spec.budget.clone().filter(|_| total > 0) {
-                // The count's fsync stays off the response's path.
-                tokio::task::spawn_blocking(move || {
+                let add = move || {
                     if let Err(e) = budget.add(total) {
                         tracing::warn!("counting {total} tokens against the budget: {e}");
                     }
-                });
+                };
+                // The count's fsync stays off the response's path (a body dropped outside the
+                // runtime, at shutdown, counts inline).
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => drop(rt.spawn_blocking(add)),
+                    Err(_) => add(),
+                }
             }
         }
         let t = found.tokens;

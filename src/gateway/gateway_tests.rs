@@ -556,3 +556,26 @@ async fn a_claude_login_is_refreshed_once_for_concurrent_jobs_and_written_back()
         .collect();
     assert!(beside.is_empty(), "{beside:?}");
 }
+
+#[tokio::test]
+async fn an_unreadable_secret_fails_the_job_when_it_opens() {
+    let f = fixture(false).await;
+    let missing = f.dir.path().join("absent");
+    for secret in [
+        SecretSource::File(missing.clone()),
+        SecretSource::ClaudeLogin(missing.clone()),
+        SecretSource::AuthJson {
+            file: missing.clone(),
+            provider: "p".into(),
+        },
+    ] {
+        let err = f.gateway.credential(&secret).unwrap_err();
+        assert!(err.contains("absent"), "{err}");
+    }
+    std::fs::write(&missing, "  \n").unwrap();
+    let err = f
+        .gateway
+        .credential(&SecretSource::File(missing))
+        .unwrap_err();
+    assert!(err.contains("is empty"), "{err}");
+}

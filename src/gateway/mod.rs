@@ -231,6 +231,8 @@ impl Gateway {
                         self.inner.options.claude_token_url.clone(),
                     ))
                 });
+                // A login that cannot be read fails the job now, not each of its requests.
+                login.check()?;
                 Credential::ClaudeLogin(login.clone())
             }
         })

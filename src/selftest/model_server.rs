@@ -30,6 +30,11 @@
 //! that namespace also tells the agent's processes apart, even those that left its process
 //! group: [`ModelServer::kill_confined`] ends them all.
 //!
+//! [`ModelServer::start_isolated`] also listens on the caller's loopback
+//! ([`ModelServer::upstream_url`]): the runner's model gateway, which runs there, forwards to
+//! it. Each [`Exchange`] records the credential it carried and which listener it came in on,
+//! so a test can tell that a request came through the gateway with the account's real key.
+//!
 //! The server stops when dropped: its accept loop and every connection task are aborted.
 
 use std::fs::File;

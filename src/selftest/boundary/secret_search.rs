@@ -37,6 +37,18 @@ fn holds(data: &[u8], secret: &[u8]) -> bool {
     !secret.is_empty() && data.windows(secret.len()).any(|w| w == secret)
 }
 
+/// Waits (at most two seconds) until a process just spawned has its own environment: until
+/// its exec is done, `/proc/<pid>/environ` is empty.
+pub fn wait_for_exec(pid: u32) {
+    let environ = format!("/proc/{pid}/environ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::fs::read(&environ).is_ok_and(|e| e.is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The process's environment, arguments and open regular files.
 pub fn search_process(pid: u32, secret: &str, f: &mut Findings) {
     f.processes += 1;
@@ -155,6 +167,7 @@ mod tests {
             .env("ANTHROPIC_API_KEY", "SECRET-123")
             .spawn()
             .unwrap();
+        wait_for_exec(child.id());
         let mut f = Findings::default();
         search_process(child.id(), "SECRET-123", &mut f);
         let _ = child.kill();

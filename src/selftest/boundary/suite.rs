@@ -599,6 +599,7 @@ fn package_manager_controls(
     );
     if std::env::var_os("QR_BOUNDARY_DEBUG").is_some() {
         eprintln!("--- package manager reads ---\n{output}");
+        eprintln!("--- network log ---\n{}", log.join("\n"));
     }
 }
 
@@ -1527,12 +1528,7 @@ fn secret_search_report(
             .env("ANTHROPIC_API_KEY", &world.secrets.account)
             .spawn()
         {
-            // Until its exec is done, the child's environment is not its own yet.
-            let environ = format!("/proc/{}/environ", child.id());
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while std::fs::read(&environ).is_ok_and(|e| e.is_empty()) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            super::secret_search::wait_for_exec(child.id());
             search_process(child.id(), &world.secrets.account, &mut f);
             let _ = child.kill();
             let _ = child.wait();
