@@ -199,7 +199,8 @@ pub async fn list(client: &Client) -> Result<Vec<Listed>, PgError> {
         .query(
             &format!(
                 "SELECT id, state, {}, attempts, result ->> 'outcome',
-                        coalesce(result ->> 'message', reason), repo, rev
+                        coalesce(result ->> 'message', reason), repo, rev,
+                        (result -> 'usage')::text
                  FROM quest_runner.jobs
                  ORDER BY state = 'rejected', seq",
                 rfc3339("submitted_at")
@@ -221,6 +222,9 @@ pub async fn list(client: &Client) -> Result<Vec<Listed>, PgError> {
                 message: r.get(5),
                 repo: r.get(6),
                 rev: r.get(7),
+                usage: r
+                    .get::<_, Option<String>>(8)
+                    .and_then(|u| serde_json::from_str(&u).ok()),
             }
         })
         .collect())
