@@ -1,5 +1,6 @@
 //! `quest-runner serve`: the long-running runner. It takes jobs from a [`JobSource`] (the
-//! on-disk queue, [`queue::FsQueue`]), runs up to `concurrency` of them at once through one
+//! on-disk queue, [`queue::FsQueue`], or the PostgreSQL queue of many hosts, [`pg::PgQueue`]),
+//! runs up to `concurrency` of them at once through one
 //! shared [`Runner`] — so jobs at one revision share one devShell build — and survives
 //! faults:
 //!
@@ -8,7 +9,8 @@
 //! - On start: jobs a dead runner left running are stopped, cleaned and requeued (or failed
 //!   after `max_attempts`).
 //! - SIGHUP: reload the config; running jobs keep the config they started with.
-//! - `quest-runner cancel`: a running job is stopped at the next poll.
+//! - `quest-runner cancel`: a running job is stopped at the next poll (`--poll`, 250 ms)
+//!   after its source learns of it (the PostgreSQL queue at once, through `NOTIFY`).
 //! - Limits: each job's agent starts in a cgroup of its own where the host has cgroup v2
 //!   and the runner may write its group ([`cgroup`]), with the memory, pids and cpu limits
 //!   its delegated controllers allow, and rlimits for the rest ([`limits`]). The result
