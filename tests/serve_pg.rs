@@ -229,6 +229,41 @@ fn wait_ended(client: &Host, ids: &[String], hosts: &[&Host], limit: Duration) -
     }
 }
 
+/// Runner hosts named `names` (lease `lease`), their `serve`s started with `args`, serving.
+fn serving_hosts(
+    names: &[&'static str],
+    pg: &Postgres,
+    server: &ModelServer,
+    key: &Path,
+    lease: &str,
+    args: &[&str],
+) -> Vec<Host> {
+    let mut hosts: Vec<Host> = names
+        .iter()
+        .map(|n| Host::runner(n, pg, server, key, lease))
+        .collect();
+    for h in &mut hosts {
+        h.start(server, args);
+    }
+    for h in &hosts {
+        h.wait_log("serving", 1);
+    }
+    hosts
+}
+
+/// Waits until a process's command line mentions `token` (`present`), or none does.
+fn wait_for_process(token: &str, present: bool, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while processes_with(token).is_empty() == present {
+        assert!(
+            Instant::now() < deadline,
+            "{token}: still {} after {limit:?}",
+            if present { "absent" } else { "running" }
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn key_file(dir: &Path) -> PathBuf {
     let key = dir.join("anthropic-key");
     std::fs::write(&key, "sk-test-SECRET-KEY-0042").unwrap();
@@ -261,17 +296,8 @@ async fn three_hosts_share_the_queue_and_run_each_job_once() {
     let rev = repo.commit(&[("README.md", "x")]);
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
-    let mut hosts: Vec<Host> = ["a", "b", "c"]
-        .into_iter()
-        .map(|n| Host::runner(n, &pg, &server, &key, "30s"))
-        .collect();
+    let hosts = serving_hosts(&["a", "b", "c"], &pg, &server, &key, "30s", &[]);
     let client = Host::client(&pg);
-    for h in &mut hosts {
-        h.start(&server, &[]);
-    }
-    for h in &hosts {
-        h.wait_log("serving", 1);
-    }
 
     // Bad submits, from the host without accounts: refused with the reason, nothing queued.
     let out = client.submit(&job(&repo, &rev, json!({"account": "nobody"})));
@@ -417,28 +443,13 @@ async fn a_killed_runners_job_is_finished_by_another_host_after_its_lease() {
     } = Hanging::new();
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
-    let mut a = Host::runner("a", &pg, &server, &key, "3s");
-    let mut others: Vec<Host> = ["b", "c"]
-        .into_iter()
-        .map(|n| Host::runner(n, &pg, &server, &key, "3s"))
-        .collect();
-    a.start(&server, &[]);
-    a.wait_log("serving", 1);
+    let mut a = serving_hosts(&["a"], &pg, &server, &key, "3s", &[]).remove(0);
     a.submit_ok(&job(&repo, &rev, json!({"id": "k"})));
     let hang = format!("hang-{token}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while processes_with(&hang).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the job never started:\n{}",
-            a.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for h in &mut others {
-        h.start(&server, &["--recover-every", "500ms"]);
-        h.wait_log("serving", 1);
-    }
+    wait_for_process(&hang, true, Duration::from_secs(120));
+    // Started once the job is taken: only a takeover can give it to them.
+    let recover = ["--recover-every", "500ms"];
+    let others = serving_hosts(&["b", "c"], &pg, &server, &key, "3s", &recover);
     let dead_pid = a.pid;
     a.kill();
     let killed_at = Instant::now();
@@ -477,15 +488,7 @@ async fn a_killed_runners_job_is_finished_by_another_host_after_its_lease() {
     // The killed host starts again: whatever its dead process left of the job is stopped.
     a.start(&server, &[]);
     a.wait_log("serving", 2);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !processes_with(&hang).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the first attempt's command survived:\n{}",
-            a.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_process(&hang, false, Duration::from_secs(30));
     let mut others = others;
     a.stop();
     for h in &mut others {
@@ -509,26 +512,14 @@ async fn postgres_stopped_mid_run_loses_no_job_and_runs_none_twice() {
     let rev = repo.commit(&[("README.md", "x")]);
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
-    let mut hosts: Vec<Host> = ["a", "b", "c"]
-        .into_iter()
-        .map(|n| Host::runner(n, &pg, &server, &key, "4s"))
-        .collect();
-    for h in &mut hosts {
-        h.start(&server, &["--recover-every", "500ms"]);
-    }
-    for h in &hosts {
-        h.wait_log("serving", 1);
-    }
+    let recover = ["--recover-every", "500ms"];
+    let hosts = serving_hosts(&["a", "b", "c"], &pg, &server, &key, "4s", &recover);
     let client = Host::client(&pg);
     let ids: Vec<String> = (0..3).map(|i| format!("p{i}")).collect();
     for id in &ids {
         client.submit_ok(&job(&repo, &rev, json!({ "id": id })));
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while processes_with(&pause).is_empty() {
-        assert!(Instant::now() < deadline, "no job started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_process(&pause, true, Duration::from_secs(120));
     pg.stop();
     let stopped_at = Instant::now();
     // Down for three leases; the jobs end meanwhile.
@@ -616,24 +607,25 @@ async fn cancel_from_a_fourth_process_stops_a_running_job_at_once() {
     } = Hanging::new();
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
-    let mut hosts: Vec<Host> = ["a", "b", "c"]
-        .into_iter()
-        .map(|n| Host::runner(n, &pg, &server, &key, "60s"))
-        .collect();
-    for h in &mut hosts {
-        h.start(&server, &[]);
-    }
-    for h in &hosts {
-        h.wait_log("serving", 1);
-    }
+    let hosts = serving_hosts(&["a", "b", "c"], &pg, &server, &key, "60s", &[]);
     let client = Host::client(&pg);
     client.submit_ok(&job(&repo, &rev, json!({"id": "x"})));
     let hang = format!("hang-{token}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while processes_with(&hang).is_empty() {
-        assert!(Instant::now() < deadline, "the job never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_process(&hang, true, Duration::from_secs(120));
+    // A fourth process follows the job's event stream meanwhile: it keeps following while
+    // the job runs, and ends once the job has.
+    let mut follower = client
+        .command()
+        .args(["logs", "x", "--transcript", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "--follow ended while the job runs"
+    );
     let asked = Instant::now();
     let out = client.run(&["cancel", "x"]);
     assert!(
@@ -676,6 +668,25 @@ async fn cancel_from_a_fourth_process_stops_a_running_job_at_once() {
     assert!(
         v["result"]["message"].as_str().unwrap().contains("cancel"),
         "{v:#}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while follower.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "--follow did not end with the job"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let followed = follower.wait_with_output().unwrap();
+    assert!(
+        followed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&followed.stderr)
+    );
+    let text = String::from_utf8_lossy(&followed.stdout);
+    assert!(
+        text.contains("\"type\"") && text.contains(&hang),
+        "followed the job's event stream: {text}"
     );
     let out = client.run(&["cancel", "x"]);
     assert_eq!(

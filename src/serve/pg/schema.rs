@@ -9,7 +9,7 @@
 //!
 //! Never edit a released migration: add the next one.
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, GenericClient};
 
 use super::target::error_text;
 
@@ -154,7 +154,7 @@ pub fn latest() -> i32 {
 }
 
 /// The schema's version, or `None` before the first migration.
-pub async fn version(client: &Client) -> Result<Option<i32>, SchemaError> {
+pub async fn version(client: &impl GenericClient) -> Result<Option<i32>, SchemaError> {
     let exists: bool = client
         .query_one(
             "SELECT to_regclass('quest_runner.migrations') IS NOT NULL",
@@ -218,14 +218,7 @@ pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, SchemaError> {
     )
     .await
     .map_err(sql("creating quest_runner.migrations"))?;
-    let current: i32 = tx
-        .query_one(
-            "SELECT coalesce(max(version), 0) FROM quest_runner.migrations",
-            &[],
-        )
-        .await
-        .map_err(sql("reading the schema version"))?
-        .get(0);
+    let current = version(&tx).await?.unwrap_or(0);
     if current > latest() {
         return Err(SchemaError::Newer {
             found: current,
