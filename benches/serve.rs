@@ -14,18 +14,9 @@ use quest_runner::selftest::model_server::ModelServer;
 
 mod support;
 
-use support::SampleRepo;
+use support::{rss_kb, SampleRepo};
 
 const JOBS: usize = 6;
-
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 struct Bench {
     state: PathBuf,

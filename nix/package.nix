@@ -98,7 +98,9 @@ rustPlatform.buildRustPackage {
   #   run_claude, run_opencode, boundary, agents_smoke, serve
   #                                 need bwrap's user, mount, pid and network namespaces,
   #                                 root (for the network namespace of the scripted model)
-  #                                 and the npm agents (Claude Code, opencode, srt).
+  #                                 and the npm agents (Claude Code, opencode, srt);
+  #   pg_queue, serve_pg            a PostgreSQL server they start (and serve_pg all of the
+  #                                 above).
   # scripts/test runs all of them on a real host, and checks.vm-test runs a job through the
   # service on NixOS. tests/deploy.rs prints why it skips what needs systemd-analyze, which the
   # sandbox lacks too.

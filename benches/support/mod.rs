@@ -82,3 +82,13 @@ pub fn median(mut v: Vec<Duration>) -> Duration {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// The resident memory of process `pid`, in KiB (0 once it is gone).
+pub fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
