@@ -569,7 +569,7 @@ async fn a_job_past_its_disk_limit_is_stopped_and_says_so() {
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "x")]);
     let token = unique_token();
-    let server = ModelServer::start_isolated(vec![
+    let server = ModelServer::start_isolated_if_root(vec![
         Step::bash("fallocate -l 10G big; echo \"fallocate=$?\"; du -k big"),
         Step::bash(format!(
             "i=0; while head -c 4194304 /dev/zero > fill-$i; do i=$((i+1)); done; \
@@ -644,7 +644,7 @@ async fn a_token_limit_refuses_the_next_request_and_ends_the_job() {
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "x")]);
     // Each scripted answer is 2 tokens: the limit is spent after the second.
-    let server = ModelServer::start_isolated(
+    let server = ModelServer::start_isolated_if_root(
         (0..6)
             .map(|i| Step::bash(format!("echo step-{i}")))
             .collect(),

@@ -228,6 +228,11 @@ pub fn permitted_registry_reads(port: u16, token: &str) -> Step {
 ///
 /// Prints `PLANTED-*`, `WITHOUT <client>: <error>`, and one `READ <client> ok|FAILED|skipped`
 /// line per client; `PM-READS-RAN` at the end.
+///
+/// npm gets a cache of its own here (pip none, uv and deno their own dirs): the job's HOME
+/// already holds `qr-pkg`'s tarball from [`permitted_registry_reads`], and npm takes a tarball
+/// whose integrity it has cached without asking the registry, so `npm install` would fetch only
+/// the packument over HTTPS and no tarball would pass the decider.
 pub fn permitted_package_manager_reads(
     tls_port: u16,
     npmrc: &std::path::Path,
@@ -247,8 +252,8 @@ grep -q '{mark}' {npmrc} && echo PLANTED-NPMRC
 grep -q '{mark}' /etc/pip.conf && echo PLANTED-PIPCONF
 echo "WITHOUT npm: $(env -u npm_config_cafile timeout 60 npm view --registry "$R/" --fetch-retries=0 {pkg} version 2>&1 | grep -m1 -o 'code [A-Z_]*')"
 echo "WITHOUT pip: $(env -u PIP_CERT -u REQUESTS_CA_BUNDLE -u CURL_CA_BUNDLE timeout 60 python3 -m pip download --retries 0 --no-deps --no-cache-dir --disable-pip-version-check -d pip-without --index-url "$R/simple" {pkg}=={ver} 2>&1 | grep -m1 -o -i 'certificate verify failed')"
-rd npm npm view --registry "$R/" {pkg}@{ver} version
-pkgjson npm && (cd npm && rd npm-install npm install --registry "$R/" --ignore-scripts --no-package-lock {pkg}@{ver})
+rd npm npm view --cache "$PWD/npm-cache" --registry "$R/" {pkg}@{ver} version
+pkgjson npm && (cd npm && rd npm-install npm install --cache "$PWD/../npm-cache" --registry "$R/" --ignore-scripts --no-package-lock {pkg}@{ver})
 rd pip python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -d pip --index-url "$R/simple" {pkg}=={ver}
 if command -v uv >/dev/null; then rd uv env UV_CACHE_DIR="$PWD/uv-cache" uv pip install --no-deps --python python3 --target uv --index-url "$R/simple" {pkg}=={ver}; else echo 'READ uv skipped: not installed'; fi
 if command -v yarn >/dev/null && yarn --version 2>/dev/null | grep -q '^1\.'; then pkgjson yarn && (cd yarn && rd yarn yarn add --registry "$R/" --ignore-scripts --no-lockfile --non-interactive {pkg}@{ver}); else echo 'READ yarn skipped: no yarn classic'; fi

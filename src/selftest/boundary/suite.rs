@@ -560,7 +560,7 @@ fn package_manager_controls(
         .collect();
     let skipped: Vec<&str> = reads
         .iter()
-        .filter(|l| l.split(' ').nth(1) == Some("skipped"))
+        .filter(|l| l.split(' ').nth(1) == Some("skipped:"))
         .filter_map(|l| l.split(' ').next())
         .collect();
     let host = format!("localhost:{}", company.front.port);
@@ -573,10 +573,16 @@ fn package_manager_controls(
             .any(|l| l.contains(&format!("GET {host} {path}")) && l.ends_with(" allowed"))
     };
     let pkg = crate::selftest::npm_registry::PACKAGE;
-    let through_decider = logged(&format!("/{pkg}"))
-        && logged(&format!("/{pkg}/-/{pkg}-"))
-        && logged(&format!("/simple/{pkg}"))
-        && logged(&format!("/files/{wheel}"));
+    let unlogged: Vec<String> = [
+        format!("/{pkg}"),
+        format!("/{pkg}/-/{pkg}-"),
+        format!("/simple/{pkg}"),
+        format!("/files/{wheel}"),
+    ]
+    .into_iter()
+    .filter(|p| !logged(p))
+    .collect();
+    let through_decider = unlogged.is_empty();
     add(
         "package managers read over HTTPS through the decider despite it",
         output.contains("PM-READS-RAN")
@@ -585,9 +591,14 @@ fn package_manager_controls(
             && through_decider,
         if failed.is_empty() {
             format!(
-                "ok: {}; skipped (not on this host): {}; decider logged the packument, tarball, index and wheel: {through_decider}",
+                "ok: {}; skipped (not on this host): {}; decider logged the packument, tarball, index and wheel: {}",
                 ok.join(", "),
-                if skipped.is_empty() { "none".into() } else { skipped.join(", ") }
+                if skipped.is_empty() { "none".into() } else { skipped.join(", ") },
+                if through_decider {
+                    "yes".to_string()
+                } else {
+                    format!("no allowed GET {host} of {}", unlogged.join(", "))
+                }
             )
         } else {
             failed
@@ -600,6 +611,7 @@ fn package_manager_controls(
     if std::env::var_os("QR_BOUNDARY_DEBUG").is_some() {
         eprintln!("--- package manager reads ---\n{output}");
         eprintln!("--- network log ---\n{}", log.join("\n"));
+        eprintln!("--- not logged as allowed GETs of {host}: {unlogged:?}");
     }
 }
 
