@@ -516,6 +516,9 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
 fn doctor(ctx: &Context) -> Result<(), Failure> {
     let mut checks = crate::preflight::doctor();
     checks.push(disk_check(ctx));
+    if let Some(queue) = &ctx.config.queue {
+        checks.push(queue_check(queue));
+    }
     checks.push(crate::preflight::Check {
         name: "state directory".into(),
         ok: ctx.state.check_owner().is_ok(),
@@ -546,6 +549,32 @@ fn doctor(ctx: &Context) -> Result<(), Failure> {
     match failed {
         0 => Ok(()),
         n => Err(Failure::new(3, format!("{n} check(s) failed"))),
+    }
+}
+
+/// The PostgreSQL queue: reachable with this config, its schema one this runner knows.
+fn queue_check(queue: &crate::config::QueueConfig) -> crate::preflight::Check {
+    use crate::serve::pg;
+    let status = pg::target::PgTarget::from_config(queue)
+        .map_err(|e| format!("config queue: {e}"))
+        .and_then(|target| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("starting the async runtime: {e}"))?
+                .block_on(pg::admin::status(&target))
+                .map_err(|e| e.to_string())
+        });
+    crate::preflight::Check {
+        name: "job queue (PostgreSQL)".into(),
+        ok: status.is_ok(),
+        warn: false,
+        fix: status.is_err().then(|| {
+            "check queue.postgres and password_file in the config, that the server runs and this \
+             host may connect (pg_hba.conf), and that this runner is not older than the schema"
+                .into()
+        }),
+        detail: status.unwrap_or_else(|e| e),
     }
 }
 

@@ -623,3 +623,50 @@ async fn a_database_outage_loses_no_end_even_across_a_runner_restart() {
     );
     assert!(restarted.claim().await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_whether_the_queue_is_reachable_and_why_not() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, postgres::PASSWORD).unwrap();
+    let doctor = |queue: Value| -> String {
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(
+            state.join("config.json"),
+            json!({ "queue": queue }).to_string(),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quest-runner"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("doctor")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .skip_while(|l| !l.contains("job queue (PostgreSQL)"))
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let line = doctor(json!({"postgres": pg.tcp_conninfo(), "password_file": pw}));
+    assert!(
+        line.starts_with("ok") && line.contains("no tables yet"),
+        "{line}"
+    );
+    client(&pg).await; // migrates
+    let line = doctor(json!({"postgres": pg.tcp_conninfo(), "password_file": pw}));
+    assert!(
+        line.starts_with("ok") && line.contains("schema version"),
+        "{line}"
+    );
+    std::fs::write(&pw, "wrong").unwrap();
+    let line = doctor(json!({"postgres": pg.tcp_conninfo(), "password_file": pw}));
+    assert!(
+        line.starts_with("FAIL") && line.contains("password authentication failed"),
+        "{line}"
+    );
+    assert!(line.contains("fix:"), "{line}");
+}

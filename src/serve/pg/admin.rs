@@ -96,6 +96,47 @@ pub async fn connect_waiting(
     }
 }
 
+/// What `doctor` says of the queue: the server, the schema's version and the runners serving
+/// it. Reads only (no migration).
+pub async fn status(target: &PgTarget) -> Result<String, PgError> {
+    let (client, connection) = target.connect().await?;
+    tokio::spawn(connection);
+    let version = schema::version(&client).await?;
+    let runners = match version {
+        Some(_) => client
+            .query(
+                "SELECT host, count(*) FROM quest_runner.runners GROUP BY host ORDER BY host",
+                &[],
+            )
+            .await
+            .map_err(sql("reading the runners"))?
+            .iter()
+            .map(|r| format!("{} ({})", r.get::<_, String>(0), r.get::<_, i64>(1)))
+            .collect::<Vec<_>>(),
+        None => Vec::new(),
+    };
+    let version = match version {
+        Some(v) if v > schema::latest() => {
+            return Err(SchemaError::Newer {
+                found: v,
+                known: schema::latest(),
+            }
+            .into())
+        }
+        Some(v) => format!("schema version {v} of {}", schema::latest()),
+        None => "no tables yet (the first runner or command makes them)".into(),
+    };
+    Ok(format!(
+        "{}: {version}; runners serving: {}",
+        target.describe(),
+        if runners.is_empty() {
+            "none".to_string()
+        } else {
+            runners.join(", ")
+        }
+    ))
+}
+
 /// A command's connection, with the schema brought up to date.
 pub async fn connect(target: &PgTarget) -> Result<Client, PgError> {
     let (mut client, connection) = target.connect().await?;
