@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Instant;
 
 const SELF_SYSTEMD: &str = "0::/system.slice/quest-runner.service\n";
 const MOUNTINFO_V2: &str = "\
