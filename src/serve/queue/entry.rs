@@ -1,0 +1,84 @@
+//! A job's file: what it holds, and how it is read and written (atomically, so that a reader
+//! never sees half a file). A bare job file another program queued is read as an entry too.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{io, QueueError};
+use crate::job::JobSpec;
+
+/// A job's file in the queue: the job as submitted, its attempts, and (when finished) its
+/// result. A file written by another program may also be a bare job file ([`JobSpec`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    pub job: JobSpec,
+    pub submitted_at: String,
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// The job's result object (`result.json`), or one the runner made up for a job it
+    /// could not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+/// One run of a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attempt {
+    pub number: u32,
+    pub started_at: String,
+    /// The serve process that ran it: a crash report names it.
+    pub runner_pid: u32,
+    /// The host it ran on (the PostgreSQL queue's runners are on many).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Why the attempt did not finish the job (interrupted, runner died).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A result object for a job the runner ended without running it to the end.
+pub fn made_up_result(id: &str, outcome: &str, message: &str) -> Value {
+    serde_json::json!({"job_id": id, "outcome": outcome, "message": message})
+}
+
+pub(super) fn to_json(entry: &Entry) -> Vec<u8> {
+    let mut data = serde_json::to_vec_pretty(entry).unwrap_or_default();
+    data.push(b'\n');
+    data
+}
+
+pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
+    let text = std::fs::read_to_string(path).map_err(io("reading", path))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| QueueError::BadEntry {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if value.get("job").is_some() {
+        serde_json::from_value(value).map_err(|e| QueueError::BadEntry {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    } else {
+        // A bare job file another program queued, not claimed yet.
+        Ok(Entry {
+            job: JobSpec::from_json(&text)?,
+            submitted_at: String::new(),
+            attempts: Vec::new(),
+            result: None,
+        })
+    }
+}
+
+pub(super) fn write_entry(path: &Path, entry: &Entry) -> Result<(), QueueError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::devshell::nix_version::write_atomically(dir, path, &to_json(entry))
+        .map_err(io("writing", path))
+}

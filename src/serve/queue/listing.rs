@@ -1,0 +1,124 @@
+//! Reading the queue for people (`jobs`, `show`) and removing what is old (`gc`).
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::entry::read_entry;
+use super::{io, job_files, Entry, FsQueue, JobState, Listed, QueueError};
+use crate::job::check_id;
+
+impl FsQueue {
+    /// The state `id` is in.
+    pub fn find_state(&self, id: &str) -> Option<JobState> {
+        JobState::ALL
+            .into_iter()
+            .filter(|s| *s != JobState::Rejected)
+            .find(|s| self.path(*s, id).exists())
+    }
+
+    /// The entry of `id` and its state.
+    pub fn show(&self, id: &str) -> Result<(JobState, Entry), QueueError> {
+        check_id(id)?;
+        let state = self
+            .find_state(id)
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        Ok((state, read_entry(&self.path(state, id))?))
+    }
+
+    /// Every job, oldest submission first; rejected files last.
+    pub fn list(&self) -> Vec<Listed> {
+        let mut out = Vec::new();
+        for state in JobState::ALL {
+            let dir = self.sub(state.dir());
+            let Ok(entries) = job_files(&dir) else {
+                continue;
+            };
+            for (id, e) in entries {
+                let name = format!("{id}.json");
+                if state == JobState::Rejected {
+                    let reason = std::fs::read_to_string(dir.join(format!("{name}.reason")))
+                        .unwrap_or_default();
+                    out.push(Listed {
+                        id,
+                        state,
+                        submitted_at: None,
+                        attempts: 0,
+                        outcome: None,
+                        message: Some(reason.trim().to_string()),
+                        repo: None,
+                        rev: None,
+                        usage: None,
+                    });
+                    continue;
+                }
+                let entry = read_entry(&e.path()).ok();
+                let result = entry.as_ref().and_then(|e| e.result.as_ref());
+                let text = |key: &str| {
+                    result
+                        .and_then(|r| r.get(key))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                };
+                out.push(Listed {
+                    id,
+                    state,
+                    submitted_at: entry.as_ref().map(|e| e.submitted_at.clone()),
+                    attempts: entry.as_ref().map_or(0, |e| e.attempts.len()),
+                    outcome: text("outcome"),
+                    message: text("message"),
+                    repo: entry.as_ref().map(|e| e.job.repo.clone()),
+                    rev: entry.as_ref().map(|e| e.job.rev.clone()),
+                    usage: result
+                        .and_then(|r| r.get("usage"))
+                        .and_then(|u| serde_json::from_value(u.clone()).ok()),
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.state == JobState::Rejected, &a.submitted_at, &a.id).cmp(&(
+                b.state == JobState::Rejected,
+                &b.submitted_at,
+                &b.id,
+            ))
+        });
+        out
+    }
+
+    /// Removes finished jobs (and rejected files) last changed more than `older_than` ago:
+    /// their queue file, job directory, earlier attempts and cancel request. Returns their ids.
+    pub fn gc(&self, older_than: Duration) -> Result<Vec<String>, QueueError> {
+        let cutoff = SystemTime::now()
+            .checked_sub(older_than)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut removed = Vec::new();
+        for state in JobState::ALL.into_iter().filter(|s| s.is_finished()) {
+            let dir = self.sub(state.dir());
+            for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+                let name = format!("{id}.json");
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < cutoff);
+                if !old {
+                    continue;
+                }
+                let id = id.as_str();
+                if state == JobState::Rejected {
+                    let _ = std::fs::remove_file(dir.join(format!("{name}.reason")));
+                } else if check_id(id).is_ok() {
+                    for path in [
+                        crate::workspace::job_root(&self.state, id),
+                        self.sub("serve/attempts").join(id),
+                    ] {
+                        crate::remove::remove_tree(&path).map_err(io("removing", &path))?;
+                    }
+                    let _ = std::fs::remove_file(self.cancel_path(id));
+                }
+                std::fs::remove_file(e.path()).map_err(io("removing", &e.path()))?;
+                removed.push(id.to_string());
+            }
+        }
+        Ok(removed)
+    }
+}

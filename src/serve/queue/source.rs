@@ -1,0 +1,56 @@
+//! The file queue as the [`JobSource`] `serve` runs jobs from.
+
+use serde_json::Value;
+
+use super::{FsQueue, QueueError, Ticket, FULL_DISK_RETRY_FOR};
+use crate::job::check_id;
+use crate::lockfile::LockFile;
+use crate::serve::source::{Claimed, Interruption, JobSource, Recovered};
+
+impl JobSource for FsQueue {
+    type Ticket = Ticket;
+    type Error = QueueError;
+
+    async fn claim(&self) -> Result<Option<Claimed<Ticket>>, QueueError> {
+        self.claim_now()
+    }
+
+    /// A full disk does not lose the result: the job stays claimed (and `running`) and the
+    /// write is retried until there is room, for at most [`FULL_DISK_RETRY_FOR`].
+    async fn finish(&self, mut claimed: Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
+        let deadline = std::time::Instant::now() + FULL_DISK_RETRY_FOR;
+        let mut warned = false;
+        loop {
+            match self.try_finish(&mut claimed, result.clone()) {
+                Err(e) if e.is_full_disk() && std::time::Instant::now() < deadline => {
+                    if !warned {
+                        tracing::error!(job = %claimed.job.id,
+                            "recording the job's end: {e}; retrying until there is room");
+                        warned = true;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn release(&self, claimed: Claimed<Ticket>, why: Interruption) -> Result<(), QueueError> {
+        self.release_now(claimed, why)
+    }
+
+    async fn cancel_requested(&self, id: &str) -> bool {
+        self.cancel_pending(id)
+    }
+
+    async fn recover(&self, max_attempts: u32) -> Result<Recovered, QueueError> {
+        self.recover_now(max_attempts)
+    }
+
+    /// The job's lock, which its runner holds from claim to finish or release.
+    async fn hold_idle(&self, id: &str) -> Option<Box<dyn std::any::Any + Send>> {
+        check_id(id).ok()?;
+        let lock = LockFile::try_acquire(&self.lock_path(id)).ok()??;
+        Some(Box::new(lock))
+    }
+}
