@@ -1,0 +1,343 @@
+//! The size rules of the structure issue (16): no non-test source file over 600 lines and no
+//! function over 80 lines, so that a newcomer can hold a file, and a function, in their head.
+//!
+//! Every offender in `src/` is printed (run with `--nocapture` to see them); the test fails
+//! only for offenders in [`ENFORCED`], the parts already split. The goal is to grow that list
+//! until it is all of `src/`, and then drop it.
+//!
+//! The scan is rough, on purpose (no parser as a dependency):
+//! - Test code is left out: files named `tests.rs` or `*_tests.rs`, and a file's trailing
+//!   `#[cfg(test)] mod tests` block (it counts from that line to the end of the file).
+//! - A function is the text from a line's `fn <name>` to the brace closing its body, found by
+//!   counting braces outside comments, string and char literals (raw strings included). A
+//!   declaration without a body (a trait's) is not a function here; a nested function counts
+//!   inside its parent and on its own; a brace in a signature (const generics) confuses it.
+//! - Lengths count every line, blank lines and comments included, from the `fn` line (not
+//!   its doc comment or attributes) to the closing brace.
+//! - Macro-generated functions are not seen; functions written inside macro bodies are.
+
+use std::path::{Path, PathBuf};
+
+/// The largest non-test source file, in lines.
+const MAX_FILE_LINES: usize = 600;
+/// The longest function, in lines.
+const MAX_FN_LINES: usize = 80;
+
+/// Where the rules are asserted: a directory (everything below it) or a file, relative to
+/// the crate root. Everything else is reported only.
+const ENFORCED: &[&str] = &[
+    "src/serve/cgroup",
+    "src/serve/queue",
+    "src/selftest/model_server",
+    "src/serve/pg/mod.rs",
+    "src/serve/pg/end.rs",
+    "src/serve/pg/lifecycle.rs",
+    "src/serve/pg/local.rs",
+    "src/serve/pg/renew.rs",
+    "src/serve/pg/signals.rs",
+    "src/serve/pg/source.rs",
+];
+
+#[derive(Debug)]
+struct Offence {
+    path: String,
+    what: String,
+}
+
+#[test]
+fn files_and_functions_stay_small() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    assert!(!files.is_empty(), "no source files found under src/");
+
+    let mut offences = Vec::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if is_test_file(file) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        offences.extend(check(&rel, &text));
+    }
+
+    let (enforced, reported): (Vec<_>, Vec<_>) =
+        offences.into_iter().partition(|o| is_enforced(&o.path));
+    println!(
+        "structure: {} offence(s) outside the enforced parts (reported only):",
+        reported.len()
+    );
+    for o in &reported {
+        println!("  {}: {}", o.path, o.what);
+    }
+    assert!(
+        enforced.is_empty(),
+        "files over {MAX_FILE_LINES} lines or functions over {MAX_FN_LINES} lines in the \
+         enforced parts of src/:\n{}",
+        enforced
+            .iter()
+            .map(|o| format!("  {}: {}", o.path, o.what))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The scanner itself, on a made-up file: a long function is found however its strings and
+/// comments hold braces, a declaration is not a function, and the test module is left out.
+#[test]
+fn the_scan_counts_bodies_not_strings_or_tests() {
+    let mut src = String::from("trait T {\n    fn declared(&self);\n}\n\nfn long() {\n");
+    src.push_str("    let s = \"}}}\"; // }\n    let r = r#\"{ \"# ;\n    let c = '}';\n");
+    src.push_str("    /* { */\n");
+    for _ in 0..MAX_FN_LINES {
+        src.push_str("    let _x = 1;\n");
+    }
+    src.push_str("}\n\nfn short<'a>(x: &'a str) -> &'a str {\n    x\n}\n");
+    src.push_str("\n#[cfg(test)]\nmod tests {\n    fn also_long() {\n");
+    for _ in 0..MAX_FN_LINES {
+        src.push_str("        let _x = 1;\n");
+    }
+    src.push_str("    }\n}\n");
+    let fns = functions(&src);
+    let names: Vec<&str> = fns.iter().map(|f| f.0.as_str()).collect();
+    assert_eq!(names, ["long", "short"], "{fns:?}");
+    assert_eq!(fns[0].2, MAX_FN_LINES + 6);
+    assert_eq!(fns[1].2, 3);
+    let offences = check("x.rs", &src);
+    assert_eq!(offences.len(), 1, "{offences:?}");
+    assert!(offences[0].what.starts_with("fn long"), "{offences:?}");
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn is_test_file(path: &Path) -> bool {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    name == "tests.rs" || name.ends_with("_tests.rs")
+}
+
+fn is_enforced(rel: &str) -> bool {
+    ENFORCED
+        .iter()
+        .any(|p| rel == *p || rel.starts_with(&format!("{p}/")))
+}
+
+/// The offences of one file.
+fn check(rel: &str, text: &str) -> Vec<Offence> {
+    let mut out = Vec::new();
+    let lines = code_lines(text);
+    if lines > MAX_FILE_LINES {
+        out.push(Offence {
+            path: rel.to_string(),
+            what: format!("{lines} lines (over {MAX_FILE_LINES})"),
+        });
+    }
+    for (name, line, len) in functions(text) {
+        if len > MAX_FN_LINES {
+            out.push(Offence {
+                path: rel.to_string(),
+                what: format!("fn {name} at line {line}: {len} lines (over {MAX_FN_LINES})"),
+            });
+        }
+    }
+    out
+}
+
+/// The line (0-based) where the file's trailing test module starts, if it has one.
+fn test_module_start(text: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len()).find(|&i| {
+        lines[i].trim() == "#[cfg(test)]"
+            && lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|l| l.starts_with("mod tests"))
+    })
+}
+
+/// The file's lines, without its trailing test module.
+fn code_lines(text: &str) -> usize {
+    test_module_start(text).unwrap_or(text.lines().count())
+}
+
+/// `text` with everything that is not code (comments, string and char literals) blanked
+/// out, newlines kept, so that braces and keywords can be found by position.
+fn mask(text: &str) -> Vec<u8> {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"//") {
+            let end = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| i + p);
+            blank(&mut out, i, end);
+            i = end;
+        } else if rest.starts_with(b"/*") {
+            let mut depth = 0;
+            let mut j = i;
+            while j < b.len() {
+                if b[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if b[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if let Some(hashes) = raw_string_start(b, i) {
+            let open = i + rest.iter().position(|&c| c == b'"').unwrap_or(0) + 1;
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat(b'#').take(hashes))
+                .collect();
+            let end = b[open..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(b.len(), |p| open + p + close.len());
+            blank(&mut out, i, end);
+            i = end;
+        } else if rest[0] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i, j + 1);
+            i = j + 1;
+        } else if rest[0] == b'\'' {
+            // A char literal ('x', '\n', '\u{1F600}'), or a lifetime ('a) left as it is.
+            let end = if rest.get(1) == Some(&b'\\') {
+                // The escaped character is at 2; the closing quote comes after it.
+                rest.iter()
+                    .skip(3)
+                    .position(|&c| c == b'\'')
+                    .map(|p| i + 3 + p + 1)
+            } else {
+                let width = text
+                    .get(i + 1..)
+                    .and_then(|s| s.chars().next())
+                    .map_or(1, char::len_utf8);
+                (rest.get(1 + width) == Some(&b'\'')).then_some(i + 2 + width)
+            };
+            match end {
+                Some(end) => {
+                    blank(&mut out, i, end);
+                    i = end;
+                }
+                None => i += 1,
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// At `i`, the number of `#`s of a raw string literal (`r"`, `r#"`, `br"`…) that starts
+/// there, if one does.
+fn raw_string_start(b: &[u8], i: usize) -> Option<usize> {
+    if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+        return None;
+    }
+    let mut j = i;
+    if b.get(j) == Some(&b'b') {
+        j += 1;
+    }
+    if b.get(j) != Some(&b'r') {
+        return None;
+    }
+    j += 1;
+    let hashes = b[j..].iter().take_while(|&&c| c == b'#').count();
+    (b.get(j + hashes) == Some(&b'"')).then_some(hashes)
+}
+
+/// The functions with a body outside the trailing test module, as (name, line of `fn`
+/// (1-based), length in lines).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let code = mask(text);
+    let line_of = |pos: usize| code[..pos].iter().filter(|&&c| c == b'\n').count();
+    let stop = test_module_start(text).unwrap_or(usize::MAX);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(p) = find_fn(&code, i) {
+        i = p + 2;
+        let line = line_of(p);
+        if line >= stop {
+            break;
+        }
+        let name: String = code[p + 2..]
+            .iter()
+            .skip_while(|c| c.is_ascii_whitespace())
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .map(|&c| c as char)
+            .collect();
+        if name.is_empty() {
+            continue; // a function pointer type, `fn(u8)`
+        }
+        let Some(open) = code[p..].iter().position(|&c| c == b'{' || c == b';') else {
+            break;
+        };
+        let open = p + open;
+        if code[open] == b';' {
+            continue; // a declaration
+        }
+        let mut depth = 0usize;
+        let mut close = None;
+        for (j, &c) in code.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else {
+            break;
+        };
+        out.push((name, line + 1, line_of(close) - line + 1));
+    }
+    out
+}
+
+/// The next `fn` keyword at or after `from`: a whole word followed by whitespace.
+fn find_fn(code: &[u8], from: usize) -> Option<usize> {
+    (from..code.len().saturating_sub(2)).find(|&p| {
+        code[p..].starts_with(b"fn")
+            && code[p + 2].is_ascii_whitespace()
+            && (p == 0 || !(code[p - 1].is_ascii_alphanumeric() || code[p - 1] == b'_'))
+    })
+}
