@@ -135,15 +135,37 @@ pub struct Stale {
     pub pid: i32,
 }
 
+/// The runner looking for stale claims, and how far it may reach: the claims of its own
+/// state directory's earlier processes always, other runners' expired leases only when
+/// `expired` (after an outage their owners get time to reconnect first).
+#[derive(Debug, Clone, Copy)]
+pub struct Taker<'a> {
+    /// This state directory's runner id.
+    pub runner: &'a str,
+    /// This process's session.
+    pub session: &'a str,
+    /// Whether other runners' expired leases may be taken over.
+    pub expired: bool,
+}
+
+/// Where a stale claim's job goes: back to `queued`, or to `failed` or `cancelled` with
+/// `result`; its attempt ends as `lost` with `reason`.
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict<'a> {
+    pub state: &'a str,
+    pub result: Option<&'a serde_json::Value>,
+    pub reason: &'a str,
+}
+
 /// Running jobs whose claim is stale: those of this runner's earlier processes (`runner` is
 /// this state directory's id, and its lock says no other process of it lives), and, when
 /// `expired` is allowed, those whose lease ran out.
-pub async fn stale(
-    session: &Session,
-    runner: &str,
-    me: &str,
-    expired: bool,
-) -> Result<Vec<Stale>, QueryError> {
+pub async fn stale(session: &Session, taker: Taker<'_>) -> Result<Vec<Stale>, QueryError> {
+    let Taker {
+        runner,
+        session: me,
+        expired,
+    } = taker;
     let rows = session
         .run("looking for jobs whose runner is gone", |c| async move {
             c.query(
@@ -175,17 +197,22 @@ pub async fn stale(
 /// Takes over a stale claim: the job goes to `state` (queued, failed or cancelled, with
 /// `result` for the last two), its attempt ends as `lost` with `reason`. Fenced by the
 /// token and by the staleness itself: a runner that renewed meanwhile keeps its job.
-#[allow(clippy::too_many_arguments)]
 pub async fn take_over(
     session: &Session,
     stale: &Stale,
-    state: &str,
-    result: Option<&serde_json::Value>,
-    reason: &str,
-    runner: &str,
-    me: &str,
-    expired: bool,
+    verdict: Verdict<'_>,
+    taker: Taker<'_>,
 ) -> Result<bool, QueryError> {
+    let Verdict {
+        state,
+        result,
+        reason,
+    } = verdict;
+    let Taker {
+        runner,
+        session: me,
+        expired,
+    } = taker;
     let row = session
         .run("requeueing a job whose runner is gone", |c| async move {
             c.query_opt(

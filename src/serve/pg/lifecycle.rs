@@ -31,34 +31,8 @@ impl PgQueue {
         lease: Duration,
         default_timeout: Duration,
     ) -> Result<PgQueue, PgError> {
-        let serve_dir = state
-            .ensure_dir(std::path::Path::new("serve"))
-            .map_err(|e| PgError::Local(e.to_string()))?;
-        let lock_path = serve_dir.join("pg-serve.lock");
-        let state_lock = LockFile::try_acquire(&lock_path)
-            .map_err(|e| PgError::Local(format!("locking {}: {e}", lock_path.display())))?
-            .ok_or_else(|| {
-                PgError::Local(format!(
-                    "another `serve` uses the state directory {} (it holds {}): runners sharing \
-                     a PostgreSQL queue need a state directory each",
-                    state.root().display(),
-                    lock_path.display()
-                ))
-            })?;
-        let me = Me {
-            host: hostname(),
-            pid: std::process::id() as i32,
-            runner: runner_id(&serve_dir).map_err(PgError::Local)?,
-            session: random_hex(16).map_err(|e| PgError::Local(e.to_string()))?,
-        };
-        let (mut client, connection) = admin::connect_waiting(&target).await?;
-        let driver = tokio::spawn(connection);
-        let applied = schema::migrate(&mut client).await?;
-        if !applied.is_empty() {
-            tracing::info!(?applied, "migrated the queue database");
-        }
-        drop(client);
-        let _ = driver.await;
+        let (state_lock, me) = claim_state_dir(state)?;
+        migrate(&target).await?;
         let first = admin::connect_waiting(&target).await?;
         tracing::info!(host = %me.host, runner = %me.runner, "queue: {}", target.describe());
 
@@ -144,6 +118,45 @@ impl PgQueue {
     pub fn me(&self) -> &Me {
         &self.shared.me
     }
+}
+
+/// Takes the state directory's `serve` lock (one PostgreSQL-queue runner per state
+/// directory: its jobs' directories and leftovers are its own) and says who this runner is.
+fn claim_state_dir(state: &StateDir) -> Result<(LockFile, Me), PgError> {
+    let serve_dir = state
+        .ensure_dir(std::path::Path::new("serve"))
+        .map_err(|e| PgError::Local(e.to_string()))?;
+    let lock_path = serve_dir.join("pg-serve.lock");
+    let state_lock = LockFile::try_acquire(&lock_path)
+        .map_err(|e| PgError::Local(format!("locking {}: {e}", lock_path.display())))?
+        .ok_or_else(|| {
+            PgError::Local(format!(
+                "another `serve` uses the state directory {} (it holds {}): runners sharing \
+                 a PostgreSQL queue need a state directory each",
+                state.root().display(),
+                lock_path.display()
+            ))
+        })?;
+    let me = Me {
+        host: hostname(),
+        pid: std::process::id() as i32,
+        runner: runner_id(&serve_dir).map_err(PgError::Local)?,
+        session: random_hex(16).map_err(|e| PgError::Local(e.to_string()))?,
+    };
+    Ok((state_lock, me))
+}
+
+/// Brings the database's schema up to date, on a connection of its own that ends here.
+async fn migrate(target: &PgTarget) -> Result<(), PgError> {
+    let (mut client, connection) = admin::connect_waiting(target).await?;
+    let driver = tokio::spawn(connection);
+    let applied = schema::migrate(&mut client).await?;
+    if !applied.is_empty() {
+        tracing::info!(?applied, "migrated the queue database");
+    }
+    drop(client);
+    let _ = driver.await;
+    Ok(())
 }
 
 /// Waits a little for the session's first connection (made already; the supervisor only

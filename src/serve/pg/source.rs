@@ -82,6 +82,24 @@ fn hold(shared: &Arc<Shared>, job: &Job, row: &claim::Row0) {
     );
 }
 
+/// Where the job of stale claim `s` goes: cancelled if that was asked for, failed once it
+/// has had `max` attempts, else back to the queue; with the result the first two record.
+fn verdict(s: &ends::Stale, reason: &str, max: i32) -> (&'static str, Option<Value>) {
+    if s.cancel {
+        let r = made_up_result(
+            &s.id,
+            "cancelled",
+            &format!("cancelled by `quest-runner cancel`; {reason}"),
+        );
+        ("cancelled", Some(r))
+    } else if s.attempts >= max {
+        let message = format!("{reason}; gave up after {} attempt(s)", s.attempts);
+        ("failed", Some(made_up_result(&s.id, "error", &message)))
+    } else {
+        ("queued", None)
+    }
+}
+
 impl JobSource for PgQueue {
     type Ticket = Ticket;
     type Error = PgError;
@@ -188,12 +206,16 @@ impl JobSource for PgQueue {
     async fn recover(&self, max_attempts: u32) -> Result<Recovered, PgError> {
         let shared = &self.shared;
         let me = &shared.me;
-        // After an outage, the owners of expired leases get time to reconnect and renew.
-        let expired = shared
-            .session
-            .connected_for()
-            .is_some_and(|t| t >= shared.grace());
-        let stale = match ends::stale(&shared.session, &me.runner, &me.session, expired).await {
+        let taker = ends::Taker {
+            runner: &me.runner,
+            session: &me.session,
+            // After an outage, the owners of expired leases get time to reconnect and renew.
+            expired: shared
+                .session
+                .connected_for()
+                .is_some_and(|t| t >= shared.grace()),
+        };
+        let stale = match ends::stale(&shared.session, taker).await {
             Ok(stale) => stale,
             Err(QueryError::Unavailable(_)) => return Ok(Recovered::default()),
             Err(e) => return Err(e.into()),
@@ -205,31 +227,13 @@ impl JobSource for PgQueue {
                 "the runner on {} (pid {}) stopped renewing its lease: it died, or lost the database",
                 s.host, s.pid
             );
-            let (state, result) = if s.cancel {
-                let r = made_up_result(
-                    &s.id,
-                    "cancelled",
-                    &format!("cancelled by `quest-runner cancel`; {reason}"),
-                );
-                ("cancelled", Some(r))
-            } else if s.attempts >= max {
-                let message = format!("{reason}; gave up after {} attempt(s)", s.attempts);
-                ("failed", Some(made_up_result(&s.id, "error", &message)))
-            } else {
-                ("queued", None)
-            };
-            match ends::take_over(
-                &shared.session,
-                &s,
+            let (state, result) = verdict(&s, &reason, max);
+            let verdict = ends::Verdict {
                 state,
-                result.as_ref(),
-                &reason,
-                &me.runner,
-                &me.session,
-                expired,
-            )
-            .await
-            {
+                result: result.as_ref(),
+                reason: &reason,
+            };
+            match ends::take_over(&shared.session, &s, verdict, taker).await {
                 Ok(true) => {
                     tracing::warn!(job = %s.id, attempt = s.attempts, %state, "{reason}");
                     match state {
