@@ -105,12 +105,51 @@ async fn read_line<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> io::Result<Str
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
+/// Reads one request, answering `Expect: 100-continue` on `w`; `None` at the connection's
+/// end.
 async fn read_request<R: AsyncRead + Unpin>(
     r: &mut BufReader<R>,
     w: &mut tokio::net::tcp::OwnedWriteHalf,
 ) -> io::Result<Option<Request>> {
+    let Some(request_line) = read_request_line(r).await? else {
+        return Ok(None);
+    };
+    let mut parts = request_line.split_whitespace();
+    let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(invalid(format!("request line {request_line:?}")));
+    };
+    let head = read_head(r, request_line.len(), version == "HTTP/1.0").await?;
+    if head.expect_continue {
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
+    let body = if head.chunked {
+        read_chunked(r).await?
+    } else {
+        let n = head.length.unwrap_or(0);
+        if n > MAX_BODY {
+            return Err(invalid("body too large"));
+        }
+        let mut body = vec![0; n];
+        r.read_exact(&mut body).await?;
+        body
+    };
+    Ok(Some(Request {
+        method: method.to_string(),
+        path: path.to_string(),
+        close: head.close,
+        body,
+        key: head.key,
+        via_host: false,
+    }))
+}
+
+/// The request line, past stray empty lines between requests (a few are tolerated); `None`
+/// at the connection's end.
+async fn read_request_line<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+) -> io::Result<Option<String>> {
     let mut request_line = read_line(r).await?;
-    // Tolerate stray empty lines between requests; end quietly at EOF.
     let mut blank = 0;
     while request_line.is_empty() {
         if r.fill_buf().await?.is_empty() || blank > 4 {
@@ -119,21 +158,38 @@ async fn read_request<R: AsyncRead + Unpin>(
         blank += 1;
         request_line = read_line(r).await?;
     }
-    let mut parts = request_line.split_whitespace();
-    let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Err(invalid(format!("request line {request_line:?}")));
+    Ok(Some(request_line))
+}
+
+/// What a request's header fields say about its body, its connection and its credential.
+struct Head {
+    close: bool,
+    length: Option<usize>,
+    chunked: bool,
+    expect_continue: bool,
+    /// `x-api-key`, or the token of `Authorization: Bearer`.
+    key: Option<String>,
+}
+
+/// Reads the header fields up to the empty line, bounded with the request line's
+/// `line_len` by [`MAX_HEAD`]; `close` is the version's default.
+async fn read_head<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    line_len: usize,
+    close: bool,
+) -> io::Result<Head> {
+    let mut head = Head {
+        close,
+        length: None,
+        chunked: false,
+        expect_continue: false,
+        key: None,
     };
-    let mut close = version == "HTTP/1.0";
-    let mut length: Option<usize> = None;
-    let mut chunked = false;
-    let mut expect_continue = false;
-    let mut key = None;
-    let mut head_size = request_line.len();
+    let mut head_size = line_len;
     loop {
         let line = read_line(r).await?;
         if line.is_empty() {
-            break;
+            return Ok(head);
         }
         head_size += line.len();
         if head_size as u64 > MAX_HEAD {
@@ -145,42 +201,20 @@ async fn read_request<R: AsyncRead + Unpin>(
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => {
-                length = Some(value.parse().map_err(|_| invalid("content-length"))?);
+                head.length = Some(value.parse().map_err(|_| invalid("content-length"))?);
             }
-            "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
-            "connection" => close = value.eq_ignore_ascii_case("close"),
-            "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
-            "x-api-key" => key = Some(value.to_string()),
+            "transfer-encoding" => head.chunked = value.to_ascii_lowercase().contains("chunked"),
+            "connection" => head.close = value.eq_ignore_ascii_case("close"),
+            "expect" => head.expect_continue = value.eq_ignore_ascii_case("100-continue"),
+            "x-api-key" => head.key = Some(value.to_string()),
             "authorization" => {
                 if let Some(token) = value.strip_prefix("Bearer ") {
-                    key = Some(token.trim().to_string());
+                    head.key = Some(token.trim().to_string());
                 }
             }
             _ => {}
         }
     }
-    if expect_continue {
-        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    }
-    let body = if chunked {
-        read_chunked(r).await?
-    } else {
-        let n = length.unwrap_or(0);
-        if n > MAX_BODY {
-            return Err(invalid("body too large"));
-        }
-        let mut body = vec![0; n];
-        r.read_exact(&mut body).await?;
-        body
-    };
-    Ok(Some(Request {
-        method: method.to_string(),
-        path: path.to_string(),
-        close,
-        body,
-        key,
-        via_host: false,
-    }))
 }
 
 async fn read_chunked<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> io::Result<Vec<u8>> {
