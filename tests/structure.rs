@@ -31,6 +31,7 @@ const ENFORCED: &[&str] = &[
     "src/selftest/model_server",
     "src/serve/pg/mod.rs",
     "src/serve/pg/end.rs",
+    "src/serve/pg/ends.rs",
     "src/serve/pg/lifecycle.rs",
     "src/serve/pg/local.rs",
     "src/serve/pg/renew.rs",
