@@ -1,11 +1,11 @@
 //! Per-job cgroups (cgroup v2): every process of a job in one group the runner owns, with
 //! the memory, process-count and CPU limits the host's delegated controllers allow.
 //!
-//! First a pure [`plan`] from what the kernel shows (`/proc/self/cgroup`,
+//! First a pure [`plan()`] from what the kernel shows (`/proc/self/cgroup`,
 //! `/proc/self/mountinfo`, the runner's own group's `cgroup.controllers` and
 //! `cgroup.subtree_control`, and whether that group is writable): which group the jobs live
 //! under, which controllers are enabled there, and for each limit whether a cgroup file or
-//! an rlimit enforces it, or why nothing does. Then [`setup`] carries it out once per
+//! an rlimit enforces it, or why nothing does. Then [`setup()`] carries it out once per
 //! `serve`, and [`JobCgroup`] does each job's part.
 //!
 //! Layout, with `<own>` the runner's group when it starts (under systemd with `Delegate=`,

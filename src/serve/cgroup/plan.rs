@@ -1,5 +1,5 @@
 //! The pure plan: for each configured limit, whether a cgroup file or an rlimit enforces it
-//! on this host, or why nothing does. Nothing here writes; [`super::setup`] carries it out.
+//! on this host, or why nothing does. Nothing here writes; [`super::setup()`] carries it out.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -25,7 +25,7 @@ fn write_raw(path: &Path, value: &str) -> std::io::Result<()> {
         .write_all(value.as_bytes())
 }
 
-/// Whether `e` is a missing file's error, [`write`]'s or another.
+/// Whether `e` is a missing file's error, [`write()`]'s or another.
 pub(super) fn not_found(e: &CgroupError) -> bool {
     match e {
         CgroupError::Io { source, .. } | CgroupError::Write { source, .. } => {

@@ -1,5 +1,5 @@
 //! The PostgreSQL job queue: runners on many hosts share one database, behind the same
-//! [`JobSource`] seam as the directory queue ([`super::queue::FsQueue`]).
+//! [`JobSource`](crate::serve::source::JobSource) seam as the directory queue ([`super::queue::FsQueue`]).
 //!
 //! - Claiming ([`claim`]): one statement, `FOR UPDATE SKIP LOCKED`, cache-aware without
 //!   starvation; each claim gets a random token and a lease.
@@ -89,7 +89,7 @@ struct Held {
 struct Signals {
     /// Bumped by every sign that the queue changed.
     generation: AtomicU64,
-    /// Wakes the serve loop ([`JobSource::changed`]).
+    /// Wakes the serve loop ([`JobSource::changed`](crate::serve::source::JobSource::changed)).
     wake: tokio::sync::Notify,
     /// Wakes the renewer at once (reconnected: cancels sent meanwhile were lost).
     renew_now: tokio::sync::Notify,
