@@ -35,6 +35,7 @@ const ENFORCED: &[&str] = &[
     "src/serve/pg/lifecycle.rs",
     "src/serve/pg/local.rs",
     "src/serve/pg/renew.rs",
+    "src/serve/pg/session.rs",
     "src/serve/pg/signals.rs",
     "src/serve/pg/source.rs",
 ];

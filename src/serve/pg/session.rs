@@ -182,6 +182,8 @@ fn read<T: Clone>(lock: &RwLock<T>) -> T {
     lock.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// The supervisor: connects (or takes up `first`), listens, tells `events`, waits for the
+/// connection to break, and again, with backoff, for as long as the session lives.
 async fn supervise(
     inner: Arc<Inner>,
     events: Arc<dyn Events>,
@@ -192,85 +194,130 @@ async fn supervise(
     let mut down_since: Option<Instant> = None;
     let mut failures = 0u32;
     loop {
-        let connected = match first.take() {
-            Some(pair) => Ok(pair),
-            None => inner.target.connect().await.map_err(|e| e.to_string()),
-        };
-        let (client, connection) = match connected {
-            Ok(pair) => pair,
-            Err(e) => {
-                failures += 1;
-                // The first failure and then one in ten: a long outage does not flood the log.
-                if failures == 1 || failures % 10 == 0 {
-                    tracing::warn!(
-                        attempt = failures,
-                        "the queue database: {e}; retrying in {:?}",
-                        backoff
-                    );
-                }
+        let up = match connect_listening(&inner, &events, first.take()).await {
+            Ok(up) => up,
+            Err(failed) => {
+                let e = match failed {
+                    Failed::Connect(e) => {
+                        failures += 1;
+                        // The first failure and then one in ten: a long outage does not
+                        // flood the log.
+                        if failures == 1 || failures % 10 == 0 {
+                            tracing::warn!(
+                                attempt = failures,
+                                "the queue database: {e}; retrying in {:?}",
+                                backoff
+                            );
+                        }
+                        e
+                    }
+                    Failed::Listen(e) => {
+                        tracing::warn!("the queue database: LISTEN failed: {e}");
+                        e
+                    }
+                };
                 *inner.last_error.lock().unwrap_or_else(|e| e.into_inner()) = e;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(inner.max_backoff);
                 continue;
             }
         };
-        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<String>();
-        let driver = {
-            let events = events.clone();
-            tokio::spawn(drive(connection, events, closed_tx))
-        };
-        let listen: String = inner
-            .channels
-            .iter()
-            .map(|c| format!("LISTEN {c};"))
-            .collect();
-        if let Err(e) = tokio::time::timeout(QUERY_TIMEOUT, client.batch_execute(&listen))
-            .await
-            .map_err(|_| "LISTEN timed out".to_string())
-            .and_then(|r| r.map_err(|e| error_text(&e)))
-        {
-            driver.abort();
-            tracing::warn!("the queue database: LISTEN failed: {e}");
-            *inner.last_error.lock().unwrap_or_else(|e| e.into_inner()) = e;
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(inner.max_backoff);
-            continue;
-        }
-        let client = Arc::new(client);
-        *inner.client.write().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
-        *inner.since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        if let Some(since) = down_since.take() {
-            tracing::info!(
-                down_for = ?since.elapsed(),
-                "the queue database is back: {}",
-                inner.target.describe()
-            );
-        }
+        went_up(&inner, &up.client, down_since.take());
         failures = 0;
         backoff = start;
         events.connected();
 
         // Until the driver sees the connection end, or a query finds it broken.
         let why = tokio::select! {
-            why = closed_rx => why.unwrap_or_else(|_| "the connection ended".into()),
+            why = up.closed => why.unwrap_or_else(|_| "the connection ended".into()),
             () = inner.broken.notified() => inner
                 .last_error
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         };
-        driver.abort();
-        {
-            let mut current = inner.client.write().unwrap_or_else(|e| e.into_inner());
-            if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
-                *current = None;
-            }
-        }
-        *inner.since.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        *inner.last_error.lock().unwrap_or_else(|e| e.into_inner()) = why.clone();
+        up.driver.abort();
+        went_down(&inner, &up.client, why);
         down_since = Some(Instant::now());
-        tracing::warn!("lost the queue database: {why}; running jobs go on, reconnecting");
     }
+}
+
+/// A connection that is up and listening.
+struct Up {
+    client: Arc<Client>,
+    /// The task polling the connection ([`drive`]).
+    driver: tokio::task::JoinHandle<()>,
+    /// Why the connection ended, once it has.
+    closed: tokio::sync::oneshot::Receiver<String>,
+}
+
+/// Why a connection could not be taken up: the two are logged differently.
+enum Failed {
+    Connect(String),
+    Listen(String),
+}
+
+/// Connects (or takes up `first`), starts polling the connection, and `LISTEN`s.
+async fn connect_listening(
+    inner: &Inner,
+    events: &Arc<dyn Events>,
+    first: Option<(Client, super::target::Connection)>,
+) -> Result<Up, Failed> {
+    let (client, connection) = match first {
+        Some(pair) => pair,
+        None => inner
+            .target
+            .connect()
+            .await
+            .map_err(|e| Failed::Connect(e.to_string()))?,
+    };
+    let (closed_tx, closed) = tokio::sync::oneshot::channel::<String>();
+    let driver = tokio::spawn(drive(connection, events.clone(), closed_tx));
+    let listen: String = inner
+        .channels
+        .iter()
+        .map(|c| format!("LISTEN {c};"))
+        .collect();
+    if let Err(e) = tokio::time::timeout(QUERY_TIMEOUT, client.batch_execute(&listen))
+        .await
+        .map_err(|_| "LISTEN timed out".to_string())
+        .and_then(|r| r.map_err(|e| error_text(&e)))
+    {
+        driver.abort();
+        return Err(Failed::Listen(e));
+    }
+    Ok(Up {
+        client: Arc::new(client),
+        driver,
+        closed,
+    })
+}
+
+/// Makes `client` the session's connection, and says so if it was down since `down_since`.
+fn went_up(inner: &Inner, client: &Arc<Client>, down_since: Option<Instant>) {
+    *inner.client.write().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+    *inner.since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    if let Some(since) = down_since {
+        tracing::info!(
+            down_for = ?since.elapsed(),
+            "the queue database is back: {}",
+            inner.target.describe()
+        );
+    }
+}
+
+/// Takes `client` out of the session (unless another has replaced it), so that calls fail
+/// at once with [`Unavailable`] and `why`.
+fn went_down(inner: &Inner, client: &Arc<Client>, why: String) {
+    {
+        let mut current = inner.client.write().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *current = None;
+        }
+    }
+    *inner.since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    tracing::warn!("lost the queue database: {why}; running jobs go on, reconnecting");
+    *inner.last_error.lock().unwrap_or_else(|e| e.into_inner()) = why;
 }
 
 /// Polls the connection, handing notifications on, until it ends; says why on `closed`.
