@@ -70,12 +70,6 @@ let
     "UMask"
   ] unit.service;
 
-  hidden =
-    (if isDarwin then shared.deniedReads.darwin else shared.deniedReads.linux)
-    ++ [
-      cfg.stateDir
-      config.home.homeDirectory
-    ];
 in
 {
   imports = shared.imports;
@@ -89,8 +83,10 @@ in
   config = mkIf cfg.enable (
     lib.mkMerge [
       {
-        assertions = shared.assertions cfg;
-        warnings = shared.accountWarnings cfg hidden;
+        assertions =
+          shared.assertions cfg
+          ++ shared.accountAssertions cfg (if isDarwin then shared.neededDirs.darwin else shared.neededDirs.linux);
+        warnings = shared.accountWarnings cfg;
         home.packages = [ cfg.package ];
         xdg.configFile.${configName} = {
           source = configFile;

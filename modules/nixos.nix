@@ -82,12 +82,6 @@ let
     && unusableAccountFile f == null
   ) (shared.accountFiles cfg);
 
-  # What the sandbox policy hides from jobs (src/sandbox/policy.rs): its system list, the state
-  # directory and the home of the service's user.
-  hidden = shared.deniedReads.linux ++ [
-    cfg.stateDir
-    (config.users.users.${cfg.user}.home or cfg.stateDir)
-  ];
 in
 {
   imports = shared.imports;
@@ -153,6 +147,7 @@ in
         assertion = message == null;
         inherit message;
       }) (map unusableAccountFile (shared.accountFiles cfg))
+      ++ shared.accountAssertions cfg shared.neededDirs.linux
       ++ [
       {
         assertion = lib.hasPrefix "/var/lib/" cfg.stateDir && stateDirName != "";
@@ -169,7 +164,7 @@ in
     ];
 
     warnings =
-      shared.accountWarnings cfg hidden
+      shared.accountWarnings cfg
       ++ map (
         f:
         "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: the service cannot write it (ProtectSystem=strict; writable are ${lib.concatStringsSep ", " writablePaths}), and the agent rewrites it when it refreshes the login. Keep it under the state directory, or add its directory to services.quest-runner.serviceOverrides.ReadWritePaths."

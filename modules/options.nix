@@ -210,9 +210,12 @@ rec {
         '';
         description = ''
           Logins jobs run under, written to the configuration's `accounts`. Only paths are
-          written; the files are read at run time by the agent. Keep them under the state
-          directory: the sandbox hides that whole directory from jobs' commands, while a file
-          elsewhere is hidden by its name only (see the modules' warnings).
+          written; the files are read at run time by the agent. The sandbox hides each from
+          jobs' commands with the whole directory that holds it (and, for a link, the directory
+          it points into), so that replacing the file — a key rotation, a login refresh — cannot
+          make it readable to a running job: keep them under the state directory or in a
+          directory that holds only secrets (`/run/secrets`, `/etc/quest-runner`), never
+          directly in one jobs need (`/etc`, `/opt`, `/usr`, ...), which the runner refuses.
         '';
       };
 
@@ -237,7 +240,8 @@ rec {
 
         passwordFile = secretFile ''
           A file holding the database password, read at each connection. Jobs' commands are
-          denied it by its name; keep it under the state directory or /run/keys.
+          denied it with its whole directory, as account files: keep it under the state
+          directory or in a directory of secrets (/run/keys, /run/secrets).
         '';
 
         lease = mkOption {
@@ -379,84 +383,151 @@ rec {
       ) cfg.accounts
     );
 
-  # What src/sandbox/policy.rs (system_denied_reads) hides from every job's commands besides
-  # the state directory and the runner's home. tests/deploy.rs checks these lists are the
-  # policy's.
-  deniedReads = {
-    linux = [
-      "/home"
-      "/root"
-      "/run/user"
-      "/tmp"
-      "/var/tmp"
-      "/var/lib"
-      "/var/log"
-      "/var/mail"
-      "/var/spool"
-      "/var/backups"
-      "/srv"
-      "/mnt"
-      "/media"
-      "/boot"
-      "/etc/shadow"
-      "/etc/gshadow"
-      "/etc/ssh"
-      "/etc/sudoers"
-      "/etc/sudoers.d"
-      "/etc/nix/netrc"
-      "/run/secrets"
-      "/run/credentials"
-      "/run/keys"
-      "/run/agenix"
-    ];
-    darwin = [
-      "/Users"
-      "/var/root"
-      "/private/tmp"
-      "/private/var/tmp"
-      "/private/var/folders"
-      "/private/var/db"
-      "/private/var/log"
-      "/Library/Keychains"
-      "/private/etc/ssh"
-      "/private/etc/sudoers"
-      "/Volumes"
-    ];
-  };
-
-  # Warnings about account files the sandbox does not hide as a directory. The policy denies
-  # each account file to jobs by its name, wherever it is; but a deny by name is a mount over
-  # that one file, lost in a running job's sandbox as soon as the file is replaced by another
-  # (a rename over it, as editors, secret managers and the agents' own login refresh do), and
-  # it leaves every file beside it readable. Files of opencode's `{file:...}` references are
-  # not denied by name at all. `hidden` is the list of directories the policy hides.
-  accountWarnings =
-    cfg: hidden:
+  # What src/sandbox/private.rs (`needed`) lists: directories jobs' commands need. The runner
+  # hides every account file from jobs with the directory that holds it (hidden by its name
+  # alone, a file is readable to running jobs again once it is replaced), so it refuses an
+  # account file in one of these, or in any directory above one; `tree`: anywhere inside it
+  # too. tests/flake.rs checks these lists are the runner's.
+  neededDirs =
     let
-      isHidden = path: lib.any (dir: within dir path) hidden;
-      # The state directory (where account files belong), then the first few of the policy's.
-      where = "${cfg.stateDir}, ${lib.concatStringsSep ", " (lib.take 3 hidden)}, ... as src/sandbox/policy.rs lists them";
-      exposed = lib.filter (f: !isHidden f.path) (accountFiles cfg);
-      refs = lib.concatLists (
-        lib.mapAttrsToList (
-          name: a:
-          map (path: { inherit name path; }) (
-            lib.optionals (a.config != null) (lib.concatMap fileRefs (strings a.config))
-          )
-        ) cfg.accounts
-      );
+      tree = path: {
+        inherit path;
+        tree = true;
+      };
+      exact = path: {
+        inherit path;
+        tree = false;
+      };
     in
+    {
+      linux = [
+        (tree "/usr")
+        (tree "/bin")
+        (tree "/sbin")
+        (tree "/lib")
+        (tree "/lib32")
+        (tree "/lib64")
+        (tree "/libx32")
+        (tree "/nix/store")
+        (tree "/nix/var/nix/profiles")
+        (exact "/etc")
+        (exact "/etc/nix")
+        (tree "/etc/ssl/certs")
+        (tree "/etc/pki/tls/certs")
+        (tree "/etc/pki/ca-trust")
+        (tree "/etc/ca-certificates")
+        (tree "/etc/static")
+        (tree "/etc/profiles")
+        (tree "/etc/alternatives")
+        (exact "/opt")
+        (exact "/var")
+        (tree "/run/current-system")
+        (tree "/run/booted-system")
+        (tree "/run/wrappers")
+        (tree "/run/systemd/resolve")
+        (tree "/proc")
+        (tree "/sys")
+        (tree "/dev")
+      ];
+      darwin = [
+        (tree "/System")
+        (tree "/usr")
+        (tree "/bin")
+        (tree "/sbin")
+        (tree "/Applications")
+        (tree "/Library/Developer")
+        (exact "/Library")
+        (tree "/nix/store")
+        (tree "/nix/var/nix/profiles")
+        (tree "/opt/homebrew")
+        (tree "/opt/local")
+        (exact "/opt")
+        (exact "/etc")
+        (exact "/private/etc")
+        (tree "/private/etc/ssl")
+        (tree "/etc/static")
+        (tree "/private/etc/static")
+        (exact "/var")
+        (exact "/private/var")
+        (tree "/run/current-system")
+        (tree "/private/var/run/current-system")
+        (tree "/dev")
+      ];
+    };
+
+  # The needed directory `dir` is, is above, or is inside (a tree), or null.
+  neededAt =
+    needed: dir:
+    lib.findFirst (n: dir == n.path || within dir n.path || (n.tree && within n.path dir)) null needed;
+
+  # Every account file, every absolute file an opencode account's config reads with
+  # `{file:PATH}`, and the queue's password file, as src/config.rs `secret_files` lists them:
+  # { at, path }.
+  secretFiles =
+    cfg:
+    lib.optional (cfg.queue.postgresql.enable && cfg.queue.postgresql.passwordFile != null) {
+      at = "services.quest-runner.queue.postgresql.passwordFile = ${cfg.queue.postgresql.passwordFile}";
+      path = cfg.queue.postgresql.passwordFile;
+    }
+    ++ map (f: {
+      at = "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}";
+      inherit (f) path;
+    }) (accountFiles cfg)
+    ++ lib.concatLists (
+      lib.mapAttrsToList (
+        name: a:
+        map
+          (path: {
+            at = "services.quest-runner.accounts.${name}.config names {file:${path}}";
+            inherit path;
+          })
+          (
+            lib.filter (lib.hasPrefix "/") (
+              lib.optionals (a.config != null) (lib.concatMap fileRefs (strings a.config))
+            )
+          )
+      ) cfg.accounts
+    );
+
+  # The secret files the runner would refuse to run any job with (src/sandbox/private.rs),
+  # judged by their paths: the runner also follows links, which evaluation cannot. `needed` is
+  # the platform's list of neededDirs.
+  accountAssertions =
+    cfg: needed:
     map (
       f:
-      "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: outside the directories the sandbox hides from jobs (${where}), so jobs' commands are denied this file by its name only: a job running while it is replaced (a rename over it, as editors, secret managers${
-        if f.rewritten then " and the agent's own login refresh" else " and key rotations"
-      } do) can read the new one, and files beside it stay readable. Keep it under the state directory."
-    ) exposed
-    ++ map (
-      r:
-      if lib.hasPrefix "/" r.path then
-        "services.quest-runner.accounts.${r.name}.config names {file:${r.path}}: jobs' commands can read that file, which the sandbox does not hide (only account files are denied by name, and this is not one). Keep it under the state directory."
-      else
-        "services.quest-runner.accounts.${r.name}.config names {file:${r.path}}, which is not an absolute path: opencode resolves it against the job's private config directory, not yours."
-    ) (lib.filter (r: !(lib.hasPrefix "/" r.path && isHidden r.path)) refs);
+      let
+        dir = dirOf f.path;
+        hit = neededAt needed dir;
+      in
+      {
+        assertion = hit == null && !(within "/nix/store" dir);
+        message =
+          if within "/nix/store" dir then
+            "${f.at}: in the Nix store, which every user and every job can read. Keep secrets out of the store (agenix or sops-nix, or a file under ${cfg.stateDir})."
+          else
+            "${f.at}: its directory ${dir} is one jobs' commands need (${
+              if dir == hit.path then hit.path else if within dir hit.path then "above ${hit.path}" else "inside ${hit.path}"
+            }), so the sandbox cannot hide it from them, and the runner refuses it: hidden by its name alone, a file is readable to running jobs again as soon as it is replaced (a key rotation, a login refresh). Keep it in a directory that holds only secrets, such as /etc/quest-runner/ or /run/secrets/, or under ${cfg.stateDir}.";
+      }
+    ) (secretFiles cfg);
+
+  # opencode resolves a relative `{file:...}` against the job's private config directory.
+  accountWarnings =
+    cfg:
+    lib.concatLists (
+      lib.mapAttrsToList (
+        name: a:
+        map
+          (
+            path:
+            "services.quest-runner.accounts.${name}.config names {file:${path}}, which is not an absolute path: opencode resolves it against the job's private config directory, not yours."
+          )
+          (
+            lib.filter (p: !lib.hasPrefix "/" p) (
+              lib.optionals (a.config != null) (lib.concatMap fileRefs (strings a.config))
+            )
+          )
+      ) cfg.accounts
+    );
 }

@@ -349,8 +349,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         // Deployment files need neither the state directory nor the configuration.
         Command::SystemdUnit(args) => return crate::deploy::systemd_unit_command(args),
         Command::ApparmorProfile => return crate::deploy::apparmor_profile_command(),
-        // `doctor` reports the state directory's owner among its checks.
-        _ => context(&cli.globals, !matches!(cli.command, Command::Doctor))?,
+        // A config that does not load is one of the things doctor reports, with the rest.
+        Command::Doctor => return doctor(&cli.globals),
+        _ => context(&cli.globals, true)?,
     };
     match cli.command {
         Command::Env(args) => env(&ctx, args),
@@ -381,7 +382,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::SystemdUnit(_) | Command::ApparmorProfile => Ok(()), // answered above
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
-        Command::Doctor => doctor(&ctx),
+        Command::Doctor => Ok(()), // answered above
         Command::Serve(args) => {
             crate::serve::commands::serve(ctx, cli.globals.config.clone(), args)
         }
@@ -492,7 +493,9 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         devshell_script: (job.trust == crate::job::Trust::Trusted)
             .then(|| job_root.join("runner/devshell.sh")),
     };
-    let policy = runner.policy(&job, &paths);
+    let policy = runner
+        .policy(&job, &paths)
+        .map_err(|e| Failure::new(2, e))?;
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(crate::config::Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);
@@ -513,25 +516,38 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     out(serde_json::to_string_pretty(&shown).unwrap_or_default())
 }
 
-fn doctor(ctx: &Context) -> Result<(), Failure> {
+fn doctor(globals: &Globals) -> Result<(), Failure> {
     let mut checks = crate::preflight::doctor();
-    checks.push(disk_check(ctx));
-    if let Some(queue) = &ctx.config.queue {
-        checks.push(queue_check(queue));
+    // `doctor` reports the state directory's owner among its checks.
+    match context(globals, false) {
+        Ok(ctx) => {
+            checks.push(disk_check(&ctx));
+            if let Some(queue) = &ctx.config.queue {
+                checks.push(queue_check(queue));
+            }
+            checks.push(crate::preflight::Check {
+                name: "state directory".into(),
+                ok: ctx.state.check_owner().is_ok(),
+                warn: false,
+                detail: match ctx.state.check_owner() {
+                    Ok(()) => format!(
+                        "{} (this user's, or made on first use)",
+                        ctx.state.root().display()
+                    ),
+                    Err(e) => e.to_string(),
+                },
+                fix: None,
+            });
+            checks.push(private_files_check(&ctx));
+        }
+        Err(e) => checks.push(crate::preflight::Check {
+            name: PRIVATE_FILES_CHECK.into(),
+            ok: false,
+            warn: false,
+            detail: e.message,
+            fix: None,
+        }),
     }
-    checks.push(crate::preflight::Check {
-        name: "state directory".into(),
-        ok: ctx.state.check_owner().is_ok(),
-        warn: false,
-        detail: match ctx.state.check_owner() {
-            Ok(()) => format!(
-                "{} (this user's, or made on first use)",
-                ctx.state.root().display()
-            ),
-            Err(e) => e.to_string(),
-        },
-        fix: None,
-    });
     let mut failed = 0;
     for c in &checks {
         let mark = match (c.ok, c.warn) {
@@ -593,6 +609,44 @@ fn disk_check(ctx: &Context) -> crate::preflight::Check {
         fix: room
             .is_err()
             .then(|| "free space on that file system, or lower limits.disk_reserve".into()),
+    }
+}
+
+const PRIVATE_FILES_CHECK: &str = "config and secrets";
+
+/// The config loads, and every secret it names (and the config file itself) can be hidden
+/// from jobs' commands as a whole directory: what a job would refuse to start over.
+fn private_files_check(ctx: &Context) -> crate::preflight::Check {
+    let name = PRIVATE_FILES_CHECK.to_string();
+    match ctx.config.hide_private_files(Some(&ctx.config_path)) {
+        Ok(hidden) => {
+            let mut dirs: Vec<String> = hidden
+                .iter()
+                .flat_map(|h| h.dirs.iter().map(|d| d.dir.display().to_string()))
+                .collect();
+            dirs.sort();
+            dirs.dedup();
+            crate::preflight::Check {
+                name,
+                ok: true,
+                warn: false,
+                detail: match hidden.len() {
+                    0 => "no config file, no account".to_string(),
+                    n => format!(
+                        "{n} private file(s), hidden from jobs with their directories: {}",
+                        dirs.join(", ")
+                    ),
+                },
+                fix: None,
+            }
+        }
+        Err(e) => crate::preflight::Check {
+            name,
+            ok: false,
+            warn: false,
+            detail: e.to_string(),
+            fix: None,
+        },
     }
 }
 

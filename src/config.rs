@@ -216,11 +216,58 @@ impl Account {
         }
     }
 
+    /// The files holding this account's secrets, each with the config field naming it:
+    /// the agent's own (`api_key_file`, `credentials_file`, `auth_file`) and the absolute
+    /// paths an opencode `config` reads with `{file:PATH}` (relative ones and `~/` resolve in
+    /// the job's private directories, not the operator's).
+    pub fn secret_files(&self, name: &str) -> Vec<(String, PathBuf)> {
+        let field = |f: &str| format!("accounts.{name}.{f}");
+        match self {
+            Account::Claude(a) => [
+                ("api_key_file", &a.api_key_file),
+                ("credentials_file", &a.credentials_file),
+            ]
+            .into_iter()
+            .filter_map(|(f, p)| p.as_ref().map(|p| (field(f), p.clone())))
+            .collect(),
+            Account::Opencode(a) => {
+                let mut files: Vec<(String, PathBuf)> = a
+                    .auth_file
+                    .iter()
+                    .map(|p| (field("auth_file"), p.clone()))
+                    .collect();
+                if let Some(config) = &a.config {
+                    for path in file_references(config) {
+                        if Path::new(&path).is_absolute() {
+                            files.push((field(&format!("config {{file:{path}}}")), path.into()));
+                        }
+                    }
+                }
+                files
+            }
+        }
+    }
+
     pub fn agent(&self) -> crate::job::AgentKind {
         match self {
             Account::Claude(_) => crate::job::AgentKind::Claude,
             Account::Opencode(_) => crate::job::AgentKind::Opencode,
         }
+    }
+}
+
+/// The paths of opencode's `{file:PATH}` references in every string of `value`.
+fn file_references(value: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s
+            .split("{file:")
+            .skip(1)
+            .filter_map(|rest| rest.split_once('}').map(|(path, _)| path.to_string()))
+            .collect(),
+        Value::Array(items) => items.iter().flat_map(file_references).collect(),
+        Value::Object(map) => map.values().flat_map(file_references).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -251,6 +298,13 @@ pub enum ConfigError {
     },
     #[error("invalid config {path}: nix option name {name:?} is not a nix setting name")]
     BadNixOption { path: PathBuf, name: String },
+    /// A secret (or the config file itself) where the sandbox cannot hide it.
+    #[error("invalid config {path}: {source}")]
+    Placement {
+        path: PathBuf,
+        #[source]
+        source: Box<crate::sandbox::private::PlacementError>,
+    },
     #[error("invalid config {path}: {field}: {message}")]
     Field {
         path: PathBuf,
@@ -260,6 +314,63 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Every secret file: the accounts' and the queue database's password file, with the
+    /// config field naming each.
+    pub fn secret_files(&self) -> Vec<(String, PathBuf)> {
+        let mut files: Vec<(String, PathBuf)> = self
+            .accounts
+            .iter()
+            .flat_map(|(name, account)| account.secret_files(name))
+            .collect();
+        if let Some(file) = self.queue.as_ref().and_then(|q| q.password_file.clone()) {
+            files.push(("queue.password_file".to_string(), file));
+        }
+        files
+    }
+
+    /// Every secret file and the config file (when there is one), each with the directories
+    /// that hide it from jobs' commands, resolved now; or why one cannot be hidden.
+    pub fn hide_private_files(
+        &self,
+        config_file: Option<&Path>,
+    ) -> Result<Vec<crate::sandbox::HiddenFile>, crate::sandbox::private::PlacementError> {
+        use crate::sandbox::{private, PrivateKind};
+        let platform = crate::sandbox::Platform::current();
+        let mut hidden = Vec::new();
+        // No file, nothing to hide (the default place, in the state directory, is hidden whole).
+        if let Some(file) = config_file.filter(|f| f.symlink_metadata().is_ok()) {
+            hidden.push(private::hide(
+                "the config file",
+                file,
+                PrivateKind::Config,
+                platform,
+            )?);
+        }
+        for (what, file) in self.secret_files() {
+            hidden.push(private::hide(&what, &file, PrivateKind::Account, platform)?);
+        }
+        Ok(hidden)
+    }
+
+    /// Refuses a secret (or the config file at `path` itself) in a directory the sandbox
+    /// cannot hide from jobs (see `sandbox::private`): judged by what exists now, the rest by
+    /// its path; a job checks again, fully, before it starts.
+    pub fn check_private_files(&self, path: &Path) -> Result<(), ConfigError> {
+        use crate::sandbox::{private, PrivateKind};
+        let platform = crate::sandbox::Platform::current();
+        let placement = |source| ConfigError::Placement {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        };
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        private::check("the config file", &absolute, PrivateKind::Config, platform)
+            .map_err(placement)?;
+        for (field, file) in self.secret_files() {
+            private::check(&field, &file, PrivateKind::Account, platform).map_err(placement)?;
+        }
+        Ok(())
+    }
+
     /// Jobs at once for `serve`: the setting, else one per usable core.
     pub fn concurrency(&self) -> usize {
         self.concurrency_setting.unwrap_or_else(default_concurrency)
@@ -339,20 +450,17 @@ impl Config {
                     "must be at least 1 (tokens per day)".into(),
                 ));
             }
-            let secrets = match account {
-                Account::Claude(a) => vec![&a.api_key_file, &a.credentials_file],
-                Account::Opencode(a) => vec![&a.auth_file],
-            };
-            for file in secrets.into_iter().flatten() {
+            for (field, file) in account.secret_files(name) {
                 if !file.is_absolute() {
                     return Err(ConfigError::Field {
                         path: path.to_path_buf(),
-                        field: format!("accounts.{name}"),
+                        field,
                         message: format!("{} is not an absolute path", file.display()),
                     });
                 }
             }
         }
+        config.check_private_files(path)?;
         for name in config.nix.options.keys() {
             // An option name starting with '-' would be read by nix as a flag.
             let valid = !name.is_empty()

@@ -369,6 +369,10 @@ impl Runner {
                     .into(),
             );
         }
+        // Before anything is fetched: a secret the sandbox cannot hide refuses every job.
+        if let Err(e) = self.private_files() {
+            return refuse(result, Outcome::Refused, e.to_string());
+        }
         let checks = preflight::checks_for(job.agent, job.trust == Trust::Trusted);
         if let Some(missing) = preflight::refusal(&checks) {
             return refuse(
@@ -472,7 +476,7 @@ impl Runner {
                 devshell_attr = Some(shell.attr.clone());
             }
         }
-        let mut policy = self.policy(job, &paths);
+        let mut policy = self.policy(job, &paths).map_err(|e| e.to_string())?;
         if let Some(hook) = &self.hooks.policy {
             hook(&mut policy);
         }
@@ -608,9 +612,14 @@ impl Runner {
         crate::disk::room_to_start(&dirs, self.disk.reserve)
     }
 
-    /// The policy of `job` in the workspace at `paths`.
-    pub fn policy(&self, job: &Job, paths: &WorkspacePaths) -> SandboxPolicy {
-        sandbox::plan(
+    /// The policy of `job` in the workspace at `paths`, or why a private file cannot be
+    /// hidden from it.
+    pub fn policy(
+        &self,
+        job: &Job,
+        paths: &WorkspacePaths,
+    ) -> Result<SandboxPolicy, crate::sandbox::private::PlacementError> {
+        Ok(sandbox::plan(
             paths,
             &PolicyInputs {
                 platform: sandbox::Platform::current(),
@@ -619,34 +628,19 @@ impl Runner {
                 full_access_hosts: self.config.network.full_access_hosts.clone(),
                 state_dir: self.state.root().to_path_buf(),
                 operator_home: self.operator_home.clone(),
-                private_files: self.private_files(),
+                private: self.private_files()?,
             },
-        )
+        ))
     }
 
     /// Every account's secret files, the queue database's password file and the config
-    /// file: a job must read none of them, wherever the operator keeps them.
-    fn private_files(&self) -> Vec<PathBuf> {
-        use crate::config::Account;
-        let mut files: Vec<PathBuf> = self.config_file.iter().cloned().collect();
-        files.extend(
-            self.config
-                .queue
-                .as_ref()
-                .and_then(|q| q.password_file.clone()),
-        );
-        for account in self.config.accounts.values() {
-            match account {
-                Account::Claude(a) => files.extend(
-                    [&a.api_key_file, &a.credentials_file]
-                        .into_iter()
-                        .flatten()
-                        .cloned(),
-                ),
-                Account::Opencode(a) => files.extend(a.auth_file.iter().cloned()),
-            }
-        }
-        files
+    /// file, each with the directories that hide
+    /// it from jobs' commands (resolved now: links may have been switched since the config
+    /// was loaded), or why one cannot be hidden.
+    pub fn private_files(
+        &self,
+    ) -> Result<Vec<crate::sandbox::HiddenFile>, crate::sandbox::private::PlacementError> {
+        self.config.hide_private_files(self.config_file.as_deref())
     }
 
     fn save_result(&self, result: &JobResult) {

@@ -4,7 +4,8 @@
 //!   file, an operator's mistakes fail with an error (or assertion, or warning) naming them;
 //! - `settings` has an option for every field of the runner's `Config`, and what the modules
 //!   write is what the runner reads;
-//! - the modules' warnings use the sandbox policy's own list of hidden directories;
+//! - the modules refuse account files where the runner does: its own list of the directories
+//!   jobs' commands need;
 //! - the package wraps the agents and srt npm/package-lock.json pins, refuses others, and the
 //!   agents' executables still run after the package's ELF fix-up.
 //!
@@ -19,7 +20,7 @@ use quest_runner::config::{
     Account, ClaudeAccount, Config, LimitsConfig, NetworkConfig, NixConfig, OpencodeAccount,
     QueueConfig, Size,
 };
-use quest_runner::sandbox::{policy, Platform};
+use quest_runner::sandbox::{private, Platform};
 
 #[path = "support/nix_eval.rs"]
 mod nix_eval;
@@ -242,26 +243,31 @@ fn settings_have_an_option_for_every_config_field() {
 }
 
 #[test]
-fn module_warnings_use_the_policys_hidden_directories() {
-    let Some(nix) = nix_instantiate("module_warnings_use_the_policys_hidden_directories") else {
+fn module_assertions_use_the_runners_needed_directories() {
+    let Some(nix) = nix_instantiate("module_assertions_use_the_runners_needed_directories") else {
         return;
     };
-    let denied = eval_lib(
+    let needed = eval_lib(
         &nix,
-        "{ root, lib }: (import (root + \"/modules/options.nix\") { inherit lib; pkgs = { }; }).deniedReads",
+        "{ root, lib }: (import (root + \"/modules/options.nix\") { inherit lib; pkgs = { }; }).neededDirs",
     );
     for (platform, key) in [(Platform::Linux, "linux"), (Platform::Macos, "darwin")] {
-        let want: Vec<String> = policy::system_denied_reads(platform)
+        let want: Vec<(String, bool)> = private::needed(platform)
             .iter()
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(|n| (n.path.to_string(), n.scope == private::Scope::Tree))
             .collect();
-        let got: Vec<String> = denied[key]
+        let got: Vec<(String, bool)> = needed[key]
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| p.as_str().unwrap().to_string())
+            .map(|n| {
+                (
+                    n["path"].as_str().unwrap().to_string(),
+                    n["tree"].as_bool().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(got, want, "modules/options.nix deniedReads.{key}");
+        assert_eq!(got, want, "modules/options.nix neededDirs.{key}");
     }
 }
 

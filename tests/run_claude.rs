@@ -714,3 +714,142 @@ async fn a_token_limit_refuses_the_next_request_and_ends_the_job() {
     );
     assert!(server.confined_processes().is_empty(), "processes left");
 }
+
+/// An account file the sandbox cannot hide as a whole directory (hidden by its name alone, a
+/// file is readable to running jobs again once it is replaced) is refused where the config is
+/// loaded (exit 2) and by `doctor`, naming the file, the directory and the fix; one it can
+/// hide shows in `policy` with the directories that hide it.
+#[test]
+fn secrets_the_sandbox_cannot_hide_are_refused() {
+    // Outside /tmp, which the policy hides whole anyway.
+    let keys = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let keys_dir = std::fs::canonicalize(keys.path()).unwrap();
+    let runner = Runner::new();
+    let job = job_file(&keys_dir, serde_json::json!({"repo": keys_dir}));
+    let config = runner.state().join("config.json");
+    let write_config = |key: &Path| {
+        let c = serde_json::json!({"accounts": {"main": {"agent": "claude", "api_key_file": key}}});
+        std::fs::write(&config, c.to_string()).unwrap();
+    };
+    // In /etc by name, and through a link whose target is in /etc.
+    let link = keys_dir.join("linked-key");
+    std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+    for (key, dir) in [
+        (Path::new("/etc/qr-test-anthropic-key"), "/etc"),
+        (&link, "/etc"),
+    ] {
+        write_config(key);
+        let out = runner
+            .command()
+            .args(["run", "--job"])
+            .arg(&job)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", key.display());
+        let named = format!("accounts.main.api_key_file = {}", key.display());
+        for needle in [named.as_str(), &format!(" {dir} is "), "Fix: move it"] {
+            assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+        }
+        let out = runner.command().arg("doctor").output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("config and secrets"))
+            .unwrap_or_default();
+        assert!(
+            line.starts_with("FAIL") && line.contains(&named),
+            "{stdout}"
+        );
+        assert_ne!(out.status.code(), Some(0), "{stdout}");
+    }
+
+    // A directory of its own: hidden whole, in `policy` and in doctor.
+    let key = keys_dir.join("secrets/anthropic-key");
+    std::fs::create_dir(keys_dir.join("secrets")).unwrap();
+    std::fs::write(&key, "sk-unused").unwrap();
+    write_config(&key);
+    let out = runner
+        .command()
+        .args(["policy", "--job"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let private = &shown["policy"]["private"];
+    let files: Vec<&str> = private
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["file"].as_str().unwrap())
+        .collect();
+    assert!(files.contains(&key.to_str().unwrap()), "{private:#}");
+    let deny =
+        shown["rendered"]["claude_settings"]["sandbox"]["filesystem"]["denyRead"].to_string();
+    let dir = keys_dir.join("secrets").display().to_string();
+    assert!(deny.contains(&format!("\"{dir}\"")), "{deny}");
+    assert!(!deny.contains(&format!("\"{}\"", key.display())), "{deny}");
+    let out = runner.command().arg("doctor").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("config and secrets"))
+        .unwrap_or_default();
+    assert!(line.starts_with("ok") && line.contains(&dir), "{stdout}");
+}
+
+/// The job checks again, following links as they are when it starts: a link switched into a
+/// directory commands need after the config was loaded refuses the job before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_refuses_a_secret_its_link_now_puts_in_a_needed_directory() {
+    use quest_runner::config::{Account, ClaudeAccount, Config};
+    use quest_runner::run::{Cancel, Outcome};
+    let keys = tempfile::tempdir().unwrap();
+    let keys_dir = std::fs::canonicalize(keys.path()).unwrap();
+    std::fs::create_dir(keys_dir.join("v1")).unwrap();
+    std::fs::write(keys_dir.join("v1/key"), "sk-unused").unwrap();
+    let link = keys_dir.join("key");
+    std::os::unix::fs::symlink(keys_dir.join("v1/key"), &link).unwrap();
+    let mut config = Config::default();
+    config.accounts.insert(
+        "main".into(),
+        Account::Claude(ClaudeAccount {
+            api_key_file: Some(link.clone()),
+            ..Default::default()
+        }),
+    );
+    let path = keys_dir.join("config.json");
+    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    let loaded = Config::load(&path, true).expect("loads while the link points at v1/");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+
+    let state = tempfile::tempdir().unwrap();
+    let runner =
+        quest_runner::run::Runner::new(quest_runner::state::StateDir::at(state.path()), loaded);
+    let job = quest_runner::job::Job {
+        id: "refused-secret".into(),
+        repo: "/nonexistent".into(),
+        rev: "0123456789abcdef0123456789abcdef01234567".into(),
+        git_ref: None,
+        trust: quest_runner::job::Trust::Trusted,
+        agent: quest_runner::job::AgentKind::Claude,
+        account: "main".into(),
+        prompt: "p".into(),
+        timeout: std::time::Duration::from_secs(60),
+    };
+    let result = runner.run(&job, std::future::pending::<Cancel>()).await;
+    assert_eq!(result.outcome, Outcome::Refused, "{:?}", result.message);
+    let message = result.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("accounts.main.api_key_file = {}", link.display()))
+            && message.contains(" /etc is "),
+        "{message}"
+    );
+    assert!(!state.path().join("repos").exists(), "nothing was fetched");
+}

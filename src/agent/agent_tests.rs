@@ -41,7 +41,7 @@ fn policy(ws: &WorkspacePaths) -> SandboxPolicy {
             full_access_hosts: Vec::new(),
             state_dir: "/state".into(),
             operator_home: Some("/home/op".into()),
-            private_files: vec![],
+            private: vec![],
         },
     )
 }
@@ -552,7 +552,7 @@ fn claude_settings_render_macos_paths() {
             full_access_hosts: Vec::new(),
             state_dir: "/Users/op/Library/quest".into(),
             operator_home: Some("/Users/op".into()),
-            private_files: vec![],
+            private: vec![],
         },
     );
     let s = claude::settings(

@@ -1,5 +1,7 @@
 //! The sandbox of a job's commands: one policy, rendered per agent.
 
 pub mod policy;
+pub mod private;
 
 pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy, WorkspacePaths};
+pub use private::{HiddenFile, PrivateKind};

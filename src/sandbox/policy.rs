@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::private::HiddenFile;
 use crate::job::Trust;
 
 /// The package registries a trusted revision's commands may reach, so its checks can install
@@ -77,9 +78,9 @@ pub struct PolicyInputs {
     pub state_dir: PathBuf,
     /// The home directory of the user the runner runs as.
     pub operator_home: Option<PathBuf>,
-    /// Files of the runner's that may live anywhere (account secrets, the config file): each
-    /// is denied by name, and through its real path when it is a link.
-    pub private_files: Vec<PathBuf>,
+    /// Files of the runner's that may live anywhere (account secrets, the config file), each
+    /// with the directories that hide it ([`super::private::hide`]).
+    pub private: Vec<HiddenFile>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -94,6 +95,9 @@ pub struct SandboxPolicy {
     pub allow_write: Vec<PathBuf>,
     /// Never writable, even inside `allow_write`.
     pub deny_write: Vec<PathBuf>,
+    /// The runner's private files and the directories of `deny_read` that hide each, for
+    /// audit: why a directory outside the system's is denied.
+    pub private: Vec<HiddenFile>,
     /// Hosts commands may reach through the runner's proxy; empty means none.
     pub allowed_hosts: Vec<String>,
     /// Of `allowed_hosts`, the ones every method may be used on (the operator's
@@ -406,8 +410,8 @@ pub fn env_passes(patterns: &[String], name: &str) -> bool {
 
 /// System places that hold other users' or services' data and secrets. Everything else of
 /// the system (`/usr`, `/nix/store`, `/etc`, `/opt`, ...) stays readable so tools work. The
-/// Nix modules warn about account files outside these (modules/options.nix `deniedReads`,
-/// which tests/deploy.rs keeps equal to this list).
+/// runner's private files are hidden with their own directories wherever they are (see
+/// `private`).
 pub fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
     let paths: &[&str] = match platform {
         Platform::Linux => &[
@@ -436,6 +440,13 @@ pub fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
             "/run/credentials",
             "/run/keys",
             "/run/agenix",
+            // Where sops-nix and agenix keep their generations: `/run/secrets` and
+            // `/run/agenix` are links into these, switched to a new generation on activation,
+            // and both sandboxes hide where a link points when they start, not the link.
+            "/run/secrets.d",
+            "/run/secrets-for-users",
+            "/run/secrets-for-users.d",
+            "/run/agenix.d",
         ],
         Platform::Macos => &[
             "/Users",
@@ -454,7 +465,7 @@ pub fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
     paths.iter().map(PathBuf::from).collect()
 }
 
-/// Builds the policy. Pure but for resolving the private files' links.
+/// Builds the policy. Pure: the private files' directories were resolved before.
 pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
     let mut deny_read = system_denied_reads(inputs.platform);
     // The temp dirs' parent holds other jobs' temp dirs: `/tmp` is denied above, a `TMPDIR`
@@ -475,10 +486,11 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
             push_unique(&mut deny_read, home.join("Library/Keychains"));
         }
     }
-    for file in &inputs.private_files {
-        push_unique(&mut deny_read, file.clone());
-        if let Ok(real) = std::fs::canonicalize(file) {
-            push_unique(&mut deny_read, real);
+    // Whole directories, never a file by its name: a mount over a file is lost in a running
+    // sandbox once the file is replaced (see `private`).
+    for hidden in &inputs.private {
+        for dir in &hidden.dirs {
+            push_unique(&mut deny_read, dir.dir.clone());
         }
     }
 
@@ -597,6 +609,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         allow_read,
         allow_write,
         deny_write,
+        private: inputs.private.clone(),
         allowed_hosts,
         full_access_hosts,
         read_only_methods: READ_ONLY_METHODS.iter().map(|m| m.to_string()).collect(),

@@ -21,10 +21,56 @@ fn inputs(trust: Trust) -> PolicyInputs {
         full_access_hosts: Vec::new(),
         state_dir: "/var/lib/quest-runner".into(),
         operator_home: Some("/home/runner".into()),
-        private_files: vec![
-            "/opt/keys/anthropic".into(),
-            "/etc/quest-runner/config.json".into(),
+        private: vec![
+            hidden(
+                "accounts.a.api_key_file",
+                "/opt/keys/anthropic",
+                &["/opt/keys"],
+            ),
+            hidden(
+                "the config file",
+                "/etc/quest-runner/config.json",
+                &["/etc/quest-runner"],
+            ),
         ],
+    }
+}
+
+fn hidden(what: &str, file: &str, dirs: &[&str]) -> HiddenFile {
+    HiddenFile {
+        what: what.into(),
+        file: file.into(),
+        dirs: dirs
+            .iter()
+            .map(|d| crate::sandbox::private::HiddenDir {
+                dir: d.into(),
+                link: None,
+            })
+            .collect(),
+    }
+}
+
+/// A private file is hidden with its whole directory, never by its name: a file renamed over
+/// it (a key rotation) or beside it is hidden as well.
+#[test]
+fn private_files_are_hidden_with_their_directories() {
+    let p = plan(&ws(), &inputs(Trust::Trusted));
+    for path in [
+        "/opt/keys/anthropic",
+        "/opt/keys/anthropic.new",
+        "/opt/keys/.anthropic.tmp",
+        "/etc/quest-runner/config.json",
+    ] {
+        assert!(!p.may_read(Path::new(path)), "{path}");
+    }
+    assert!(p.deny_read.contains(&PathBuf::from("/opt/keys")));
+    assert!(!p.deny_read.contains(&PathBuf::from("/opt/keys/anthropic")));
+    assert!(p.may_read(Path::new("/opt/other/tool")));
+    assert!(p.may_read(Path::new("/etc/passwd")));
+    assert_eq!(p.private, inputs(Trust::Trusted).private);
+    // sops-nix and agenix generations, whatever the links point to at the job's start.
+    for path in ["/run/secrets.d/2/key", "/run/agenix.d/7/key"] {
+        assert!(!p.may_read(Path::new(path)), "{path}");
     }
 }
 
