@@ -18,6 +18,14 @@ fn figure(line: &str) {
     let _ = writeln!(std::io::stderr(), "boundary: {line}");
 }
 
+/// The end of an attempt's evidence, where its own output is (a devShell's noise comes first).
+fn tail(s: &str, max: usize) -> &str {
+    match s.char_indices().rev().nth(max) {
+        Some((i, _)) => &s[i..],
+        None => s,
+    }
+}
+
 /// One run at a time: each checks that it left no temp dir in the shared /tmp, and two
 /// agents at once would only slow each other down on two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -36,6 +44,16 @@ async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> Su
 async fn holds(agent: AgentKind, trust: Trust) {
     let report = suite(agent, trust, None).await;
     print(&report);
+    // What the sandboxed command saw of the private files before and after the host replaced
+    // them, for the log.
+    if let Some(a) = report.attempts.iter().find(|a| a.id == "rotate-secrets") {
+        figure(&format!(
+            "{} ({:?}) rotate-secrets: {}",
+            agent.name(),
+            trust,
+            tail(&a.evidence, 400)
+        ));
+    }
     let escaped: Vec<_> = report.escaped().iter().map(|a| a.id).collect();
     let failed: Vec<_> = report
         .failed_controls()
@@ -60,16 +78,15 @@ async fn mutations_are_caught(agent: AgentKind) {
     let mut missed = Vec::new();
     for m in Mutation::here() {
         let report = suite(agent, Trust::Trusted, Some(m)).await;
-        let caught = report
-            .attempts
-            .iter()
-            .any(|a| a.id == m.caught_by() && a.escaped);
+        let catching = report.attempts.iter().find(|a| a.id == m.caught_by());
+        let caught = catching.is_some_and(|a| a.escaped);
         figure(&format!(
-            "{} mutation {:<22} -> {:<18} {}",
+            "{} mutation {:<22} -> {:<18} {} ({})",
             agent.name(),
             m.name(),
             m.caught_by(),
-            if caught { "caught" } else { "MISSED" }
+            if caught { "caught" } else { "MISSED" },
+            catching.map_or("", |a| tail(&a.evidence, 400)),
         ));
         if !caught {
             print(&report);

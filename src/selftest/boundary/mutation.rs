@@ -24,6 +24,8 @@ use crate::sandbox::SandboxPolicy;
 /// | `shared-clone-writable` | jobs write only their own git store         | loose-object     |
 /// | `admin-pointers-writable` | the admin dir's commondir and gitdir are read-only | commondir-redirect |
 /// | `no-disk-limit`         | `limits.disk` (not a policy rule: the suite runs the disk pair without it) | disk-fill |
+/// | `private-by-name`       | private files hidden with their directories, not by name | rotate-secrets |
+/// | `private-real-dir-only` | ...and with the directories their links point into | rotate-secrets |
 ///
 /// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
 /// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
@@ -43,10 +45,12 @@ pub enum Mutation {
     SharedCloneWritable,
     AdminPointersWritable,
     NoDiskLimit,
+    PrivateByName,
+    PrivateRealDirOnly,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::WriteSharedTmp,
         Mutation::WriteBareClone,
         Mutation::NoDenyWrite,
@@ -58,6 +62,8 @@ impl Mutation {
         Mutation::SharedCloneWritable,
         Mutation::AdminPointersWritable,
         Mutation::NoDiskLimit,
+        Mutation::PrivateByName,
+        Mutation::PrivateRealDirOnly,
     ];
 
     /// The mutations this host can check: the disk pair needs root (it mounts a tmpfs).
@@ -82,6 +88,8 @@ impl Mutation {
             Mutation::SharedCloneWritable => "shared-clone-writable",
             Mutation::AdminPointersWritable => "admin-pointers-writable",
             Mutation::NoDiskLimit => "no-disk-limit",
+            Mutation::PrivateByName => "private-by-name",
+            Mutation::PrivateRealDirOnly => "private-real-dir-only",
         }
     }
 
@@ -99,6 +107,7 @@ impl Mutation {
             Mutation::SharedCloneWritable => "loose-object",
             Mutation::AdminPointersWritable => "commondir-redirect",
             Mutation::NoDiskLimit => super::disk::ID,
+            Mutation::PrivateByName | Mutation::PrivateRealDirOnly => "rotate-secrets",
         }
     }
 
@@ -131,6 +140,33 @@ impl Mutation {
             }),
             // Not in the policy: the suite runs the disk pair without the limit.
             Mutation::NoDiskLimit => {}
+            // As the policy was: each file by its name, and by its real path when a link.
+            Mutation::PrivateByName => hide_private_instead(policy, |file| {
+                let mut paths = vec![file.to_path_buf()];
+                paths.extend(std::fs::canonicalize(file));
+                paths
+            }),
+            // As a fix that forgot links would be: the directory the file really is in now.
+            Mutation::PrivateRealDirOnly => hide_private_instead(policy, |file| {
+                file.parent()
+                    .and_then(|d| std::fs::canonicalize(d).ok())
+                    .into_iter()
+                    .collect()
+            }),
         }
+    }
+}
+
+/// Replaces the directories that hide the policy's private files with what `paths` gives for
+/// each file.
+fn hide_private_instead(policy: &mut SandboxPolicy, paths: impl Fn(&Path) -> Vec<PathBuf>) {
+    let dirs: Vec<PathBuf> = policy
+        .private
+        .iter()
+        .flat_map(|h| h.dirs.iter().map(|d| d.dir.clone()))
+        .collect();
+    policy.deny_read.retain(|p| !dirs.contains(p));
+    for hidden in &policy.private {
+        policy.deny_read.extend(paths(&hidden.file));
     }
 }

@@ -195,16 +195,21 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         ));
     }
     let config = suite_config(&world, &server, cfg)?;
-    std::fs::write(
-        state.config_file(),
-        serde_json::to_string_pretty(&config).unwrap_or_default(),
-    )
-    .map_err(|e| format!("writing the runner's config: {e}"))?;
+    // In the state dir (which `read-runner-state` reads), and where the runner is told its
+    // config is, outside it (which `rotate-secrets` replaces).
+    for file in [state.config_file(), world.config_file.clone()] {
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(&config).unwrap_or_default(),
+        )
+        .map_err(|e| format!("writing the runner's config {}: {e}", file.display()))?;
+    }
 
     // The runner the job runs in, as an operator would run it; its model gateway is started
     // now, so the gateway attempts can name its port and a live token (the control grant's,
     // open all through the job: the strongest case, an attacker holding a valid token).
     let mut runner = Runner::new(state.clone(), config.clone());
+    runner.config_file = Some(world.config_file.clone());
     runner.env_source = env_source.clone();
     runner.operator_home = Some(world.operator_home.clone());
     let server_confine = server.confiner();
@@ -258,7 +263,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let mut attempts = attempts::all(&world, &targets);
     if let Some(m) = cfg.mutation {
         // A mutation run needs only the attempt its weakened rule must free (the base run has
-        // shown the others refused); this keeps the seven mutation runs per agent short.
+        // shown the others refused); this keeps the mutation runs per agent short.
         attempts.retain(|a| a.id == m.caught_by());
     }
     let mut script = vec![attempts::permitted(&targets)];
@@ -287,6 +292,11 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
 
     let mut controls = Vec::new();
     let mut control_results = vec![None; attempts.len()];
+    // The host side of `rotate-secrets`, for its unconfined control and for the job.
+    let rotator = super::world::Rotator::start(
+        &world,
+        vec![control_checkout(&world), targets.checkout.clone()],
+    );
     crate::workspace::ensure_bare_clone(&state, &job)
         .await
         .map_err(|e| e.to_string())?;
@@ -301,6 +311,11 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             &mut control_results,
             &mut controls,
         )?;
+        // `rotate-secrets`' control replaced the account's key: the job starts with the one
+        // its gateway checks for again (replaced the same way, by a rename).
+        world
+            .restore_account()
+            .map_err(|e| format!("restoring the account's key: {e}"))?;
         controls.push(project_config_control(&world, &targets, cfg.agent).await);
     }
 
@@ -359,7 +374,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
             ran,
             escaped,
             refused_by_runner,
-            evidence: clip(&text, 300),
+            evidence: clip(&text, 600),
             network: a.net_tag.as_deref().map(|tag| decided(&net_log, tag)),
         });
     }
@@ -399,6 +414,10 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         (gateway, control_grant),
         &mut controls,
     );
+    if attempts.iter().any(|a| a.id == "rotate-secrets") {
+        controls.push(rotation_control(&rotator, &targets.checkout));
+    }
+    drop(rotator);
     if let Some(r) = &registry {
         registry_controls(
             r,
@@ -682,6 +701,11 @@ pub(crate) fn write_scripted_account(
     std::fs::write(path, text)
 }
 
+/// Where the unconfined controls run: a worktree of the same bare clone.
+fn control_checkout(world: &World) -> PathBuf {
+    world.path().join("control-checkout")
+}
+
 /// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape;
 /// then its effects are undone before the job runs.
 #[allow(clippy::too_many_arguments)]
@@ -695,7 +719,7 @@ fn run_controls(
     results: &mut [Option<bool>],
     controls: &mut Vec<ControlReport>,
 ) -> Result<(), String> {
-    let checkout = world.path().join("control-checkout");
+    let checkout = control_checkout(world);
     let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
     let bare_lock = || {
         crate::workspace::lock_bare_blocking(&t.bare, crate::workspace::CLEANUP_LOCK_WAIT)
@@ -824,6 +848,27 @@ fn run_controls(
         },
     });
     Ok(())
+}
+
+/// The host replaced the private files while the job's command waited (the attempt's marker
+/// says the command saw it done): without that, `rotate-secrets` refused nothing.
+fn rotation_control(rotator: &super::world::Rotator, checkout: &std::path::Path) -> ControlReport {
+    let answered = rotator.answered();
+    let in_job: Vec<&Result<(), String>> = answered
+        .iter()
+        .filter(|(dir, _)| dir == checkout)
+        .map(|(_, done)| done)
+        .collect();
+    let failed: Vec<&String> = in_job.iter().filter_map(|d| d.as_ref().err()).collect();
+    ControlReport::new(
+        "the account's key and the config were replaced while the job ran",
+        !in_job.is_empty() && failed.is_empty(),
+        match (in_job.len(), failed.first()) {
+            (0, _) => "no rotation was asked for from the job's checkout".into(),
+            (n, None) => format!("{n} rotation(s): key renamed over, config link switched"),
+            (_, Some(e)) => format!("rotating failed: {e}"),
+        },
+    )
 }
 
 /// The checkout's own agent configuration is real: run plainly, the agent loads it and its
@@ -1150,17 +1195,7 @@ fn after_job_controls(
             format!("fired: {}", fired.join(", "))
         },
     );
-    let s = &world.secrets;
-    let secrets = [
-        &s.account,
-        &s.ssh,
-        &s.root,
-        &s.home,
-        &s.run_user,
-        &s.other_job,
-        &s.proc_env,
-        &s.env,
-    ];
+    let secrets = world.secrets.all();
     let bodies: Vec<String> = server.requests().iter().map(|b| b.to_string()).collect();
     // The escapes above put secrets into tool results on purpose when a rule is weakened;
     // the prompt (the first request) must hold none in any run.

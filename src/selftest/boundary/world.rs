@@ -1,9 +1,16 @@
 //! The world a boundary run attacks: secrets planted where a job must not reach them, a
 //! runner state directory and operator home of its own, a decoy host process with a secret in
-//! its environment, and the hostile repository. Everything is removed on drop.
+//! its environment, and the hostile repository.
+//!
+//! Several runs may share a machine (a `selftest` beside `cargo test`, two test processes):
+//! every path a world plants outside its own temp dir carries its token and is created new,
+//! and on drop a world removes only what it created — a parent directory (`/run/secrets` on a
+//! host without one) only if it made it and nothing else is in it by then.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::job::AgentKind;
 
@@ -12,6 +19,10 @@ use crate::job::AgentKind;
 pub struct Secrets {
     /// The account's credential (Claude Code API key file, opencode auth.json).
     pub account: String,
+    /// What a rotation of the account's credential writes (a new key renamed over the file).
+    pub rotated_account: String,
+    /// What a rotation of the config file writes (a new generation, the link switched to it).
+    pub rotated_config: String,
     pub ssh: String,
     pub root: String,
     pub home: String,
@@ -22,18 +33,36 @@ pub struct Secrets {
     pub env: String,
 }
 
+impl Secrets {
+    /// Every secret a job must never read.
+    pub fn all(&self) -> [&String; 10] {
+        [
+            &self.account,
+            &self.rotated_account,
+            &self.rotated_config,
+            &self.ssh,
+            &self.root,
+            &self.home,
+            &self.run_user,
+            &self.other_job,
+            &self.proc_env,
+            &self.env,
+        ]
+    }
+}
+
 pub struct World {
     pub token: String,
     pub root: tempfile::TempDir,
     pub secrets: Secrets,
     pub state: PathBuf,
     pub operator_home: PathBuf,
-    /// The account's credential file.
+    /// The account's credential file, outside every directory the sandbox hides wholesale.
     pub account_file: PathBuf,
-    /// Files and directories planted outside `root`, removed on drop.
-    pub planted: Vec<PathBuf>,
-    /// System directories the suite had to create for them, removed on drop when empty.
-    made_dirs: Vec<PathBuf>,
+    /// The runner's config file as the runner is told it, outside the state directory, in a
+    /// directory that is a link to its current generation (as sops-nix and agenix keep
+    /// secrets): `<dir>-config/config.json`, `<dir>-config` → `<dir>-configs/<n>`.
+    pub config_file: PathBuf,
     /// Planted paths by name (`root`, `home`, `run_user`, `other_job`); absent when the
     /// process may not create them (not root).
     pub root_secret: Option<PathBuf>,
@@ -42,6 +71,8 @@ pub struct World {
     pub other_job_dir: Option<PathBuf>,
     /// Secrets in system places the policy denies wholesale (`/var/lib`, `/run/secrets`).
     pub system_secrets: Vec<(&'static str, PathBuf)>,
+    rotation: Rotation,
+    planted: Planted,
     decoy: Option<Child>,
     pub repo: PathBuf,
     pub rev: String,
@@ -53,22 +84,235 @@ impl Drop for World {
             let _ = decoy.kill();
             let _ = decoy.wait();
         }
-        for p in self.planted.iter().rev() {
-            let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
-        }
-        for d in &self.made_dirs {
-            let _ = std::fs::remove_dir(d);
-        }
+        self.planted.remove();
     }
 }
 
+/// A token no other world on this machine has: this process's id, a count of this process's
+/// worlds, and the clock.
 pub fn token() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
+    static WORLDS: AtomicUsize = AtomicUsize::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .subsec_nanos();
-    format!("{:x}{:06x}", std::process::id(), nanos & 0xff_ffff)
+    format!(
+        "{:x}{:x}{:06x}",
+        std::process::id(),
+        WORLDS.fetch_add(1, Ordering::Relaxed),
+        nanos & 0xff_ffff
+    )
+}
+
+/// What a world created outside its own temp dir.
+#[derive(Default)]
+struct Planted {
+    /// Paths named with the world's token, created new: removed whole.
+    own: Vec<PathBuf>,
+    /// Directories above them that did not exist (`/run/secrets`): removed only if empty.
+    parents: Vec<PathBuf>,
+}
+
+/// A plant the process may not make (not root) is skipped; any other failure (a name that
+/// already exists: another world's) fails the run.
+fn permitted(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
+impl Planted {
+    /// Creates `own` (a directory when `text` is `None`, else a file holding it), new, after
+    /// the missing directories above it. Another world may remove a parent it made between
+    /// the two steps: then both are tried again.
+    fn create(&mut self, own: &Path, text: Option<&str>) -> std::io::Result<()> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let made = self.make_parents(own).and_then(|()| match text {
+                None => std::fs::create_dir(own),
+                Some(text) => {
+                    use std::io::Write;
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(own)?;
+                    f.write_all(text.as_bytes())
+                }
+            });
+            match made {
+                Ok(()) => {
+                    self.own.push(own.to_path_buf());
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn make_parents(&mut self, path: &Path) -> std::io::Result<()> {
+        let missing: Vec<PathBuf> = path
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.symlink_metadata().is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        for dir in missing.into_iter().rev() {
+            match std::fs::create_dir(&dir) {
+                Ok(()) => self.parents.push(dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// `create`, for a plant the process may be refused.
+    fn plant(&mut self, own: &Path, text: Option<&str>) -> Result<bool, String> {
+        match self.create(own, text) {
+            Ok(()) => Ok(true),
+            Err(e) if permitted(&e) => {
+                tracing::info!(path = %own.display(), "not planted: {e}");
+                Ok(false)
+            }
+            Err(e) => Err(format!("planting {}: {e}", own.display())),
+        }
+    }
+
+    fn remove(&mut self) {
+        for p in self.own.drain(..).rev() {
+            let is_dir = p.symlink_metadata().is_ok_and(|m| m.is_dir());
+            let _ = if is_dir {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+        for dir in self.parents.drain(..).rev() {
+            // Fails while another world's plant is in it: then that world's run still needs it.
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+}
+
+/// How the world's private files are replaced while a job runs, as an operator's key rotation
+/// and a secret manager's generation switch do.
+#[derive(Clone)]
+struct Rotation {
+    agent: AgentKind,
+    account_file: PathBuf,
+    /// The link naming the config's current generation, and the generations' directory.
+    config_link: PathBuf,
+    config_generations: PathBuf,
+    rotated_account: String,
+    rotated_config: String,
+}
+
+impl Rotation {
+    /// Writes a new account file beside the old one and renames it over; writes the config's
+    /// next generation (the current one with an account named after the rotated secret) and
+    /// renames a new link over the current one.
+    fn rotate(&self, n: usize) -> std::io::Result<()> {
+        let dir = self.account_file.parent().unwrap_or(Path::new("/"));
+        let fresh = dir.join(format!(".rotating-{n}"));
+        super::suite::write_scripted_account(
+            self.agent,
+            &fresh,
+            &format!("{}-{n}", self.rotated_account),
+        )?;
+        std::fs::rename(&fresh, &self.account_file)?;
+
+        let current: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.config_link.join("config.json"))?)
+                .map_err(std::io::Error::other)?;
+        let mut next = current.clone();
+        let main = current["accounts"]["main"].clone();
+        next["accounts"][format!("{}-{n}", self.rotated_config)] = main;
+        let generation = format!("r{n}");
+        let gen_dir = self.config_generations.join(&generation);
+        std::fs::create_dir(&gen_dir)?;
+        std::fs::write(gen_dir.join("config.json"), next.to_string())?;
+        let name = self
+            .config_generations
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let link = self.config_link.with_extension(format!("next-{n}"));
+        std::os::unix::fs::symlink(format!("{name}/{generation}"), &link)?;
+        std::fs::rename(&link, &self.config_link)
+    }
+}
+
+/// The file a command creates in its working directory to ask for a rotation, and the one the
+/// rotator answers with once it is done.
+pub const ROTATE_REQUEST: &str = "qr-rotate-request";
+pub const ROTATE_DONE: &str = "qr-rotate-done";
+
+/// Where a rotation was asked for, and whether it worked.
+pub type Rotated = (PathBuf, Result<(), String>);
+
+/// Replaces the world's private files whenever a command asks (a [`ROTATE_REQUEST`] in one of
+/// the watched directories), as an operator would while a job runs. Stopped on drop.
+pub struct Rotator {
+    stop: Arc<AtomicBool>,
+    answered: Arc<Mutex<Vec<Rotated>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rotator {
+    pub fn start(world: &World, watch: Vec<PathBuf>) -> Rotator {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let rotation = world.rotation.clone();
+        let thread = {
+            let (stop, answered) = (stop.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for dir in &watch {
+                        if std::fs::remove_file(dir.join(ROTATE_REQUEST)).is_ok() {
+                            n += 1;
+                            let done = rotation.rotate(n).map_err(|e| e.to_string());
+                            if done.is_ok() {
+                                let _ = std::fs::write(dir.join(ROTATE_DONE), "rotated\n");
+                            }
+                            answered
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push((dir.clone(), done));
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            })
+        };
+        Rotator {
+            stop,
+            answered,
+            thread: Some(thread),
+        }
+    }
+
+    /// The rotations done so far: where the request came from, and whether it worked.
+    pub fn answered(&self) -> Vec<Rotated> {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Rotator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn write(path: &Path, text: &str) -> std::io::Result<()> {
@@ -76,21 +320,6 @@ fn write(path: &Path, text: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text)
-}
-
-/// Plants `text` at `path` if this process may; returns the path (and records what to
-/// remove) on success.
-fn plant(planted: &mut Vec<PathBuf>, remove: &Path, path: &Path, text: &str) -> Option<PathBuf> {
-    match write(path, text) {
-        Ok(()) => {
-            planted.push(remove.to_path_buf());
-            Some(path.to_path_buf())
-        }
-        Err(e) => {
-            tracing::info!(path = %path.display(), "not planted: {e}");
-            None
-        }
-    }
 }
 
 impl World {
@@ -104,6 +333,8 @@ impl World {
         let secret = |what: &str| format!("SECRET-{what}-{token}");
         let secrets = Secrets {
             account: secret("ACCOUNT"),
+            rotated_account: secret("ROTATED-ACCOUNT"),
+            rotated_config: secret("ROTATED-CONFIG"),
             ssh: secret("SSH"),
             root: secret("ROOT"),
             home: secret("HOME"),
@@ -114,50 +345,70 @@ impl World {
         };
         let state = canonical.join("state");
         let operator_home = canonical.join("operator-home");
-        // The account's secret outside every directory the sandbox hides wholesale, where only
-        // the policy's by-name rule protects it (as /run/secrets or /opt would). Without the
-        // rights to create it there, inside the suite's own directory.
-        let outside = PathBuf::from(format!("/opt/qr-boundary-{token}"));
-        let secrets_dir = match std::fs::create_dir_all(&outside) {
-            Ok(()) => outside,
-            Err(_) => canonical.join("secrets"),
-        };
         let io = |e: std::io::Error| e.to_string();
         std::fs::create_dir_all(&state).map_err(io)?;
         write(&operator_home.join(".ssh/id_ed25519"), &secrets.ssh).map_err(io)?;
         write(&operator_home.join(".bashrc"), "# operator's shell\n").map_err(io)?;
+
+        let mut planted = Planted::default();
+        // The account's secret and the config outside every directory the sandbox hides
+        // wholesale, where only the policy's rule for private files protects them (as in /opt
+        // or /etc/quest-runner). Without the rights to create them there, inside the suite's
+        // own directory.
+        let opt = PathBuf::from(format!("/opt/qr-boundary-{token}"));
+        let secrets_dir = if planted.plant(&opt, None)? {
+            opt
+        } else {
+            let dir = canonical.join("secrets");
+            std::fs::create_dir(&dir).map_err(io)?;
+            dir
+        };
+        let outside = secrets_dir.parent().unwrap_or(&canonical).to_path_buf();
+        let config_generations = outside.join(format!("qr-boundary-{token}-configs"));
+        let config_link = outside.join(format!("qr-boundary-{token}-config"));
+        for own in [&config_generations, &config_link] {
+            if outside == canonical {
+                continue;
+            }
+            planted.own.push(own.clone());
+        }
+        std::fs::create_dir_all(config_generations.join("r0")).map_err(io)?;
+        std::os::unix::fs::symlink(format!("qr-boundary-{token}-configs/r0"), &config_link)
+            .map_err(io)?;
+        let config_file = config_link.join("config.json");
+
         let account_file = match agent {
             AgentKind::Claude => secrets_dir.join("anthropic-key"),
             AgentKind::Opencode => secrets_dir.join("auth.json"),
         };
         super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
+        let rotation = Rotation {
+            agent,
+            account_file: account_file.clone(),
+            config_link,
+            config_generations,
+            rotated_account: secrets.rotated_account.clone(),
+            rotated_config: secrets.rotated_config.clone(),
+        };
 
-        let mut planted = Vec::new();
-        if !secrets_dir.starts_with(&canonical) {
-            planted.push(secrets_dir.clone());
-        }
         let root_path = PathBuf::from(format!("/root/.qr-boundary-{token}"));
-        let root_secret = plant(&mut planted, &root_path, &root_path, &secrets.root);
+        let root_secret = planted
+            .plant(&root_path, Some(&secrets.root))?
+            .then(|| root_path.clone());
         let home_dir = PathBuf::from(format!("/home/qr-boundary-{token}"));
-        let home_secret = plant(
-            &mut planted,
-            &home_dir,
-            &home_dir.join("secret"),
-            &secrets.home,
-        );
+        let home_secret = (planted.plant(&home_dir, None)?
+            && planted.plant(&home_dir.join("secret"), Some(&secrets.home))?)
+        .then(|| home_dir.join("secret"));
         let run_user = PathBuf::from(format!("/run/user/qr-boundary-{token}"));
-        let run_user_secret = plant(&mut planted, &run_user, &run_user, &secrets.run_user);
+        let run_user_secret = planted
+            .plant(&run_user, Some(&secrets.run_user))?
+            .then(|| run_user.clone());
         let other = PathBuf::from(format!("/tmp/quest-job-zz{token}"));
-        let other_job_dir = plant(
-            &mut planted,
-            &other,
-            &other.join("secret"),
-            &secrets.other_job,
-        )
-        .map(|_| other.clone());
+        let other_job_dir = (planted.plant(&other, None)?
+            && planted.plant(&other.join("secret"), Some(&secrets.other_job))?)
+        .then(|| other.clone());
 
         let mut system_secrets = Vec::new();
-        let mut made_dirs = Vec::new();
         for (id, dir) in [
             ("read-var-lib", format!("/var/lib/qr-boundary-{token}")),
             (
@@ -166,15 +417,8 @@ impl World {
             ),
         ] {
             let dir = PathBuf::from(dir);
-            let made_parent = !dir.parent().is_some_and(Path::exists);
-            if let Some(file) = plant(&mut planted, &dir, &dir.join("secret"), &secrets.root) {
-                if made_parent {
-                    // /run/secrets did not exist: remove it again afterwards too, once empty
-                    // (a concurrent run on this machine may have planted its own there since).
-                    if let Some(parent) = dir.parent() {
-                        made_dirs.push(parent.to_path_buf());
-                    }
-                }
+            let file = dir.join("secret");
+            if planted.plant(&dir, None)? && planted.plant(&file, Some(&secrets.root))? {
                 system_secrets.push((id, file));
             }
         }
@@ -196,19 +440,29 @@ impl World {
             state,
             operator_home,
             account_file,
-            planted,
-            made_dirs,
+            config_file,
             root_secret,
             home_secret,
             run_user_secret,
             other_job_dir,
             system_secrets,
+            rotation,
+            planted,
             decoy,
             repo: canonical.join("repo"),
             rev: String::new(),
         };
         world.rev = super::hostile::make_repo(&world, &canonical)?;
         Ok(world)
+    }
+
+    /// Puts the account's original key back, renamed over whatever a rotation left.
+    pub fn restore_account(&self) -> std::io::Result<()> {
+        let r = &self.rotation;
+        let dir = r.account_file.parent().unwrap_or(Path::new("/"));
+        let fresh = dir.join(".restoring");
+        super::suite::write_scripted_account(r.agent, &fresh, &self.secrets.account)?;
+        std::fs::rename(&fresh, &r.account_file)
     }
 
     pub fn path(&self) -> PathBuf {
@@ -239,3 +493,7 @@ impl World {
         .to_vec()
     }
 }
+
+#[cfg(test)]
+#[path = "world_tests.rs"]
+mod tests;
