@@ -256,6 +256,48 @@ impl Git {
         ))
     }
 
+    /// Runs git with `input` on its stdin (`update-ref --stdin`: many ref updates, one git),
+    /// and returns its trimmed stdout. For the runner's own repositories and input only.
+    pub async fn output_with_stdin(&self, args: &[&str], input: &[u8]) -> Result<String, GitError> {
+        use tokio::io::AsyncWriteExt;
+        let joined = args.join(" ");
+        let spawn = |source| GitError::Spawn {
+            args: joined.clone(),
+            source,
+        };
+        let mut cmd = self.command(args);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(spawn)?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| spawn(std::io::Error::other("no stdin")))?;
+        let write = async move {
+            // Closing stdin is what tells git the input ended.
+            let written = stdin.write_all(input).await;
+            drop(stdin);
+            written
+        };
+        let (written, out) = tokio::join!(write, child.wait_with_output());
+        let out = out.map_err(spawn)?;
+        if !out.status.success() {
+            let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(GitError::Failed {
+                args: joined,
+                message: if message.is_empty() {
+                    format!("exited with {}", out.status)
+                } else {
+                    message
+                },
+            });
+        }
+        written.map_err(spawn)?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     /// Whether git succeeds on `args` (for existence checks, where failure is an answer).
     pub async fn succeeds(&self, args: &[&str]) -> Result<bool, GitError> {
         let joined = args.join(" ");

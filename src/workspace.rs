@@ -272,7 +272,7 @@ impl Workspace {
     ) -> Result<(String, Vec<String>), WorkspaceError> {
         let head = self.git.head().await?;
         let bare_path = &self.paths.bare_clone;
-        let refname = format!("refs/quest/jobs/{job_id}");
+        let refname = format!("{JOB_REFS}{job_id}");
         self.git
             .import(bare_path, &head, &refname, lock_bare(bare_path))
             .await?;
@@ -716,6 +716,69 @@ async fn adopt_older_clone(bare: &Path) -> Result<(), WorkspaceError> {
             std::fs::rename(bare, &aside).map_err(io("setting aside", bare))
         }
     }
+}
+
+/// Where a job's commits are kept in its repository's shared clone.
+pub const JOB_REFS: &str = "refs/quest/jobs/";
+
+/// Deletes, in every shared clone of the state dir, the `refs/quest/jobs/<id>` of jobs whose
+/// directory is gone (removed by `gc`, by hand, or by an older `gc` that left their refs):
+/// each keeps its job's commits, and so the clone's size, for ever. A job's directory exists
+/// from before its workspace is made until it is removed, so a running or kept job's ref
+/// stays. Each clone is changed under its lock; git's own maintenance (`gc --auto`, run here
+/// too, and its two-week expiry of unreachable objects) then drops the commits. Returns the
+/// refs deleted.
+pub async fn forget_removed_jobs(state: &StateDir) -> Result<Vec<String>, WorkspaceError> {
+    let repos = state.root().join("repos");
+    let entries = match std::fs::read_dir(&repos) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("reading", &repos)(e)),
+    };
+    let mut clones: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        // `<hash>.git` only: not its lock, a clone being made (`.new`) or one set aside.
+        .filter(|p| p.extension().is_some_and(|e| e == "git") && p.join("HEAD").is_file())
+        .collect();
+    clones.sort();
+    let mut deleted = Vec::new();
+    for bare in clones {
+        let _lock = lock_bare(&bare).await?;
+        let git = Git::new(&bare)?;
+        let listed = git
+            .output(&["for-each-ref", "--format=%(refname)", JOB_REFS])
+            .await?;
+        let gone: Vec<&str> = listed
+            .lines()
+            .filter(|name| {
+                name.strip_prefix(JOB_REFS).is_some_and(|id| {
+                    // Only names the runner writes: a job id is a plain file name.
+                    crate::job::check_id(id).is_ok() && !job_root(state, id).exists()
+                })
+            })
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let commands: String = gone.iter().map(|r| format!("delete {r}\n")).collect();
+        git.output_with_stdin(&["update-ref", "--stdin"], commands.as_bytes())
+            .await?;
+        let gc = [
+            "-c",
+            "gc.auto=6700",
+            "-c",
+            "gc.autoDetach=false",
+            "gc",
+            "--auto",
+            "--quiet",
+        ];
+        if let Err(e) = git.output(&gc).await {
+            tracing::warn!(clone = %bare.display(), "git gc --auto: {e}");
+        }
+        deleted.extend(gone.iter().map(|r| r.to_string()));
+    }
+    Ok(deleted)
 }
 
 /// Removes a file, link or directory tree at `path`, if any.

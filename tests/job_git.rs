@@ -361,3 +361,53 @@ async fn a_clone_jobs_could_write_is_verified_before_use() {
         .collect();
     assert_eq!(aside.len(), 1, "set aside for the operator: {aside:?}");
 }
+
+/// `gc` deletes the refs that keep removed jobs' commits in the shared clone — those of every
+/// job whose directory is gone — and never one of a job whose directory is there, nor a ref
+/// whose name is no job id (not the runner's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refs_of_removed_jobs_are_deleted_from_the_shared_clone() {
+    use quest_runner::workspace::{bare_clone_path, forget_removed_jobs, job_root};
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let mut made = Vec::new();
+    for id in ["kept", "removed"] {
+        let ws = Workspace::prepare(&state, &job(id, &repo.src(), &rev))
+            .await
+            .unwrap();
+        std::fs::write(ws.paths.checkout.join(id), "x\n").unwrap();
+        git(&ws.paths.checkout, &["add", id]);
+        git(&ws.paths.checkout, &["commit", "-qm", id]);
+        let (head, commits) = ws.commits_since(id, &rev).await.unwrap();
+        assert_eq!(commits.len(), 1);
+        made.push(head);
+    }
+    let bare = bare_clone_path(&state, &repo.src().to_string_lossy());
+    git(&bare, &["update-ref", "refs/quest/jobs/not/a-job", &rev]);
+    std::fs::remove_dir_all(job_root(&state, "removed")).unwrap();
+
+    let deleted = forget_removed_jobs(&state).await.unwrap();
+    assert_eq!(deleted, ["refs/quest/jobs/removed"]);
+    let refs = git(
+        &bare,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/quest/jobs/",
+        ],
+    );
+    assert_eq!(
+        refs,
+        format!(
+            "refs/quest/jobs/kept {}\nrefs/quest/jobs/not/a-job {rev}",
+            made[0]
+        )
+    );
+    // The removed job's commit is no longer reachable: git's gc may now drop it.
+    let reachable = git(&bare, &["rev-list", "--all"]);
+    assert!(!reachable.contains(&made[1]), "{reachable}");
+    assert!(reachable.contains(&made[0]));
+    assert!(forget_removed_jobs(&state).await.unwrap().is_empty());
+}

@@ -392,6 +392,17 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
     let gc: Value = serde_json::from_slice(&gc.stdout).unwrap();
     assert_eq!(gc["removed"].as_array().unwrap().len(), 4, "{gc}");
     assert!(!runner.state().join("jobs/s1").exists());
+    // With the jobs go the refs that kept their commits in the shared clone.
+    assert_eq!(gc["refs_deleted"].as_array().unwrap().len(), 4, "{gc}");
+    let bare = quest_runner::workspace::bare_clone_path(
+        &quest_runner::state::StateDir::at(runner.state()),
+        &repo.src().to_string_lossy(),
+    );
+    assert_eq!(
+        git(&bare, &["for-each-ref", "refs/quest/jobs/"]),
+        "",
+        "job refs left"
+    );
     assert!(server.confined_processes().is_empty(), "processes left");
 }
 

@@ -418,7 +418,9 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `quest-runner gc --older-than D`: prints the removed jobs' ids as JSON.
+/// `quest-runner gc --older-than D`: removes finished jobs' files, then the refs that kept
+/// their commits in the shared clones (those of every job whose directory is gone); prints the
+/// removed jobs' ids and the deleted refs as JSON.
 pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
     let removed = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue.gc(args.older_than).map_err(failure)?,
@@ -434,9 +436,15 @@ pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
             removed
         }
     };
+    // Then the refs that kept their commits in this host's shared clones.
+    let refs = crate::cli::block_on_interruptible(async {
+        crate::workspace::forget_removed_jobs(&ctx.state)
+            .await
+            .map_err(|e| Failure::new(1, e))
+    })?;
     crate::cli::out(format_args!(
         "{}",
-        serde_json::json!({ "removed": removed })
+        serde_json::json!({ "removed": removed, "refs_deleted": refs })
     ))?;
     Ok(())
 }

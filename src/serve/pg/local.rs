@@ -9,7 +9,8 @@ use crate::state::StateDir;
 
 impl Shared {
     /// Removes the job directories (and earlier attempts' directories) of jobs the database
-    /// no longer has (`gc` removed them): at most every ten minutes.
+    /// no longer has (`gc` removed them), and then their refs in the shared clones: at most
+    /// every ten minutes.
     pub(super) async fn prune_local(&self) {
         {
             let mut last = self.last_prune.lock().unwrap_or_else(|e| e.into_inner());
@@ -51,9 +52,17 @@ impl Shared {
         let Ok(gone) = gone else {
             return;
         };
+        let mut removed = false;
         for row in gone {
             let id: String = row.get(0);
             remove_local(&self.state, &id);
+            removed = true;
+        }
+        // With them, the refs that kept their commits in this host's shared clones.
+        if removed {
+            if let Err(e) = crate::workspace::forget_removed_jobs(&self.state).await {
+                tracing::warn!("deleting removed jobs' refs: {e}");
+            }
         }
     }
 }
