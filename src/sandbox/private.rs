@@ -42,7 +42,7 @@ pub struct HiddenFile {
     /// Where the config names it (`accounts.work.api_key_file`, `the config file`).
     pub what: String,
     pub file: PathBuf,
-    /// Real paths, none inside another; the first is the one that holds the file's name.
+    /// Real paths, none inside another (a directory inside one already hidden adds nothing).
     pub dirs: Vec<HiddenDir>,
 }
 

@@ -363,18 +363,16 @@ impl World {
             std::fs::create_dir(&dir).map_err(io)?;
             dir
         };
+        // Beside it: the generations, and the link to the current one (whose directory, /opt,
+        // no job is denied), as sops-nix keeps /run/secrets -> /run/secrets.d/<n>.
         let outside = secrets_dir.parent().unwrap_or(&canonical).to_path_buf();
         let config_generations = outside.join(format!("qr-boundary-{token}-configs"));
         let config_link = outside.join(format!("qr-boundary-{token}-config"));
-        for own in [&config_generations, &config_link] {
-            if outside == canonical {
-                continue;
-            }
-            planted.own.push(own.clone());
-        }
-        std::fs::create_dir_all(config_generations.join("r0")).map_err(io)?;
+        planted.create(&config_generations, None).map_err(io)?;
+        std::fs::create_dir(config_generations.join("r0")).map_err(io)?;
         std::os::unix::fs::symlink(format!("qr-boundary-{token}-configs/r0"), &config_link)
             .map_err(io)?;
+        planted.own.push(config_link.clone());
         let config_file = config_link.join("config.json");
 
         let account_file = match agent {
