@@ -580,6 +580,21 @@ in
     ];
   };
 
+  # The queue's password file is placed by the account files' rule: never where commands need.
+  nixos-queue-password-in-etc = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.queue.postgresql = {
+        enable = true;
+        url = "postgresql://quest-runner@db.example.org/quest";
+        passwordFile = "/etc/quest-runner-db";
+      };
+    };
+    checks = asserts [
+      "services.quest-runner.queue.postgresql.passwordFile = /etc/quest-runner-db: its directory /etc is one jobs' commands need"
+    ];
+  };
+
   home-settings-typo = {
     module = "home";
     config = withSettings typicalHome { concurency = 4; };
