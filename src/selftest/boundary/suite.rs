@@ -336,6 +336,11 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let findings = watcher.await.unwrap_or_default();
+    // The job's `rotate-secrets` replaced the account's key: what follows (the secret search's
+    // control links the account's file and looks for the key) needs the one the world names.
+    world
+        .restore_account()
+        .map_err(|e| format!("restoring the account's key after the job: {e}"))?;
     let exchanges = server.exchanges();
     let registry_seen: Vec<String> = registry
         .as_ref()
