@@ -15,6 +15,8 @@
 //! rounds' ratios): on a 2-core VM the cost of a process start drifts by 2x over a minute,
 //! which two separate medians would attribute to whichever side ran at the worse time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

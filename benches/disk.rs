@@ -13,6 +13,8 @@
 //! `cargo bench --bench disk` (no root needed). Run on the 2-core machine, with other work on
 //! it: the ratios matter, not the absolute times.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 //! body byte and to the last, each way, and what the gateway adds (target: under 1 ms at the
 //! median for both). No assertion on time: the figures are for reading.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

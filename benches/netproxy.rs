@@ -8,6 +8,8 @@
 //!
 //! `cargo bench --bench netproxy` (needs srt, bwrap, socat, curl and node: `scripts/setup`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::TcpListener;
 use std::time::Duration;
 

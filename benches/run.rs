@@ -10,6 +10,8 @@
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
 //! `_SRT` or npm/node_modules/.bin).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,6 +6,8 @@
 //! `cargo bench --bench serve`. Needs root (the scripted model runs in a network namespace
 //! of its own) and the pinned Claude Code (`QUEST_RUNNER_CLAUDE` or npm/node_modules/.bin).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

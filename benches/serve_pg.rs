@@ -14,6 +14,8 @@
 //! - Idle: each runner's CPU time over 10 s of waiting (LISTEN, no polling) and its RSS
 //!   (target: CPU ~0, RSS < 20 MB).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
 mod support;

@@ -7,6 +7,8 @@
 //! are skipped; inside the Nix build sandbox that is most of them. AppArmor's own parser runs
 //! in scripts/test (Debian 13 rootfs), since this host's kernel has no AppArmor.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

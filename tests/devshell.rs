@@ -2,6 +2,8 @@
 //! recovery from damaged entries, single flight across processes, cancellation, bad input,
 //! and `cache ls/gc`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::Path;

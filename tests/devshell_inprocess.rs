@@ -4,6 +4,8 @@
 //! One test function: it points `QUEST_RUNNER_NIX` at a counting wrapper for the whole
 //! process, which concurrent tests in this binary would race on.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::sync::Arc;

@@ -12,6 +12,8 @@
 //! The flake's package runs this file in its check phase too (nix/package.nix), so
 //! `nix flake check` catches what CI catches.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,6 +3,8 @@
 //! with the same request succeeding without the proxy (or through it, for an allowed form),
 //! and the network log must show each request the decider was asked about.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;

@@ -5,6 +5,8 @@
 //! cache-aware claiming that starves nobody, the password read from a file, and a database
 //! outage that loses no job's end. No agent runs here: tests/serve_pg.rs runs real ones.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "support/postgres.rs"]
 mod postgres;
 

@@ -3,6 +3,8 @@
 //! through `submit` and through files dropped into `queue/`. Fault tests kill the runner with
 //! SIGKILL and SIGTERM mid-job and check that no job is lost and nothing is left behind.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::{Path, PathBuf};

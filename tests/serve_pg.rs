@@ -5,6 +5,8 @@
 //! and stop (tests/support/postgres.rs), and a fourth process — a host with no runner and no
 //! accounts — that submits, lists, shows, follows and cancels.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "support/postgres.rs"]
 mod postgres;
 mod support;

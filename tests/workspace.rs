@@ -4,6 +4,8 @@
 //! what it plants there (submodule filters, a rewritten `commondir`, corrupt objects, a FIFO
 //! for HEAD) must not run, mislead or stall the runner's git, nor reach the shared clone.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::Path;
