@@ -34,7 +34,7 @@ pub fn has_object(git_dir: &Path, oid: &str) -> io::Result<bool> {
 
 fn decode_oid(oid: &str) -> io::Result<[u8; 20]> {
     let mut raw = [0u8; 20];
-    hex::decode_to_slice(oid, &mut raw)
+    crate::util::hex::decode_to_slice(oid, &mut raw)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{oid}: {e}")))?;
     Ok(raw)
 }

@@ -32,4 +32,5 @@ pub mod serve;
 pub mod state;
 pub mod store_path;
 pub mod users;
+pub mod util;
 pub mod workspace;

@@ -167,7 +167,7 @@ pub fn bare_clone_path(state: &StateDir, repo: &str) -> PathBuf {
     state
         .root()
         .join("repos")
-        .join(format!("{}.git", hex::encode(&digest[..10])))
+        .join(format!("{}.git", crate::util::hex::encode(&digest[..10])))
 }
 
 pub fn job_root(state: &StateDir, id: &str) -> PathBuf {

@@ -104,7 +104,7 @@ pub enum Invalid {
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
+    crate::util::hex::encode(Sha256::digest(data))
 }
 
 /// Reads and checks the entry for `key`: metadata readable and about this key, script

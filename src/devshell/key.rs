@@ -27,7 +27,7 @@ pub fn cache_key(inputs: &KeyInputs<'_>) -> String {
     // Serialising a struct of strings and a BTreeMap cannot fail, and its field order is fixed.
     let json = serde_json::to_vec(inputs).unwrap_or_default();
     let digest = Sha256::digest(&json);
-    hex::encode(&digest[..16])
+    crate::util::hex::encode(&digest[..16])
 }
 
 #[cfg(test)]

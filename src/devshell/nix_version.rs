@@ -53,7 +53,7 @@ fn fingerprint(path: &Path) -> std::io::Result<String> {
     ] {
         hasher.update(n.to_le_bytes());
     }
-    Ok(hex::encode(&hasher.finalize()[..16]))
+    Ok(crate::util::hex::encode(&hasher.finalize()[..16]))
 }
 
 fn ask_version(path: &Path) -> Result<String, DevShellError> {

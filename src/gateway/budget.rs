@@ -77,7 +77,7 @@ impl Budget {
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         match plain {
             true => self.account.clone(),
-            false => format!("x-{}", hex::encode(self.account.as_bytes())),
+            false => format!("x-{}", crate::util::hex::encode(self.account.as_bytes())),
         }
     }
 

@@ -163,7 +163,8 @@ impl ClaudeLogin {
     /// `lock_dir`: where runners of one state directory take the refresh lock.
     pub fn new(file: PathBuf, lock_dir: &Path, token_url: String) -> ClaudeLogin {
         use sha2::Digest;
-        let hash = hex::encode(sha2::Sha256::digest(file.as_os_str().as_encoded_bytes()));
+        let hash =
+            crate::util::hex::encode(sha2::Sha256::digest(file.as_os_str().as_encoded_bytes()));
         ClaudeLogin {
             lock: lock_dir.join(format!("login-{}.lock", &hash[..16])),
             file,

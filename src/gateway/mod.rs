@@ -186,7 +186,7 @@ fn new_token() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
         .map_err(std::io::Error::from)?;
-    Ok(format!("qrgw-{}", hex::encode(bytes)))
+    Ok(format!("qrgw-{}", crate::util::hex::encode(bytes)))
 }
 
 impl Gateway {

@@ -159,7 +159,7 @@ fn packument(s: &Served, host: &str) -> serde_json::Value {
 /// The PyPI simple index page of the package (PEP 503): one link to the wheel, with its hash.
 fn simple_page(s: &Served) -> String {
     let name = crate::selftest::wheel::file_name(PACKAGE, VERSION);
-    let sha = hex::encode(sha2::Sha256::digest(&s.wheel));
+    let sha = crate::util::hex::encode(sha2::Sha256::digest(&s.wheel));
     format!(
         "<!DOCTYPE html><html><body><a href=\"/files/{name}#sha256={sha}\">{name}</a></body></html>\n"
     )

@@ -51,7 +51,10 @@ pub fn fixture_bash() -> &'static BuilderInput {
         let scratch = std::env::var_os("QUEST_RUNNER_TEST_SCRATCH")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-        let dir = scratch.join(format!("static-bash-{}", &hex::encode(digest)[..16]));
+        let dir = scratch.join(format!(
+            "static-bash-{}",
+            &quest_runner::util::hex::encode(digest)[..16]
+        ));
         BuilderInput::install_from(&bash, &dir).unwrap()
     })
 }

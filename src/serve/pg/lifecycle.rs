@@ -254,7 +254,7 @@ fn random_hex(bytes: usize) -> std::io::Result<String> {
     use std::io::Read;
     let mut buf = vec![0u8; bytes];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(hex::encode(buf))
+    Ok(crate::util::hex::encode(buf))
 }
 
 /// This state directory's runner id, made on first use.

@@ -1,0 +1,4 @@
+//! Leaf helpers shared across the pipeline. Nothing here imports anything else of the crate,
+//! so every stage may use them without an import pointing back up (see ARCHITECTURE.md).
+
+pub mod hex;
