@@ -1,11 +1,15 @@
-//! The size rules of the structure issue (16): no non-test source file over 600 lines and no
-//! function over 80 lines, so that a newcomer can hold a file, and a function, in their head.
+//! The structure rules of issue 16, checked by scanning `src/` (run with `--nocapture` to see
+//! the reports; `scripts/check-structure` does that):
 //!
-//! Every offender in `src/` is printed (run with `--nocapture` to see them); the test fails
-//! only for offenders in [`ENFORCED`], the parts already split. The goal is to grow that list
-//! until it is all of `src/`, and then drop it.
+//! - Sizes: no non-test source file over 600 lines and no function over 80 lines, so that a
+//!   newcomer can hold a file, and a function, in their head. Every offender in `src/` is
+//!   printed; the test fails only for offenders in [`ENFORCED`], the parts already split. The
+//!   goal is to grow that list until it is all of `src/`, and then drop it.
+//! - Imports: the top-level modules of `src/` (`serve`, `devshell`, `config`, ...) import one
+//!   another through `crate::` paths; every cycle among them (a strongly connected group of
+//!   modules) is printed with the `file:line` of each import inside it.
 //!
-//! The scan is rough, on purpose (no parser as a dependency):
+//! The scans are rough, on purpose (no parser as a dependency):
 //! - Test code is left out: files named `tests.rs` or `*_tests.rs`, and a file's trailing
 //!   `#[cfg(test)] mod tests` block (it counts from that line to the end of the file).
 //! - A function is the text from a line's `fn <name>` to the brace closing its body, found by
@@ -15,6 +19,11 @@
 //! - Lengths count every line, blank lines and comments included, from the `fn` line (not
 //!   its doc comment or attributes) to the closing brace.
 //! - Macro-generated functions are not seen; functions written inside macro bodies are.
+//! - An import is a `crate::<module>` path anywhere in code (a `use`, or a path written in
+//!   place), and each module named in a `crate::{a::…, b}` group. `super::super::…` paths
+//!   that climb out of a top-level module are not seen (`src/` has none outside tests).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 
@@ -342,4 +351,208 @@ fn find_fn(code: &[u8], from: usize) -> Option<usize> {
             && code[p + 2].is_ascii_whitespace()
             && (p == 0 || !(code[p - 1].is_ascii_alphanumeric() || code[p - 1] == b'_'))
     })
+}
+
+/// The top-level module a file under `src/` belongs to (`src/serve/queue/mod.rs` → `serve`);
+/// none for the crate roots.
+fn top_module(rel: &str) -> Option<String> {
+    let first = rel.strip_prefix("src/")?.split('/').next()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+}
+
+/// The top-level modules a file's code names through `crate::` paths, each with the line
+/// (1-based) that names it, outside the trailing test module.
+fn crate_refs(text: &str) -> Vec<(String, usize)> {
+    let code = mask(text);
+    let stop = test_module_start(text).unwrap_or(usize::MAX);
+    let ident = |from: usize| -> String {
+        code[from..]
+            .iter()
+            .skip_while(|c| c.is_ascii_whitespace())
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .map(|&c| c as char)
+            .collect()
+    };
+    let mut out = Vec::new();
+    let mut line = 0;
+    let mut counted = 0;
+    let mut p = 0;
+    while p + 7 <= code.len() {
+        if !code[p..].starts_with(b"crate::")
+            || (p > 0
+                && (code[p - 1].is_ascii_alphanumeric() || matches!(code[p - 1], b'_' | b'$')))
+        {
+            p += 1;
+            continue;
+        }
+        line += code[counted..p].iter().filter(|&&c| c == b'\n').count();
+        counted = p;
+        if line >= stop {
+            break;
+        }
+        let after = p + 7;
+        if code.get(after) == Some(&b'{') {
+            // A group: the first name of each item at its top level.
+            let mut depth = 0usize;
+            let mut item_start = after + 1;
+            for (j, &c) in code.iter().enumerate().skip(after) {
+                match c {
+                    b'{' => depth += 1,
+                    b'}' | b',' if depth == 1 => {
+                        let name = ident(item_start);
+                        if !name.is_empty() && name != "self" {
+                            out.push((name, line + 1));
+                        }
+                        item_start = j + 1;
+                        if c == b'}' {
+                            break;
+                        }
+                    }
+                    b'}' => depth -= 1,
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(after);
+            if !name.is_empty() {
+                out.push((name, line + 1));
+            }
+        }
+        p = after;
+    }
+    out
+}
+
+/// Every import between two different top-level modules of `src/` (test code left out):
+/// (from, to) → the `file:line` sites that make it.
+fn import_graph(root: &Path) -> std::collections::BTreeMap<(String, String), Vec<String>> {
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut edges = std::collections::BTreeMap::<(String, String), Vec<String>>::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let Some(from) = top_module(&rel) else {
+            continue;
+        };
+        if is_test_file(file) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (to, line) in crate_refs(&text) {
+            if to != from {
+                edges
+                    .entry((from.clone(), to))
+                    .or_default()
+                    .push(format!("{rel}:{line}"));
+            }
+        }
+    }
+    edges
+}
+
+/// The cycles of a graph: its strongly connected groups of more than one node, each sorted,
+/// in order of their first node.
+fn cycles(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> Vec<Vec<String>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        next.entry(from).or_default().push(to);
+        next.entry(to).or_default();
+    }
+    let reach = |start: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start];
+        while let Some(n) = todo.pop() {
+            for &m in next.get(n).into_iter().flatten() {
+                if seen.insert(m.to_string()) {
+                    todo.push(m);
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<&str, BTreeSet<String>> = next.keys().map(|&n| (n, reach(n))).collect();
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for (&n, from_n) in &reached {
+        if done.contains(n) || !from_n.contains(n) {
+            continue;
+        }
+        let group: Vec<String> = from_n
+            .iter()
+            .filter(|m| reached[m.as_str()].contains(n))
+            .cloned()
+            .collect();
+        if group.len() > 1 {
+            done.extend(group.iter().cloned());
+            out.push(group);
+        }
+    }
+    out
+}
+
+/// The one-way rule: no cycle among the top-level modules of `src/`. Each cycle is printed
+/// with the imports inside it (`file:line`), which are the places to cut.
+#[test]
+fn imports_flow_one_way() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let edges = import_graph(root);
+    let found = cycles(&edges);
+    println!(
+        "imports: {} cycle(s) among the top-level modules of src/",
+        found.len()
+    );
+    for group in &found {
+        println!("  cycle of {} modules: {}", group.len(), group.join(", "));
+        for ((from, to), sites) in &edges {
+            if group.contains(from) && group.contains(to) {
+                println!("    {from} -> {to}: {}", sites.join(" "));
+            }
+        }
+    }
+}
+
+/// The import scan, on a made-up file: grouped and in-place paths are found, comments,
+/// strings, `$crate` and the test module are not; and a cycle is told from a one-way chain.
+#[test]
+fn the_import_scan_finds_paths_not_strings_or_tests() {
+    let src = "use crate::{config::Config, job::{Job, JobSpec}, self};\n\
+               // use crate::commented;\n\
+               fn f() { let _ = \"crate::quoted\"; crate::serve::limits::parse_size(\"1\"); }\n\
+               macro_rules! m { () => { $crate::hidden::x() } }\n\
+               #[cfg(test)]\nmod tests {\n    use crate::testonly;\n}\n";
+    let refs = crate_refs(src);
+    assert_eq!(
+        refs,
+        [
+            ("config".to_string(), 1),
+            ("job".to_string(), 1),
+            ("serve".to_string(), 3)
+        ],
+        "{refs:?}"
+    );
+    let edge = |a: &str, b: &str| ((a.to_string(), b.to_string()), vec![String::new()]);
+    let chain: std::collections::BTreeMap<_, _> =
+        [edge("cli", "run"), edge("run", "job"), edge("cli", "job")].into();
+    assert!(cycles(&chain).is_empty());
+    let looped: std::collections::BTreeMap<_, _> = [
+        edge("cli", "run"),
+        edge("run", "job"),
+        edge("job", "run"),
+        edge("job", "util"),
+    ]
+    .into();
+    assert_eq!(cycles(&looped), [["job".to_string(), "run".to_string()]]);
+    assert_eq!(
+        top_module("src/serve/queue/mod.rs").as_deref(),
+        Some("serve")
+    );
+    assert_eq!(top_module("src/run.rs").as_deref(), Some("run"));
+    assert_eq!(top_module("src/lib.rs"), None);
 }
