@@ -122,7 +122,7 @@ impl Size {
         match self {
             Size::Bytes(0) => Err("0 bytes is no limit".into()),
             Size::Bytes(b) => Ok(*b),
-            Size::Text(t) => crate::serve::limits::parse_size(t),
+            Size::Text(t) => crate::util::units::parse_size(t),
         }
     }
 }
@@ -386,7 +386,8 @@ impl Config {
             Err(e)
                 if !required
                     && (e.kind() == std::io::ErrorKind::NotFound
-                        || e.raw_os_error() == Some(libc::ENOTDIR)) =>
+                        || rustix::io::Errno::from_io_error(&e)
+                            == Some(rustix::io::Errno::NOTDIR)) =>
             {
                 return Ok(Config::default())
             }
@@ -437,7 +438,7 @@ impl Config {
             return Err(field("limits.pids", "must be at least 1".into()));
         }
         if let Some(cpus) = config.limits.cpus {
-            crate::serve::limits::parse_cpus(&cpus.to_string())
+            crate::util::units::parse_cpus(&cpus.to_string())
                 .map_err(|m| field("limits.cpus", m))?;
         }
         if let Some(queue) = &config.queue {

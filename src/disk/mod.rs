@@ -164,22 +164,7 @@ pub fn limit_file_size(cmd: &mut std::process::Command, bytes: u64) {
     // SAFETY: only getrlimit and setrlimit between fork and exec (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
-            let mut own = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            if libc::getrlimit(libc::RLIMIT_FSIZE, &mut own) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let value = (bytes as libc::rlim_t).min(own.rlim_max);
-            let lim = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            crate::util::rlimit::set_capped(crate::util::rlimit::Resource::Fsize, bytes, bytes)
         });
     }
 }

@@ -15,7 +15,7 @@
 //! inherits one.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -155,13 +155,7 @@ impl StartupFailure {
 
 /// A pipe, both ends close-on-exec: (read, write).
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds: [libc::c_int; 2] = [-1, -1];
-    // SAFETY: pipe2 writes two descriptors into the array on success, which we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both were just created and are owned by nothing else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 impl JobProxy {
@@ -337,9 +331,9 @@ fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 4]) {
     unsafe {
         cmd.pre_exec(move || {
             for fd in fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                // SAFETY: the descriptor is the runner's, open across the fork.
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
             Ok(())
         });

@@ -99,9 +99,9 @@ impl TlsFront {
             unsafe {
                 cmd.pre_exec(move || {
                     for fd in &fds {
-                        if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
-                            return Err(io::Error::last_os_error());
-                        }
+                        // SAFETY: the listener's descriptor, open across the fork.
+                        let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
+                        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
                     }
                     Ok(())
                 });

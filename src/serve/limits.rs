@@ -16,7 +16,10 @@
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 
+use rustix::process::{Resource, Signal};
+
 use crate::run::CommandHook;
+pub use crate::util::units::{parse_cpus, parse_size, signal_name};
 
 /// Per-job resource limits; `None` leaves the runner's own limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,35 +52,17 @@ pub fn agent_hook(limits: Limits, inner: Option<CommandHook>) -> CommandHook {
         if let Some(inner) = &inner {
             inner(cmd);
         }
-        // SAFETY: only async-signal-safe calls (prctl, setrlimit) between fork and exec.
+        // SAFETY: only async-signal-safe calls (prctl, getrlimit, setrlimit) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 for (resource, value, hard_extra) in [
-                    (libc::RLIMIT_NPROC, limits.nproc, 0),
-                    (libc::RLIMIT_AS, limits.address_space, 0),
-                    (libc::RLIMIT_CPU, limits.cpu_seconds, CPU_KILL_AFTER),
+                    (Resource::Nproc, limits.nproc, 0),
+                    (Resource::As, limits.address_space, 0),
+                    (Resource::Cpu, limits.cpu_seconds, CPU_KILL_AFTER),
                 ] {
                     if let Some(v) = value {
-                        // Never above the runner's own hard limit: raising it needs
-                        // CAP_SYS_RESOURCE, and the agent would not start.
-                        let mut own = libc::rlimit {
-                            rlim_cur: 0,
-                            rlim_max: 0,
-                        };
-                        if libc::getrlimit(resource, &mut own) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        let hard = (v.saturating_add(hard_extra) as libc::rlim_t).min(own.rlim_max);
-                        let lim = libc::rlimit {
-                            rlim_cur: (v as libc::rlim_t).min(hard),
-                            rlim_max: hard,
-                        };
-                        if libc::setrlimit(resource, &lim) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
+                        crate::util::rlimit::set_capped(resource, v, v.saturating_add(hard_extra))?;
                     }
                 }
                 Ok(())
@@ -109,30 +94,12 @@ impl Limits {
     pub fn explain(&self, signal: i32) -> Option<String> {
         let all = self.describe()?;
         Some(match self.cpu_seconds {
-            Some(s) if signal == libc::SIGXCPU => {
+            Some(s) if signal == Signal::XCPU.as_raw() => {
                 format!("the CPU-time limit fired (RLIMIT_CPU={s}s); limits in force: {all}")
             }
             _ => format!("limits in force: {all}"),
         })
     }
-}
-
-/// The name of a signal that commonly ends an agent.
-pub fn signal_name(signal: i32) -> Option<&'static str> {
-    Some(match signal {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        _ => return None,
-    })
 }
 
 /// Which per-job limits this host enforces and how, for `doctor`: the plan `serve` would
@@ -156,51 +123,13 @@ pub fn host_support() -> (bool, String) {
     (limits, line)
 }
 
-/// Parses a size: bytes, or a number with K, M, G or T (powers of 1024, `B`/`iB` allowed).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 4G, 512M, 1073741824)"))?;
-    let shift = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(format!("{text:?}: unknown unit (K, M, G, T)")),
-    };
-    n.checked_mul(1u64 << shift)
-        .filter(|b| *b > 0)
-        .ok_or_else(|| format!("{text:?} is out of range"))
-}
-
-/// Parses a CPU share (`1.5`: one and a half cores) into thousandths of a CPU.
-pub fn parse_cpus(text: &str) -> Result<u64, String> {
-    let v: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of CPUs (e.g. 1.5)"))?;
-    if !(0.001..=4096.0).contains(&v) {
-        return Err(format!("{text:?}: CPUs must be between 0.001 and 4096"));
-    }
-    Ok((v * 1000.0).round() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_killed_agent_names_the_limit_that_fired_or_those_in_force() {
-        assert_eq!(Limits::default().explain(libc::SIGKILL), None);
+        assert_eq!(Limits::default().explain(Signal::KILL.as_raw()), None);
         let limits = Limits {
             nproc: Some(100),
             address_space: None,
@@ -208,14 +137,14 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(
-            limits.explain(libc::SIGXCPU).unwrap(),
+            limits.explain(Signal::XCPU.as_raw()).unwrap(),
             "the CPU-time limit fired (RLIMIT_CPU=60s); limits in force: RLIMIT_NPROC=100, RLIMIT_CPU=60s"
         );
         assert_eq!(
-            limits.explain(libc::SIGKILL).unwrap(),
+            limits.explain(Signal::KILL.as_raw()).unwrap(),
             "limits in force: RLIMIT_NPROC=100, RLIMIT_CPU=60s"
         );
-        assert_eq!(signal_name(libc::SIGKILL), Some("SIGKILL"));
+        assert_eq!(signal_name(Signal::KILL.as_raw()), Some("SIGKILL"));
     }
 
     #[test]

@@ -488,7 +488,7 @@ fn name_limits(value: &mut serde_json::Value, result: &JobResult, limits: &Enfor
     };
     let cpu_time = limits.plan.rlimits.cpu_seconds;
     let fired = fired.or_else(|| match (result.signal, cpu_time) {
-        (Some(libc::SIGXCPU), Some(s)) => Some((
+        (Some(sig), Some(s)) if sig == rustix::process::Signal::XCPU.as_raw() => Some((
             "cpu_time",
             format!("the CPU-time limit fired (RLIMIT_CPU={s}s)"),
         )),

@@ -2,3 +2,5 @@
 //! so every stage may use them without an import pointing back up (see ARCHITECTURE.md).
 
 pub mod hex;
+pub mod rlimit;
+pub mod units;

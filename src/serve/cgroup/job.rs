@@ -164,17 +164,12 @@ impl JobCgroup {
         // the path was allocated before the fork.
         unsafe {
             cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                use rustix::fs::{Mode, OFlags};
+                let fd = rustix::fs::open(&procs, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
                 // "0" is the writing process itself.
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = (n != 1).then(std::io::Error::last_os_error);
-                libc::close(fd);
-                match err {
-                    Some(e) => Err(e),
-                    None => Ok(()),
+                match rustix::io::write(&fd, b"0")? {
+                    1 => Ok(()),
+                    _ => Err(std::io::ErrorKind::WriteZero.into()),
                 }
             });
         }

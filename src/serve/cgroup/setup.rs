@@ -52,7 +52,9 @@ pub fn setup(plan: &CgroupPlan) -> Result<(), CgroupError> {
                 match write_raw(&leaf.join("cgroup.procs"), pid) {
                     Ok(()) => {}
                     // Exited meanwhile.
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e)
+                        if rustix::io::Errno::from_io_error(&e)
+                            == Some(rustix::io::Errno::SRCH) => {}
                     Err(e) => return Err(io("moving the runner into", leaf)(e)),
                 }
             }

@@ -168,7 +168,12 @@ pub fn remove_empty_bases(own: &Path, keep: &Path) -> Swept {
             // Removed meanwhile by another runner's sweep, or its own exit.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // EBUSY is cgroupfs's answer; ENOTEMPTY a plain directory's.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::ENOTEMPTY)) => {
+            Err(e)
+                if matches!(
+                    rustix::io::Errno::from_io_error(&e),
+                    Some(rustix::io::Errno::BUSY | rustix::io::Errno::NOTEMPTY)
+                ) =>
+            {
                 swept.in_use.push(dir)
             }
             Err(e) => swept.failed.push(io("removing", &dir)(e)),

@@ -131,9 +131,10 @@ impl QueueError {
         };
         // tempfile wraps the OS error with the path, keeping only its kind; the kinds are
         // named here, as `ErrorKind::StorageFull` is newer than the MSRV.
+        use rustix::io::Errno;
         matches!(
-            source.raw_os_error(),
-            Some(libc::ENOSPC) | Some(libc::EDQUOT)
+            Errno::from_io_error(source),
+            Some(Errno::NOSPC | Errno::DQUOT)
         ) || matches!(
             format!("{:?}", source.kind()).as_str(),
             "StorageFull" | "QuotaExceeded"
