@@ -17,6 +17,7 @@ pub mod git_objects;
 pub mod instructions;
 pub mod job;
 pub mod job_git;
+pub mod jobshell;
 pub mod lockfile;
 pub mod nar;
 pub mod netproxy;
