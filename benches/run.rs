@@ -3,8 +3,11 @@
 //! - the runner's own overhead: from starting `quest-runner run` until it starts the agent
 //!   (cached devShell, warm bare clone; target: under 150 ms, median), next to the time to the
 //!   agent's first model request through the runner and for the agent started directly;
-//! - the per-command cost of srt (opencode's sandbox) against a bare `bwrap` of the same
-//!   command.
+//! - the per-command gap as the model sees it: a scripted conversation of `COMMANDS` calls of
+//!   the command `true`, each agent through the runner (its sandbox on), the time from one
+//!   model request to the next; beside it opencode with no sandbox (its share) and a bare
+//!   `bwrap` of `true` (the floor any sandbox pays). Targets: opencode's gap at most Claude
+//!   Code's; the sandbox's share of opencode's at most 25 ms over bare bwrap.
 //!
 //! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
@@ -16,13 +19,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quest_runner::selftest::model_server::{ModelServer, Served};
+use quest_runner::selftest::model_server::{ModelServer, Served, Step};
 
 mod support;
 
 use support::{median, ms, SampleRepo};
 
 const ROUNDS: usize = 5;
+/// Commands per scripted conversation, and conversations per agent (interleaved).
+const COMMANDS: usize = 10;
+const GAP_ROUNDS: usize = 3;
 
 fn pinned(var: &str, name: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
@@ -39,6 +45,19 @@ fn first_request_after(server: &ModelServer, started: Instant) -> Option<Duratio
         .iter()
         .find(|e| e.at > started && matches!(e.served, Served::Step(_) | Served::Done))
         .map(|e| e.at - started)
+}
+
+/// The gaps between consecutive main-loop requests after `started`: each is one command as
+/// the model sees it (its result comes back in the next request). The first is left out: it
+/// is the first command of a fresh agent, whose sandbox may still be starting.
+fn command_gaps(server: &ModelServer, started: Instant) -> Vec<Duration> {
+    let at: Vec<Instant> = server
+        .exchanges()
+        .iter()
+        .filter(|e| e.at > started && matches!(e.served, Served::Step(_) | Served::Done))
+        .map(|e| e.at)
+        .collect();
+    at.windows(2).skip(1).map(|w| w[1] - w[0]).collect()
 }
 
 /// Runs `cmd` in the model's namespace; returns the time to its first model request and its
@@ -158,49 +177,109 @@ async fn main() {
         );
     }
 
-    // Per command: srt (opencode's sandbox) against bare bwrap, same command.
-    let settings = work.path().join("srt.json");
-    let sandbox_dir = work.path().join("sandbox");
-    std::fs::create_dir_all(&sandbox_dir).expect("dir");
-    std::fs::write(
-        &settings,
-        serde_json::json!({
-            "network": {"allowedDomains": ["registry.npmjs.org"], "deniedDomains": []},
-            "filesystem": {"denyRead": ["/home", "/root"], "allowWrite": [sandbox_dir], "denyWrite": []},
-        })
-        .to_string(),
-    )
-    .expect("settings");
-    let time_cmd = |cmd: &mut Command| {
-        cmd.current_dir(&sandbox_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+    // Per command, as the model sees it: N calls of `true` through each agent.
+    let script = || vec![Step::bash("true"); COMMANDS];
+    let oc_home = tempfile::tempdir().expect("home");
+    let plain_opencode = || {
+        // opencode on its own with the runner's settings (no snapshots, LSP or formatters,
+        // which would add their own work to each call) but its shell plain bash: the gap
+        // without any sandbox.
+        let cfg = oc_home.path().join(".config/opencode");
+        std::fs::create_dir_all(&cfg).expect("cfg");
+        let mut oc = provider.clone();
+        oc["model"] = serde_json::json!("scripted/scripted");
+        oc["provider"]["scripted"]["options"]["apiKey"] = serde_json::json!("sk-bench");
+        for (k, v) in [
+            ("shell", serde_json::json!("/bin/bash")),
+            ("snapshot", serde_json::json!(false)),
+            ("lsp", serde_json::json!(false)),
+            ("formatter", serde_json::json!(false)),
+            ("share", serde_json::json!("disabled")),
+            ("autoupdate", serde_json::json!(false)),
+            ("permission", serde_json::json!({"*": "allow"})),
+        ] {
+            oc[k] = v;
+        }
+        std::fs::write(cfg.join("opencode.json"), oc.to_string()).expect("oc cfg");
+        let mut c = Command::new(&opencode);
+        c.args(["run", "run the commands"])
+            .current_dir(oc_home.path())
+            .env("HOME", oc_home.path())
+            .env("TMPDIR", oc_home.path())
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
+        c
+    };
+    let bare_bwrap = || {
         let started = Instant::now();
-        assert!(cmd.status().expect("spawn").success(), "{cmd:?}");
+        let ok = Command::new("bwrap")
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+            .args(["--unshare-all", "--die-with-parent", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("bwrap")
+            .success();
+        assert!(ok, "bare bwrap failed");
         started.elapsed()
     };
-    let (mut with_srt, mut with_bwrap) = (Vec::new(), Vec::new());
-    for _ in 0..10 {
-        with_srt.push(time_cmd(
-            Command::new(&srt)
-                .arg("--settings")
-                .arg(&settings)
-                .args(["-c", "true"]),
-        ));
-        with_bwrap.push(time_cmd(Command::new("bwrap").args([
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--unshare-all",
-            "--die-with-parent",
-            "true",
-        ])));
+    let names = ["claude", "opencode", "opencode, no sandbox", "bwrap"];
+    let mut all: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let mut per_round: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    for _ in 0..GAP_ROUNDS {
+        for (i, name) in names.iter().enumerate() {
+            let gaps = match *name {
+                "bwrap" => (0..COMMANDS).map(|_| bare_bwrap()).collect(),
+                _ => {
+                    server.set_script(script());
+                    let cmd = match *name {
+                        "opencode, no sandbox" => plain_opencode(),
+                        agent => runner_job(agent),
+                    };
+                    let started = Instant::now();
+                    run_confined(&server, cmd);
+                    let gaps = command_gaps(&server, started);
+                    assert!(
+                        gaps.len() >= COMMANDS - 2,
+                        "{name}: {} of {COMMANDS} commands came back",
+                        gaps.len() + 1
+                    );
+                    gaps
+                }
+            };
+            per_round[i].push(median(gaps.clone()));
+            all[i].extend(gaps);
+        }
     }
-    let (s, b) = (median(with_srt), median(with_bwrap));
-    println!("per command (median of 10): srt {:.1} ms, bare bwrap {:.1} ms, srt / bwrap {:.1}x, srt adds {:.1} ms",
-        ms(s), ms(b), s.as_secs_f64() / b.as_secs_f64(), ms(s.saturating_sub(b)));
+    server.set_script(Vec::new());
+    let n = all[1].len();
+    let m: Vec<Duration> = all.into_iter().map(median).collect();
+    let [claude_gap, oc_gap, oc_plain, bwrap] = [m[0], m[1], m[2], m[3]];
+    println!(
+        "per-command gap (median of {n}): claude {:.1} ms, opencode {:.1} ms, bwrap {:.1} ms",
+        ms(claude_gap),
+        ms(oc_gap),
+        ms(bwrap),
+    );
+    let share = oc_gap.saturating_sub(oc_plain);
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!(
+        "  opencode <= claude: {}; opencode's sandbox share {:.1} ms (opencode without a sandbox {:.1} ms), bare bwrap + 25 ms = {:.1} ms: {}",
+        met(oc_gap <= claude_gap),
+        ms(share),
+        ms(oc_plain),
+        ms(bwrap) + 25.0,
+        met(share <= bwrap + Duration::from_millis(25)),
+    );
+    let spread = |i: usize| {
+        let v: Vec<String> = per_round[i]
+            .iter()
+            .map(|d| format!("{:.1}", ms(*d)))
+            .collect();
+        format!("{} [{}]", names[i], v.join(", "))
+    };
+    println!(
+        "  round medians (ms): {}",
+        (0..names.len()).map(spread).collect::<Vec<_>>().join("; ")
+    );
 }

@@ -59,6 +59,8 @@ let
     "--set-default QUEST_RUNNER_GIT ${git}/bin/git"
     "--set-default QUEST_RUNNER_NIX ${nix}/bin/nix"
     "--set-default QUEST_RUNNER_SRT ${agentPaths.sandbox-runtime}"
+    # Runs srt's library for opencode's per-job sandbox (src/jobshell): the node srt runs on.
+    "--set-default QUEST_RUNNER_NODE ${lib.getExe nodejs}"
     "--set-default QUEST_RUNNER_OPENCODE ${agentPaths.opencode}"
     "--set-default QUEST_RUNNER_CLAUDE ${agentPaths.claude-code}"
   ]

@@ -16,6 +16,8 @@ pub enum Tool {
     Bwrap,
     Socat,
     Srt,
+    /// Runs opencode's sandbox host with srt's library.
+    Node,
     Claude,
     Opencode,
     /// A statically linked bash: the builder of the devShells the runner makes itself (the
@@ -33,6 +35,7 @@ impl Tool {
             Tool::Bwrap => "bwrap",
             Tool::Socat => "socat",
             Tool::Srt => "srt",
+            Tool::Node => "node",
             Tool::Claude => "claude",
             Tool::Opencode => "opencode",
             Tool::BashStatic => "bash-static",
@@ -47,6 +50,7 @@ impl Tool {
             Tool::Bwrap => "QUEST_RUNNER_BWRAP",
             Tool::Socat => "QUEST_RUNNER_SOCAT",
             Tool::Srt => "QUEST_RUNNER_SRT",
+            Tool::Node => "QUEST_RUNNER_NODE",
             Tool::Claude => "QUEST_RUNNER_CLAUDE",
             Tool::Opencode => "QUEST_RUNNER_OPENCODE",
             Tool::BashStatic => "QUEST_RUNNER_BASH_STATIC",

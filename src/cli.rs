@@ -506,8 +506,10 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             let package = srt
                 .as_deref()
                 .and_then(crate::agent::opencode::srt_package_dir);
+            let runner = crate::jobshell::runner_binary()
+                .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
             serde_json::json!({
-                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref())
+                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref(), &runner)
             })
         }
         None => serde_json::json!(null),

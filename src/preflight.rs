@@ -160,6 +160,11 @@ pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
                 "sandboxes opencode's commands",
                 "install @anthropic-ai/sandbox-runtime (scripts/setup does) or set QUEST_RUNNER_SRT",
             ));
+            checks.push(binary_check(
+                Tool::Node,
+                "runs srt's library for opencode's commands",
+                "install Node.js (what srt runs on), or set QUEST_RUNNER_NODE",
+            ));
             if cfg!(target_os = "linux") {
                 checks.push(ripgrep_check());
             }

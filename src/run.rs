@@ -139,12 +139,13 @@ pub struct Runner {
 
 /// Adjusts the agent's command before it starts.
 pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
-/// Called with a job's id just before its agent starts: adjusts the command, and returns
+/// Called with a job's id just before its agent starts: adjusts the commands (the agent's, and
+/// the companion's that runs its commands, opencode's sandbox host), and returns
 /// what is kept until the agent's whole process tree has been stopped and then dropped
 /// (`serve` places the agent in the job's cgroup, and the dropped value kills and removes
 /// that group). An error fails the job before the agent starts.
 pub type JobAgentHook = Arc<
-    dyn Fn(&str, &mut std::process::Command) -> Result<Box<dyn std::any::Any + Send>, String>
+    dyn Fn(&str, &mut [&mut std::process::Command]) -> Result<Box<dyn std::any::Any + Send>, String>
         + Send
         + Sync,
 >;
@@ -500,9 +501,14 @@ impl Runner {
         let instructions = crate::instructions::read(&paths.checkout);
         let system_prompt = system_prompt(job, &policy, devshell_attr.as_deref(), &instructions);
 
-        let (tool, srt) = match job.agent {
-            AgentKind::Claude => (Tool::Claude, None),
-            AgentKind::Opencode => (Tool::Opencode, preflight::resolve(Tool::Srt)),
+        let (tool, srt, node, runner_binary) = match job.agent {
+            AgentKind::Claude => (Tool::Claude, None, None, None),
+            AgentKind::Opencode => (
+                Tool::Opencode,
+                preflight::resolve(Tool::Srt),
+                preflight::resolve(Tool::Node),
+                Some(crate::jobshell::runner_binary()?),
+            ),
         };
         let program = preflight::resolve(tool).ok_or("the agent binary vanished")?;
         // Dropped when this returns: the job's token is worthless from then on.
@@ -515,6 +521,8 @@ impl Runner {
             system_prompt: &system_prompt,
             program: &program,
             srt: srt.as_deref(),
+            node: node.as_deref(),
+            runner: runner_binary.as_deref(),
             host_env: self.env_source.clone(),
             gateway: model.as_ref().map(|(_, access)| access),
         };
@@ -772,21 +780,41 @@ async fn run_agent(
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(adjust) = limits.adjust {
-        adjust(cmd.as_std_mut());
+    // The companion runs the agent's commands (opencode's sandbox host): it is placed and
+    // limited as the agent is (the suite's namespace, `serve`'s limits, the disk limit, the
+    // job's cgroup), as those commands were when they were the agent's children.
+    let mut companion = match &launch.companion {
+        Some(plan) => Some(crate::jobshell::host::Prepared::new(plan).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
+    if let Some(c) = companion.as_mut() {
+        commands.push(c.command_mut());
     }
-    if let Some(bytes) = limits.file_size {
-        crate::disk::limit_file_size(cmd.as_std_mut(), bytes);
+    for c in commands.iter_mut() {
+        if let Some(adjust) = limits.adjust {
+            adjust(c);
+        }
+        if let Some(bytes) = limits.file_size {
+            crate::disk::limit_file_size(c, bytes);
+        }
     }
     // Declared before `tree`, so dropped after it: the job's cgroup goes once the tree is
     // stopped, on every path (a cancelled job drops this future).
     let _per_job = match limits.per_job {
-        Some((id, hook)) => Some(hook(id, cmd.as_std_mut())?),
+        Some((id, hook)) => Some(hook(id, &mut commands)?),
         None => None,
     };
+    drop(commands);
     // Orphans of the agent (a tool's process that left its group) are re-parented to the
     // runner, which kills them when the agent ends.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    // Started first: its start-up (Node, srt's setup, bubblewrap) overlaps the agent's.
+    let mut sandbox = match companion {
+        Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
     tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
     let mut child = cmd.spawn().map_err(|e| {
         // The child's setup between fork and exec (cgroup placement, limits, parent-death
@@ -817,6 +845,13 @@ async fn run_agent(
             None => std::future::pending().await,
         }
     };
+    // Likewise the sandbox of opencode's commands: a job whose commands cannot run ends.
+    let sandbox_failed = async move {
+        match sandbox_failed {
+            Some(failure) => failure.failed().await,
+            None => std::future::pending().await,
+        }
+    };
     let disk_fired = async move {
         match limits.disk {
             Some(watchdog) => watchdog.fired().await,
@@ -841,30 +876,37 @@ async fn run_agent(
     };
     let deadline = tokio::time::Instant::now() + timeout;
     let end = tokio::select! {
-        fired = disk_fired => AgentEnd::Disk(fired),
+        fired = disk_fired => Ok(AgentEnd::Disk(fired)),
         waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
             Ok(Ok(status)) => match (status.code(), status.signal()) {
-                (Some(code), _) => AgentEnd::Exited(code),
-                (None, Some(sig)) => AgentEnd::Signalled(sig),
-                (None, None) => AgentEnd::Exited(-1),
+                (Some(code), _) => Ok(AgentEnd::Exited(code)),
+                (None, Some(sig)) => Ok(AgentEnd::Signalled(sig)),
+                (None, None) => Ok(AgentEnd::Exited(-1)),
             },
-            Ok(Err(e)) => return Err(format!("waiting for the agent: {e}")),
-            Err(_) => AgentEnd::TimedOut,
+            Ok(Err(e)) => Err(format!("waiting for the agent: {e}")),
+            Err(_) => Ok(AgentEnd::TimedOut),
         },
-        e = proxy_failed => return Err(format!("the job's network proxy: {e}")),
+        e = proxy_failed => Err(format!("the job's network proxy: {e}")),
+        e = sandbox_failed => Err(e.to_string()),
         why = limit_fired => {
             // The agent got the refusal; let it say so and exit on its own first.
             let grace = (tokio::time::Instant::now() + TOKENS_SPENT_GRACE).min(deadline);
             let _ = tokio::time::timeout_at(grace, child.wait()).await;
-            AgentEnd::TokensSpent(why)
+            Ok(AgentEnd::TokensSpent(why))
         }
     };
-    if matches!(end, AgentEnd::Disk(_)) {
+    if matches!(end, Ok(AgentEnd::Disk(_))) {
         // No grace: a job filling the disk would go on writing through it.
         tree.kill_now();
     }
+    // The commands' sandbox before the rest of the agent's tree, so srt removes the mount
+    // points it left in the checkout before anything reads the worktree (its stop kills the
+    // sandbox at once).
+    if let Some(sandbox) = sandbox {
+        sandbox.stop().await;
+    }
     drop(tree);
-    Ok(end)
+    end
 }
 
 /// The agent's process group and every descendant that left it; all are stopped when this

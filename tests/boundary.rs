@@ -34,6 +34,12 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> SuiteReport {
     let _one_at_a_time = SERIAL.lock().await;
+    // The suite runs the runner in this process; opencode's commands go through the runner's
+    // binary (its shell and executor modes), which this test binary is not.
+    std::env::set_var(
+        quest_runner::jobshell::SELF_VAR,
+        env!("CARGO_BIN_EXE_quest-runner"),
+    );
     let cfg = SuiteConfig {
         agent,
         trust,

@@ -74,6 +74,8 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
         system_prompt: "SYSTEM",
         program: Path::new("/bin/claude"),
         srt: None,
+        node: None,
+        runner: None,
         host_env: host_env(),
         gateway: Some(&claude_gateway()),
     })
@@ -197,6 +199,8 @@ fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() 
         system_prompt: "",
         program: Path::new("/bin/claude"),
         srt: None,
+        node: None,
+        runner: None,
         host_env: env,
         gateway: Some(&claude_gateway()),
     })
@@ -299,6 +303,8 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
             system_prompt: "",
             program: Path::new("/bin/claude"),
             srt: None,
+            node: None,
+            runner: None,
             host_env: vec![],
             gateway: Some(&claude_gateway()),
         })
@@ -307,6 +313,17 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
     assert!(err.to_string().contains("no credentials"), "{err}");
     let err = inputs(&Account::Opencode(OpencodeAccount::default())).unwrap_err();
     assert!(err.to_string().contains("opencode account"), "{err}");
+}
+
+/// An installed srt as npm lays it out: `<package>/dist/cli.js` beside `package.json`.
+fn fake_srt() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("sandbox-runtime");
+    std::fs::create_dir_all(package.join("dist")).unwrap();
+    std::fs::write(package.join("package.json"), "{}").unwrap();
+    let cli = package.join("dist/cli.js");
+    std::fs::write(&cli, "").unwrap();
+    (dir, cli)
 }
 
 fn opencode_launch(account: &OpencodeAccount, confine: bool) -> Launch {
@@ -323,6 +340,7 @@ fn opencode_launch_via(
     policy.confine_file_tools = confine;
     let job = job(AgentKind::Opencode);
     let acct = Account::Opencode(account.clone());
+    let (_dir, srt) = fake_srt();
     plan(&AgentInputs {
         job: &job,
         account: &acct,
@@ -330,7 +348,9 @@ fn opencode_launch_via(
         workspace: &ws,
         system_prompt: "SYSTEM",
         program: Path::new("/bin/opencode"),
-        srt: Some(Path::new("/bin/srt")),
+        srt: Some(&srt),
+        node: Some(Path::new("/bin/node")),
+        runner: Some(Path::new("/opt/qr/bin/quest-runner")),
         host_env: host_env(),
         gateway,
     })
@@ -433,24 +453,50 @@ fn opencode_plugin_is_rendered_with_the_policy() {
 }
 
 #[test]
-fn opencode_wrapper_runs_commands_in_srt_with_a_scrubbed_environment() {
+fn opencode_commands_run_in_the_jobs_srt_sandbox_with_a_scrubbed_environment() {
     let launch = opencode_launch(&oc_account(), true);
-    let w = text(&launch, "quest-shell");
-    assert!(w.starts_with("#!/bin/bash\n"));
-    assert!(
-        w.contains("exec /usr/bin/env -i"),
-        "nothing inherited from opencode"
+    // opencode's shell is the runner's binary, by a link in the job's private dir.
+    match file(&launch, "runner/quest-shell") {
+        Contents::Symlink(t) => assert_eq!(t, Path::new("/opt/qr/bin/quest-runner")),
+        other => panic!("{other:?}"),
+    }
+    let host = launch.companion.as_ref().expect("the sandbox host");
+    assert_eq!(host.program, Path::new("/bin/node"));
+    assert_eq!(
+        host.cwd,
+        Path::new("/state/jobs/j1/checkout"),
+        "srt scans from here"
     );
-    assert!(w.contains("'/bin/srt' --settings '/state/jobs/j1/runner/srt.json' -c \"$script\""));
-    assert!(w.contains(". '/state/jobs/j1/runner/devshell.sh'"));
-    assert!(w.contains("'CLAUDE_CODE_TMPDIR=/tmp/quest-job-abc123'"));
-    assert!(w.contains("'HOME=/tmp/quest-job-abc123'"));
-    assert!(
-        w.contains("'TMPDIR=/tmp/quest-srt-abc123'"),
+    assert_eq!(host.socket_dir, Path::new("/state/jobs/j1/runner"));
+    assert_eq!(host.args[0], "/state/jobs/j1/runner/sandbox-host.mjs");
+    assert!(host.args[1].ends_with("/sandbox-runtime"), "srt's package");
+    assert_eq!(host.args[2], "/state/jobs/j1/runner/srt.json");
+    assert_eq!(host.args[3], "/state/jobs/j1/runner/executor.json");
+    assert!(text(&launch, "runner/sandbox-host.mjs").contains("wrapWithSandbox"));
+    // The environment srt makes the commands' from: the policy's, built from nothing.
+    let env = &host.env;
+    assert_eq!(env["CLAUDE_CODE_TMPDIR"], "/tmp/quest-job-abc123");
+    assert_eq!(env["HOME"], "/tmp/quest-job-abc123");
+    assert_eq!(
+        env["TMPDIR"], "/tmp/quest-srt-abc123",
         "srt's own sockets: short path"
     );
-    assert!(!w.contains("sk-leak") && !w.contains("XDG_DATA_HOME"));
+    for leaked in [
+        "ANTHROPIC_API_KEY",
+        "SSH_AUTH_SOCK",
+        "XDG_DATA_HOME",
+        "OPENCODE_SERVER_PASSWORD",
+    ] {
+        assert!(!env.contains_key(leaked), "{leaked}");
+    }
+    let e: serde_json::Value = serde_json::from_str(text(&launch, "executor.json")).unwrap();
+    assert_eq!(e["checkout"], "/state/jobs/j1/checkout");
+    assert_eq!(e["cwd_alias"], "/state/jobs/j1/runner/opencode/cwd");
+    assert_eq!(e["devshell"], "/state/jobs/j1/runner/devshell.sh");
+
     let s: serde_json::Value = serde_json::from_str(text(&launch, "srt.json")).unwrap();
+    assert_eq!(s["seccomp"]["applyPath"], "/opt/qr/bin/quest-runner");
+    assert_eq!(s["seccomp"]["argv0"], crate::jobshell::executor::ARGV0);
     let deny_write = s["filesystem"]["denyWrite"].to_string();
     assert!(
         deny_write.contains("/tmp/claude"),
@@ -469,6 +515,14 @@ fn opencode_wrapper_runs_commands_in_srt_with_a_scrubbed_environment() {
     assert!(
         allow_read.contains("/tmp/quest-srt-abc123"),
         "the proxy bridge's sockets"
+    );
+    assert!(
+        allow_read.contains("\"/opt/qr/bin/quest-runner\""),
+        "the executor, wherever the runner is installed"
+    );
+    assert!(
+        !allow_read.contains("\"/state/jobs/j1/runner\""),
+        "never the job's socket or settings"
     );
 }
 
@@ -502,6 +556,8 @@ fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
         system_prompt: "",
         program: Path::new("/bin/opencode"),
         srt: None,
+        node: Some(Path::new("/bin/node")),
+        runner: Some(Path::new("/bin/quest-runner")),
         host_env: vec![],
         gateway: None,
     })
@@ -510,25 +566,27 @@ fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
 }
 
 #[test]
-fn rendered_plugin_is_valid_javascript() {
+fn rendered_plugin_and_sandbox_host_are_valid_javascript() {
     let Ok(node) = which::which("node") else {
         eprintln!("node not on PATH: syntax check skipped");
         return;
     };
     let launch = opencode_launch(&oc_account(), true);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("quest-runner.mjs");
-    std::fs::write(&path, text(&launch, "plugin/quest-runner.js")).unwrap();
-    let out = std::process::Command::new(node)
-        .arg("--check")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for name in ["plugin/quest-runner.js", "runner/sandbox-host.mjs"] {
+        let path = dir.path().join("checked.mjs");
+        std::fs::write(&path, text(&launch, name)).unwrap();
+        let out = std::process::Command::new(&node)
+            .arg("--check")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
@@ -578,23 +636,4 @@ fn claude_settings_render_macos_paths() {
     assert!(s["permissions"]["allow"]
         .to_string()
         .contains("Edit(//Users/op/Library/quest/jobs/j1/checkout/**)"));
-}
-
-/// What the opencode wrapper puts inside its double-quoted script stays literal there: the
-/// prelude's `$HTTPS_PROXY` is expanded inside the sandbox, not by the wrapper.
-#[test]
-fn the_opencode_wrapper_keeps_the_prelude_literal() {
-    let text = "a \"$HTTPS_PROXY\" `b` \\c ${X:-}\n";
-    let out = std::process::Command::new("bash")
-        .args([
-            "-c",
-            &format!(
-                "x=\"{}\"; printf %s \"$x\"",
-                super::opencode::double_quoted(text)
-            ),
-        ])
-        .env("HTTPS_PROXY", "expanded")
-        .output()
-        .expect("bash runs");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), text);
 }

@@ -196,5 +196,6 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         stdin: inputs.job.prompt.clone(),
         files,
         transcript: job_dir.join("transcript.jsonl"),
+        companion: None,
     })
 }

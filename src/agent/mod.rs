@@ -30,6 +30,9 @@ pub struct Launch {
     pub files: Vec<PlannedFile>,
     /// Where the agent's own stdout (its event stream) is kept.
     pub transcript: PathBuf,
+    /// A process started beside the agent and stopped after it: opencode's sandbox host,
+    /// which runs its commands (`crate::jobshell`).
+    pub companion: Option<crate::jobshell::host::HostPlan>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -59,6 +62,10 @@ pub struct AgentInputs<'a> {
     pub program: &'a Path,
     /// srt, for opencode.
     pub srt: Option<&'a Path>,
+    /// node, which runs opencode's sandbox host with srt's library.
+    pub node: Option<&'a Path>,
+    /// The runner's own binary: opencode's shell and the sandbox's executor.
+    pub runner: Option<&'a Path>,
     /// The runner's own environment, filtered by the policy.
     pub host_env: Vec<(String, String)>,
     /// The job's way to its model through the runner's gateway; `None`: the agent holds the
@@ -91,6 +98,14 @@ pub enum AgentError {
     Unsupported(&'static str),
     #[error("opencode jobs need srt: set QUEST_RUNNER_SRT or put srt on PATH")]
     NoSrt,
+    #[error(
+        "opencode jobs need node for srt's library: set QUEST_RUNNER_NODE or put node on PATH"
+    )]
+    NoNode,
+    #[error("opencode jobs run their commands through quest-runner's own binary, which was not found: set QUEST_RUNNER_SELF")]
+    NoRunner,
+    #[error("srt's package (its package.json) was not found from {0}: point QUEST_RUNNER_SRT at the srt of an installed @anthropic-ai/sandbox-runtime")]
+    NoSrtPackage(PathBuf),
     #[error("{action} {path}: {message}")]
     Io {
         action: &'static str,

@@ -1,6 +1,8 @@
-//! opencode: no sandbox of its own, so every command of its bash tool runs under srt with
-//! settings rendered from the same policy, through a shell wrapper (opencode.json `shell`)
-//! that also sources the devShell and builds the command's environment from nothing.
+//! opencode: no sandbox of its own, so every command of its bash tool runs in one srt
+//! sandbox per job, made by srt's library from settings rendered from the same policy
+//! (`crate::jobshell`): opencode.json's `shell` is a link to the runner's binary, which hands
+//! each command to the job's executor; the executor runs it under srt's seccomp helper, in
+//! the sandbox's environment (built from nothing), after the revision's devShell.
 //!
 //! opencode itself runs on the host, so nothing of the checkout may configure it. opencode
 //! 1.18 imports a project's plugins (`opencode.json` `plugin`, `.opencode/plugin/`) from its
@@ -17,10 +19,13 @@ use serde_json::{json, Value};
 
 use super::{AgentError, AgentInputs, Contents, Launch, PlannedFile};
 use crate::config::OpencodeAccount;
-use crate::devshell::render::quote;
+use crate::jobshell::host::HostPlan;
 use crate::sandbox::SandboxPolicy;
 
 const PLUGIN: &str = include_str!("opencode-plugin.js");
+const HOST: &str = include_str!("../jobshell/sandbox-host.mjs");
+/// The sandbox host's script, in the job's runner dir.
+const HOST_SCRIPT: &str = "sandbox-host.mjs";
 
 /// Account configuration keys the runner takes over; anything else (plugins, agents' own
 /// permissions, MCP servers, shells, instructions) could loosen the boundary.
@@ -75,14 +80,22 @@ pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
         .skip(1)
         .find(|dir| dir.join("package.json").is_file())
         .map(Path::to_path_buf)
+        .or_else(|| {
+            // A wrapper in `<prefix>/bin` (the Nix package) beside the package it runs.
+            let prefix = real.parent()?.parent()?;
+            let dir = prefix.join("lib/node_modules/@anthropic-ai/sandbox-runtime");
+            dir.join("package.json").is_file().then_some(dir)
+        })
 }
 
-/// srt's settings for the policy, with srt's own package readable.
-pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>) -> Value {
+/// srt's settings for the policy, with srt's own package and the runner's binary (the
+/// executor) readable, and the executor in the place of srt's seccomp helper.
+pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>, runner: &Path) -> Value {
     let mut allow_read = policy.allow_read.clone();
     if let Some(dir) = srt_package {
         allow_read.push(dir.to_path_buf());
     }
+    allow_read.push(runner.to_path_buf());
     let mut network = json!({
         "allowedDomains": policy.allowed_hosts,
         "deniedDomains": [],
@@ -103,6 +116,12 @@ pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>) -> Value
             "allowRead": allow_read,
             "allowWrite": policy.allow_write,
             "denyWrite": policy.deny_write,
+        },
+        // srt starts `ARGV0=<argv0> <applyPath> <shell> -c <command>` where its seccomp
+        // helper goes: the executor, which starts that helper for each command.
+        "seccomp": {
+            "applyPath": runner,
+            "argv0": crate::jobshell::executor::ARGV0,
         },
     })
 }
@@ -181,17 +200,29 @@ pub fn config(
     config
 }
 
-/// The wrapper opencode runs each command with: `<wrapper> -c <command>`.
-pub fn wrapper(
+/// The executor's settings (all but srt's helper, which the sandbox host adds).
+pub fn executor_settings(policy: &SandboxPolicy, dirs: &Dirs) -> Value {
+    json!({
+        "checkout": policy.checkout,
+        "cwd_alias": dirs.cwd,
+        "devshell": policy.devshell_script,
+        "prelude": policy.command_prelude(),
+        "watch": policy.deny_read,
+    })
+}
+
+/// The sandbox host's start: node running the host script with srt's library, in the checkout,
+/// with srt's environment — the commands' (the policy's, built from nothing), srt's scratch
+/// space for its sockets (short paths), and the commands' TMPDIR, which srt takes from
+/// CLAUDE_CODE_TMPDIR.
+pub fn host_plan(
     policy: &SandboxPolicy,
     inputs: &AgentInputs<'_>,
-    srt: &Path,
-    dirs: &Dirs,
-) -> String {
-    let settings = inputs.workspace.job_dir.join("srt.json");
+    node: &Path,
+    srt_package: &Path,
+) -> HostPlan {
+    let runner_dir = &inputs.workspace.job_dir;
     let mut env = policy.environment(inputs.host_env.clone());
-    // srt's own scratch space (sockets: short paths), and the command's TMPDIR, which srt
-    // takes from CLAUDE_CODE_TMPDIR.
     env.insert(
         "TMPDIR".into(),
         inputs.workspace.helper_tmp.to_string_lossy().into_owned(),
@@ -200,76 +231,53 @@ pub fn wrapper(
         "CLAUDE_CODE_TMPDIR".into(),
         policy.tmpdir.to_string_lossy().into_owned(),
     );
-    let env_args: Vec<String> = env
-        .iter()
-        .map(|(k, v)| quote(&format!("{k}={v}")))
-        .collect();
-    let checkout = quote(&policy.checkout.to_string_lossy());
-    let devshell = match &policy.devshell_script {
-        Some(script) => format!(". {}\n", quote(&script.to_string_lossy())),
-        None => String::new(),
-    };
-    // Into a double-quoted string of the wrapper: expanded inside the sandbox, not here.
-    let devshell = double_quoted(&format!("{}{devshell}", policy.command_prelude()));
-    format!(
-        r#"#!/bin/bash
-# quest-runner: opencode's shell for this job. opencode runs `<this> -c <command>` for every
-# bash tool call; the command runs inside srt with this job's settings, in an environment
-# built from nothing (none of opencode's own reaches it), after the revision's devShell.
-if [ "$#" -ne 2 ] || [ "$1" != "-c" ]; then
-  echo "quest-runner: this shell only runs '-c <command>'" >&2
-  exit 2
-fi
-workdir=$(pwd -P) || exit 1
-# opencode's own directory is an empty private one: commands start in the checkout.
-[ "$workdir" = {cwd} ] && workdir={checkout}
-# srt puts mount points for missing protected files in its working directory: keep that the
-# checkout's top, and enter the workdir inside the sandbox.
-cd -- {checkout} || exit 1
-script="cd -- $(printf '%q' "$workdir") || exit 1
-{devshell}$2"
-exec /usr/bin/env -i \
-  {env} \
-  {srt} --settings {settings} -c "$script"
-"#,
-        cwd = quote(&dirs.cwd.to_string_lossy()),
-        env = env_args.join(" \\\n  "),
-        srt = quote(&srt.to_string_lossy()),
-        settings = quote(&settings.to_string_lossy()),
-    )
-}
-
-/// `text` escaped for the inside of a double-quoted bash string: its `$`, backquotes,
-/// backslashes and double quotes stay literal.
-pub(crate) fn double_quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '$' | '`' | '\\' | '"') {
-            out.push('\\');
-        }
-        out.push(c);
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    HostPlan {
+        program: node.to_path_buf(),
+        args: vec![
+            s(&runner_dir.join(HOST_SCRIPT)),
+            s(srt_package),
+            s(&runner_dir.join("srt.json")),
+            s(&runner_dir.join("executor.json")),
+        ],
+        env,
+        cwd: policy.checkout.clone(),
+        socket_dir: runner_dir.clone(),
+        log: runner_dir.join("sandbox.log"),
     }
-    out
 }
 
 pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launch, AgentError> {
     let srt = inputs.srt.ok_or(AgentError::NoSrt)?;
+    let node = inputs.node.ok_or(AgentError::NoNode)?;
+    let runner = inputs.runner.ok_or(AgentError::NoRunner)?;
+    let srt_package = srt_package_dir(srt).ok_or_else(|| AgentError::NoSrtPackage(srt.into()))?;
     if account.auth_file.is_none() && account.config.is_none() {
         return Err(AgentError::NoCredentials(inputs.job.account.clone()));
     }
     let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let dirs = Dirs::new(job_dir);
-    let shell = job_dir.join("quest-shell");
+    let shell = job_dir.join(crate::jobshell::client::NAME);
     let opencode_config = dirs.config.join("opencode");
 
     let mut files = vec![
-        file(&shell, wrapper(policy, inputs, srt, &dirs), 0o700),
+        // opencode's shell: the runner's binary, which knows the job by the link's directory.
+        PlannedFile {
+            path: shell.clone(),
+            contents: Contents::Symlink(runner.to_path_buf()),
+        },
         file(
             &job_dir.join("srt.json"),
-            pretty(&srt_settings(policy, srt_package_dir(srt).as_deref())),
+            pretty(&srt_settings(policy, Some(&srt_package), runner)),
             0o600,
         ),
+        file(
+            &job_dir.join("executor.json"),
+            pretty(&executor_settings(policy, &dirs)),
+            0o600,
+        ),
+        file(&job_dir.join(HOST_SCRIPT), HOST.to_string(), 0o600),
         file(
             &opencode_config.join("opencode.json"),
             pretty(&config(policy, account, &shell, inputs.gateway)),
@@ -367,6 +375,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         stdin: inputs.job.prompt.clone(),
         files,
         transcript: job_dir.join("transcript.jsonl"),
+        companion: Some(host_plan(policy, inputs, node, &srt_package)),
     })
 }
 

@@ -54,6 +54,10 @@ pub struct Config {
     /// opencode's own (empty, private) working directory: a command started there starts in
     /// the checkout.
     pub cwd_alias: PathBuf,
+    /// Shell lines each command runs first, before the devShell: the policy's prelude
+    /// (package managers' proxy settings), literal.
+    #[serde(default)]
+    pub prelude: String,
     /// The devShell script each command sources first.
     pub devshell: Option<PathBuf>,
     /// The paths denied to commands, watched for a file put in place of one
@@ -291,7 +295,7 @@ fn serve(conn: UnixStream, shared: &Shared) {
 }
 
 /// The command: into its working directory (opencode's own private one means the checkout),
-/// the devShell sourced, then the command itself, as the shell's script.
+/// the policy's prelude, the devShell sourced, then the command itself, as the shell's script.
 fn script(config: &Config, request: &Request) -> Vec<u8> {
     let workdir = OsStr::from_bytes(&request.workdir);
     let workdir = if std::path::Path::new(workdir) == config.cwd_alias {
@@ -302,6 +306,10 @@ fn script(config: &Config, request: &Request) -> Vec<u8> {
     let mut out = b"cd -- ".to_vec();
     out.extend_from_slice(&quote(workdir.as_bytes()));
     out.extend_from_slice(b" || exit 1\n");
+    out.extend_from_slice(config.prelude.as_bytes());
+    if !config.prelude.is_empty() && !config.prelude.ends_with('\n') {
+        out.push(b'\n');
+    }
     if let Some(devshell) = &config.devshell {
         out.extend_from_slice(b". ");
         out.extend_from_slice(&quote(devshell.as_os_str().as_bytes()));

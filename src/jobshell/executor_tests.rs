@@ -11,6 +11,7 @@ fn config(devshell: Option<&str>) -> Config {
         apply_seccomp: "/usr/bin/env".into(),
         checkout: "/work/check'out".into(),
         cwd_alias: "/state/jobs/j/opencode/cwd".into(),
+        prelude: String::new(),
         devshell: devshell.map(PathBuf::from),
         watch: Vec::new(),
     }
@@ -37,6 +38,16 @@ fn the_script_enters_the_workdir_and_sources_the_devshell() {
         String::from_utf8(text).unwrap(),
         "cd -- '/work/check'\\''out' || exit 1\nls"
     );
+    // The policy's prelude, literal, before the devShell: its variables are expanded by the
+    // command's shell, inside the sandbox.
+    let mut with_prelude = config(Some("/d.sh"));
+    with_prelude.prelude =
+        "[ -z \"${HTTPS_PROXY:-}\" ] || export npm_config_proxy=\"$HTTPS_PROXY\"\n".into();
+    let text = String::from_utf8(script(&with_prelude, &request)).unwrap();
+    assert_eq!(
+        text,
+        "cd -- '/work/check'\\''out' || exit 1\n[ -z \"${HTTPS_PROXY:-}\" ] || export npm_config_proxy=\"$HTTPS_PROXY\"\n. '/d.sh'\nls"
+    );
 }
 
 /// `serve` with `env` standing in for srt's seccomp helper (it runs `<shell> -c <script>`
@@ -55,6 +66,7 @@ fn shared(dir: &Path) -> (Shared, OwnedFd) {
             apply_seccomp: "/usr/bin/env".into(),
             checkout: dir.to_path_buf(),
             cwd_alias: "/nonexistent-alias".into(),
+            prelude: String::new(),
             devshell: None,
             watch: Vec::new(),
         },

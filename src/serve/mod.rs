@@ -332,12 +332,14 @@ impl Drop for JobGroupGuard {
 
 /// The per-job hook: a group for the job, the agent placed in it before it execs.
 fn job_group_hook(limits: Arc<Enforcement>) -> JobAgentHook {
-    Arc::new(move |id: &str, cmd: &mut std::process::Command| {
+    Arc::new(move |id: &str, cmds: &mut [&mut std::process::Command]| {
         let Some(plan) = &limits.plan.cgroup else {
             return Ok(Box::new(()) as Box<dyn std::any::Any + Send>);
         };
         let group = cgroup::JobCgroup::create(plan, id).map_err(|e| e.to_string())?;
-        group.place(cmd);
+        for cmd in cmds.iter_mut() {
+            group.place(cmd);
+        }
         Ok(Box::new(JobGroupGuard {
             id: id.to_string(),
             group: Some(group),

@@ -32,6 +32,8 @@ pub enum Rule {
     Disk,
     /// The model gateway: commands cannot reach it, the agent never holds the secret.
     Gateway,
+    /// Commands cannot reach what runs them (opencode's executor and its socket).
+    CommandShell,
 }
 
 /// How an escape shows.
@@ -623,6 +625,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
         ));
     }
     list.extend(super::git_attacks::attempts(world, t));
+    list.extend(super::shell_attacks::attempts(world, t));
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.

@@ -22,6 +22,7 @@ pub mod host_config;
 mod hostile;
 pub mod mutation;
 pub mod secret_search;
+mod shell_attacks;
 pub mod suite;
 pub mod world;
 

@@ -758,6 +758,11 @@ fn run_controls(
     let dotgit = std::fs::read(checkout.join(".git")).map_err(|e| e.to_string())?;
     let git_undo = super::git_attacks::ControlUndo::capture(world, &t.bare, &checkout)?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // What the attempts on opencode's executor aim at unconfined (the job's is not up yet).
+    let _executor = match t.agent {
+        AgentKind::Opencode => Some(super::shell_attacks::ControlExecutor::start(world)?),
+        AgentKind::Claude => None,
+    };
     let mut all_escaped = true;
     for (i, a) in attempts.iter().enumerate() {
         let Some(command) = &a.control else { continue };
