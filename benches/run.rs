@@ -7,7 +7,10 @@
 //!   the command `true`, each agent through the runner (its sandbox on), the time from one
 //!   model request to the next; beside it opencode with no sandbox (its share) and a bare
 //!   `bwrap` of `true` (the floor any sandbox pays). Targets: opencode's gap at most Claude
-//!   Code's; the sandbox's share of opencode's at most 25 ms over bare bwrap.
+//!   Code's; the sandbox's share of opencode's at most 25 ms over bare bwrap;
+//! - that share measured directly, free of the agents' own noise: opencode's shell
+//!   (`quest-shell -c true`, the runner's binary, through a job's sandbox made as `run` makes
+//!   it) against `bash -c true` and bare bwrap, alternating.
 //!
 //! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
@@ -19,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use quest_runner::agent::{self, AgentInputs};
+use quest_runner::config::{Account, OpencodeAccount};
+use quest_runner::job::{AgentKind, Job, Trust};
+use quest_runner::jobshell::host::Prepared;
+use quest_runner::sandbox::{self, Platform, PolicyInputs, WorkspacePaths};
 use quest_runner::selftest::model_server::{ModelServer, Served, Step};
 
 mod support;
@@ -27,8 +35,10 @@ use support::{median, ms, SampleRepo};
 
 const ROUNDS: usize = 5;
 /// Commands per scripted conversation, and conversations per agent (interleaved).
-const COMMANDS: usize = 10;
+const COMMANDS: usize = 12;
 const GAP_ROUNDS: usize = 3;
+/// Calls of opencode's shell (and of each baseline) timed directly.
+const SHELL_CALLS: usize = 60;
 
 fn pinned(var: &str, name: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
@@ -282,4 +292,130 @@ async fn main() {
         "  round medians (ms): {}",
         (0..names.len()).map(spread).collect::<Vec<_>>().join("; ")
     );
+
+    // The same share, directly: opencode's shell through a job's sandbox, against `bash`.
+    let (shell, bash, bwrap) = shell_round_trips(work.path(), &srt).await;
+    let (shell, bash, bwrap) = (median(shell), median(bash), median(bwrap));
+    let share = shell.saturating_sub(bash);
+    println!(
+        "  opencode's shell alone (median of {SHELL_CALLS}): quest-shell -c true {:.1} ms, bash -c true {:.1} ms, bare bwrap {:.1} ms: the sandbox adds {:.1} ms per command (target <= bwrap + 25 ms: {})",
+        ms(shell),
+        ms(bash),
+        ms(bwrap),
+        ms(share),
+        met(share <= bwrap + Duration::from_millis(25)),
+    );
+}
+
+/// Times `quest-shell -c true` through a job's sandbox made as `run` makes it (an untrusted
+/// job: no proxy to start), `bash -c true` and a bare bwrap, alternating.
+async fn shell_round_trips(
+    work: &Path,
+    srt: &Path,
+) -> (Vec<Duration>, Vec<Duration>, Vec<Duration>) {
+    let root = work.join("shell");
+    let helper = tempfile::Builder::new()
+        .prefix("quest-srt-")
+        .tempdir_in("/tmp")
+        .expect("helper dir");
+    let state = root.join("state");
+    let job_root = state.join("jobs/b1");
+    let paths = WorkspacePaths {
+        checkout: job_root.join("checkout"),
+        bare_clone: state.join("repos/r.git"),
+        git_store: job_root.join("git"),
+        worktree_admin: job_root.join("git/worktrees/checkout"),
+        temp_dir: root.join("tmp/quest-job-1"),
+        job_dir: job_root.join("runner"),
+        helper_tmp: std::fs::canonicalize(helper.path()).expect("helper dir"),
+        devshell_script: None,
+    };
+    for dir in [
+        &paths.checkout,
+        &paths.bare_clone.join("objects"),
+        &paths.worktree_admin,
+        &paths.temp_dir,
+        &paths.job_dir,
+    ] {
+        std::fs::create_dir_all(dir).expect("dirs");
+    }
+    let policy = sandbox::plan(
+        &paths,
+        &PolicyInputs {
+            platform: Platform::Linux,
+            trust: Trust::Untrusted,
+            extra_hosts: vec![],
+            full_access_hosts: vec![],
+            state_dir: state.clone(),
+            operator_home: None,
+            private_files: vec![],
+        },
+    );
+    let job = Job {
+        id: "b1".into(),
+        repo: "/r".into(),
+        rev: "0".repeat(40),
+        git_ref: None,
+        trust: Trust::Untrusted,
+        agent: AgentKind::Opencode,
+        account: "oc".into(),
+        prompt: String::new(),
+        timeout: Duration::from_secs(600),
+    };
+    let account = Account::Opencode(OpencodeAccount {
+        auth_file: Some(root.join("auth.json")),
+        ..Default::default()
+    });
+    let node = which::which("node").expect("node");
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_quest-runner"));
+    let launch = agent::plan(&AgentInputs {
+        job: &job,
+        account: &account,
+        policy: &policy,
+        workspace: &paths,
+        system_prompt: "",
+        program: Path::new("/bin/true"),
+        srt: Some(srt),
+        node: Some(&node),
+        runner: Some(&runner),
+        host_env: std::env::vars().collect(),
+        gateway: None,
+    })
+    .expect("plan");
+    launch.write_files().expect("files");
+    let plan = launch.companion.clone().expect("a sandbox host");
+    let sandbox = Prepared::new(&plan)
+        .expect("prepared")
+        .spawn()
+        .expect("sandbox");
+    let shell = paths.job_dir.join("quest-shell");
+    let time = |cmd: &mut Command| {
+        cmd.current_dir(&paths.checkout)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let started = Instant::now();
+        assert!(cmd.status().expect("spawn").success(), "{cmd:?}");
+        started.elapsed()
+    };
+    // The first call waits for the sandbox to come up.
+    time(Command::new(&shell).args(["-c", "true"]));
+    let (mut s, mut b, mut w) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..SHELL_CALLS {
+        s.push(time(Command::new(&shell).args(["-c", "true"])));
+        b.push(time(Command::new("bash").args(["-c", "true"])));
+        w.push(time(Command::new("bwrap").args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-all",
+            "--die-with-parent",
+            "true",
+        ])));
+    }
+    sandbox.stop().await;
+    (s, b, w)
 }

@@ -809,12 +809,6 @@ async fn run_agent(
     // Orphans of the agent (a tool's process that left its group) are re-parented to the
     // runner, which kills them when the agent ends.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-    // Started first: its start-up (Node, srt's setup, bubblewrap) overlaps the agent's.
-    let mut sandbox = match companion {
-        Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
-        None => None,
-    };
-    let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
     tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
     let mut child = cmd.spawn().map_err(|e| {
         // The child's setup between fork and exec (cgroup placement, limits, parent-death
@@ -829,6 +823,13 @@ async fn run_agent(
     })?;
     spawned(Instant::now());
     let tree = ProcessTree::new(child.id(), markers);
+    // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
+    // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
+    let mut sandbox = match companion {
+        Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
     if let Some(mut stdin) = child.stdin.take() {
         // A prompt the agent does not read must not block the runner.
         let prompt = launch.stdin.clone();

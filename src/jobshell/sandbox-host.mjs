@@ -78,7 +78,9 @@ function fail(message) {
 async function startSandbox(text) {
   const wrapped = await manager.wrapWithSandbox(text);
   if (stopping) return;
-  const child = spawn(wrapped, {
+  // `exec`: bubblewrap's parent is then this process, so the sandbox dies with it however it
+  // dies (--die-with-parent); srt's wrap is a simple command, made to take such a prefix.
+  const child = spawn(`exec ${wrapped}`, {
     shell: true,
     detached: true,
     stdio: ['ignore', 'pipe', 'inherit', listenFd],
