@@ -5,12 +5,15 @@
 //!   agent's first model request through the runner and for the agent started directly;
 //! - the per-command gap as the model sees it: a scripted conversation of `COMMANDS` calls of
 //!   the command `true`, each agent through the runner (its sandbox on), the time from one
-//!   model request to the next; beside it opencode with no sandbox (its share) and a bare
-//!   `bwrap` of `true` (the floor any sandbox pays). Targets: opencode's gap at most Claude
-//!   Code's; the sandbox's share of opencode's at most 25 ms over bare bwrap;
+//!   model request to the next; beside it opencode with no sandbox (its share), opencode
+//!   with a new `srt` per command (the design before one sandbox per job, as a baseline of
+//!   the same run) and a bare `bwrap` of `true` (the floor any sandbox pays). Targets:
+//!   opencode's gap at most Claude Code's; the sandbox's share of opencode's at most 25 ms
+//!   over bare bwrap; printed as ratios against those baselines;
 //! - that share measured directly, free of the agents' own noise: opencode's shell
 //!   (`quest-shell -c true`, the runner's binary, through a job's sandbox made as `run` makes
-//!   it) against `bash -c true` and bare bwrap, alternating.
+//!   it) against `bash -c true`, bare bwrap and `srt -c true` (a new srt per command),
+//!   alternating.
 //!
 //! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
@@ -39,6 +42,8 @@ const COMMANDS: usize = 12;
 const GAP_ROUNDS: usize = 3;
 /// Calls of opencode's shell (and of each baseline) timed directly.
 const SHELL_CALLS: usize = 60;
+/// Of those, calls of `srt -c true` (~0.4 s each).
+const SRT_CALLS: usize = 15;
 
 fn pinned(var: &str, name: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
@@ -190,7 +195,7 @@ async fn main() {
     // Per command, as the model sees it: N calls of `true` through each agent.
     let script = || vec![Step::bash("true"); COMMANDS];
     let oc_home = tempfile::tempdir().expect("home");
-    let plain_opencode = || {
+    let plain_opencode = |shell: &Path| {
         // opencode on its own with the runner's settings (no snapshots, LSP or formatters,
         // which would add their own work to each call) but its shell plain bash: the gap
         // without any sandbox.
@@ -200,7 +205,7 @@ async fn main() {
         oc["model"] = serde_json::json!("scripted/scripted");
         oc["provider"]["scripted"]["options"]["apiKey"] = serde_json::json!("sk-bench");
         for (k, v) in [
-            ("shell", serde_json::json!("/bin/bash")),
+            ("shell", serde_json::json!(shell)),
             ("snapshot", serde_json::json!(false)),
             ("lsp", serde_json::json!(false)),
             ("formatter", serde_json::json!(false)),
@@ -220,6 +225,25 @@ async fn main() {
             .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
         c
     };
+    // The design before one sandbox per job: opencode's shell starts srt for every command
+    // (settings with a network allowlist, so srt's proxies and bridges start, as they did
+    // for a trusted job).
+    let srt_settings = srt_settings_file(work.path());
+    let srt_shell = oc_home.path().join("srt-shell");
+    std::fs::write(
+        &srt_shell,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -c ] || exit 2\nexec {} --settings {} -c \"$2\"\n",
+            srt.display(),
+            srt_settings.display()
+        ),
+    )
+    .expect("srt shell");
+    std::fs::set_permissions(
+        &srt_shell,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("srt shell mode");
     let bare_bwrap = || {
         let started = Instant::now();
         let ok = Command::new("bwrap")
@@ -233,7 +257,13 @@ async fn main() {
         assert!(ok, "bare bwrap failed");
         started.elapsed()
     };
-    let names = ["claude", "opencode", "opencode, no sandbox", "bwrap"];
+    let names = [
+        "claude",
+        "opencode",
+        "opencode, no sandbox",
+        "opencode, srt per command",
+        "bwrap",
+    ];
     let mut all: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut per_round: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     for _ in 0..GAP_ROUNDS {
@@ -243,7 +273,8 @@ async fn main() {
                 _ => {
                     server.set_script(script());
                     let cmd = match *name {
-                        "opencode, no sandbox" => plain_opencode(),
+                        "opencode, no sandbox" => plain_opencode(Path::new("/bin/bash")),
+                        "opencode, srt per command" => plain_opencode(&srt_shell),
                         agent => runner_job(agent),
                     };
                     let started = Instant::now();
@@ -264,7 +295,7 @@ async fn main() {
     server.set_script(Vec::new());
     let n = all[1].len();
     let m: Vec<Duration> = all.into_iter().map(median).collect();
-    let [claude_gap, oc_gap, oc_plain, bwrap] = [m[0], m[1], m[2], m[3]];
+    let [claude_gap, oc_gap, oc_plain, oc_srt, bwrap] = [m[0], m[1], m[2], m[3], m[4]];
     println!(
         "per-command gap (median of {n}): claude {:.1} ms, opencode {:.1} ms, bwrap {:.1} ms",
         ms(claude_gap),
@@ -281,6 +312,14 @@ async fn main() {
         ms(bwrap) + 25.0,
         met(share <= bwrap + Duration::from_millis(25)),
     );
+    println!(
+        "  ratios (same run): opencode / claude {:.2}x (target <= 1: {}); opencode / opencode with srt per command (before) {:.2}x ({:.1} ms); sandbox share / (bare bwrap + 25 ms) {:.2} (target <= 1)",
+        ratio(oc_gap, claude_gap),
+        met(oc_gap <= claude_gap),
+        ratio(oc_gap, oc_srt),
+        ms(oc_srt),
+        ratio(share, bwrap + Duration::from_millis(25)),
+    );
     let spread = |i: usize| {
         let v: Vec<String> = per_round[i]
             .iter()
@@ -294,8 +333,9 @@ async fn main() {
     );
 
     // The same share, directly: opencode's shell through a job's sandbox, against `bash`.
-    let (shell, bash, bwrap) = shell_round_trips(work.path(), &srt).await;
-    let (shell, bash, bwrap) = (median(shell), median(bash), median(bwrap));
+    let (shell, bash, bwrap, per_srt) = shell_round_trips(work.path(), &srt, &srt_settings).await;
+    let (shell, bash, bwrap, per_srt) =
+        (median(shell), median(bash), median(bwrap), median(per_srt));
     let share = shell.saturating_sub(bash);
     println!(
         "  opencode's shell alone (median of {SHELL_CALLS}): quest-shell -c true {:.1} ms, bash -c true {:.1} ms, bare bwrap {:.1} ms: the sandbox adds {:.1} ms per command (target <= bwrap + 25 ms: {})",
@@ -305,14 +345,46 @@ async fn main() {
         ms(share),
         met(share <= bwrap + Duration::from_millis(25)),
     );
+    println!(
+        "  opencode's shell alone, ratios (same run): quest-shell / srt per command (before, median of {SRT_CALLS}: {:.1} ms) {:.3}x; quest-shell / bare bwrap {:.2}x; sandbox share / (bare bwrap + 25 ms) {:.2} (target <= 1)",
+        ms(per_srt),
+        ratio(shell, per_srt),
+        ratio(shell, bwrap),
+        ratio(share, bwrap + Duration::from_millis(25)),
+    );
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// srt's settings for the baseline of a new srt per command: a network allowlist (so srt
+/// starts its proxies and bridges, as it did for a trusted job), the operator's homes
+/// unreadable, writes only in a directory of its own.
+fn srt_settings_file(work: &Path) -> PathBuf {
+    let dir = work.join("srt-sandbox");
+    std::fs::create_dir_all(&dir).expect("srt dir");
+    let settings = work.join("srt.json");
+    std::fs::write(
+        &settings,
+        serde_json::json!({
+            "network": {"allowedDomains": ["registry.npmjs.org"], "deniedDomains": []},
+            "filesystem": {"denyRead": ["/home", "/root"], "allowWrite": [dir], "denyWrite": []},
+        })
+        .to_string(),
+    )
+    .expect("srt settings");
+    settings
 }
 
 /// Times `quest-shell -c true` through a job's sandbox made as `run` makes it (an untrusted
-/// job: no proxy to start), `bash -c true` and a bare bwrap, alternating.
+/// job: no proxy to start), `bash -c true`, a bare bwrap and (for the first [`SRT_CALLS`])
+/// `srt -c true`, alternating.
 async fn shell_round_trips(
     work: &Path,
     srt: &Path,
-) -> (Vec<Duration>, Vec<Duration>, Vec<Duration>) {
+    srt_settings: &Path,
+) -> (Vec<Duration>, Vec<Duration>, Vec<Duration>, Vec<Duration>) {
     let root = work.join("shell");
     let helper = tempfile::Builder::new()
         .prefix("quest-srt-")
@@ -399,8 +471,16 @@ async fn shell_round_trips(
     };
     // The first call waits for the sandbox to come up.
     time(Command::new(&shell).args(["-c", "true"]));
-    let (mut s, mut b, mut w) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..SHELL_CALLS {
+    let (mut s, mut b, mut w, mut p) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..SHELL_CALLS {
+        if i < SRT_CALLS {
+            p.push(time(
+                Command::new(srt)
+                    .arg("--settings")
+                    .arg(srt_settings)
+                    .args(["-c", "true"]),
+            ));
+        }
         s.push(time(Command::new(&shell).args(["-c", "true"])));
         b.push(time(Command::new("bash").args(["-c", "true"])));
         w.push(time(Command::new("bwrap").args([
@@ -417,5 +497,5 @@ async fn shell_round_trips(
         ])));
     }
     sandbox.stop().await;
-    (s, b, w)
+    (s, b, w, p)
 }
