@@ -420,7 +420,7 @@ async fn shell_round_trips(
             full_access_hosts: vec![],
             state_dir: state.clone(),
             operator_home: None,
-            private_files: vec![],
+            private: vec![],
         },
     );
     let job = Job {

@@ -85,7 +85,7 @@ impl Sandboxed {
                 full_access_hosts: vec![],
                 state_dir: state.clone(),
                 operator_home: None,
-                private_files: vec![],
+                private: vec![],
             },
         );
         let job = Job {
