@@ -6,6 +6,8 @@
 //!
 //! Needs bwrap, socat, rg, node and the pinned srt (`scripts/setup`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
