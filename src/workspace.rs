@@ -553,22 +553,26 @@ async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceError> {
             .await?;
     }
     if !fetched.is_empty() {
-        // git's default thresholds, in the foreground so it ends before the lock is released.
-        // A failure is logged, not the job's.
-        let gc = [
-            "-c",
-            "gc.auto=6700",
-            "-c",
-            "gc.autoDetach=false",
-            "gc",
-            "--auto",
-            "--quiet",
-        ];
-        if let Err(e) = local.output(&gc).await {
-            tracing::warn!(clone = %bare_path.display(), "git gc --auto: {e}");
-        }
+        gc_auto(&local, bare_path).await;
     }
     Ok(local)
+}
+
+/// `git gc --auto` on a shared clone with git's default thresholds, in the foreground so it
+/// ends before the clone's lock is released. A failure is logged, never the caller's.
+async fn gc_auto(git: &Git, bare: &Path) {
+    let gc = [
+        "-c",
+        "gc.auto=6700",
+        "-c",
+        "gc.autoDetach=false",
+        "gc",
+        "--auto",
+        "--quiet",
+    ];
+    if let Err(e) = git.output(&gc).await {
+        tracing::warn!(clone = %bare.display(), "git gc --auto: {e}");
+    }
 }
 
 /// The trimmed content of a ref file, read without following a symlink or waiting on a FIFO
@@ -764,18 +768,7 @@ pub async fn forget_removed_jobs(state: &StateDir) -> Result<Vec<String>, Worksp
         let commands: String = gone.iter().map(|r| format!("delete {r}\n")).collect();
         git.output_with_stdin(&["update-ref", "--stdin"], commands.as_bytes())
             .await?;
-        let gc = [
-            "-c",
-            "gc.auto=6700",
-            "-c",
-            "gc.autoDetach=false",
-            "gc",
-            "--auto",
-            "--quiet",
-        ];
-        if let Err(e) = git.output(&gc).await {
-            tracing::warn!(clone = %bare.display(), "git gc --auto: {e}");
-        }
+        gc_auto(&git, &bare).await;
         deleted.extend(gone.iter().map(|r| r.to_string()));
     }
     Ok(deleted)
