@@ -123,14 +123,14 @@ impl JobSpec {
         };
         check_repo(&self.repo)?;
         let rev = self.rev.to_ascii_lowercase();
-        if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !crate::util::git_names::is_full_rev(&rev) {
             return Err(field(
                 "rev",
                 format!("{:?} is not a full 40-hex-digit commit id", self.rev),
             ));
         }
         if let Some(r) = &self.git_ref {
-            if !crate::devshell::is_ref_name(r) {
+            if !crate::util::git_names::is_ref_name(r) {
                 return Err(field("ref", format!("{r:?} is not a branch or tag name")));
             }
         }

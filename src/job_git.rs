@@ -222,7 +222,7 @@ impl JobGit {
                 self.limit,
             )
             .await?;
-        if head.len() != 40 || !head.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !crate::util::git_names::is_full_rev(&head) {
             return Err(WorkspaceError::Import(format!(
                 "the checkout's HEAD is not a commit id: {head:?}"
             )));

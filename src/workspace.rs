@@ -413,8 +413,7 @@ pub fn sweep_abandoned(state: &StateDir) -> usize {
 fn write_record(job_root: &Path, record: &Record) -> Result<(), WorkspaceError> {
     let path = job_root.join("workspace.json");
     let data = serde_json::to_vec_pretty(record).unwrap_or_default();
-    crate::devshell::nix_version::write_atomically(job_root, &path, &data)
-        .map_err(io("writing", &path))
+    crate::util::fs::write_atomically(job_root, &path, &data).map_err(io("writing", &path))
 }
 
 /// The bare clone's lock: everything that writes the shared clone — cloning, fetching, setting

@@ -12,6 +12,8 @@
 //! 3. the one builder runs `nix print-dev-env`, renders the script, roots the env's store path
 //!    and publishes the entry atomically. Failures are returned, never cached.
 
+use crate::util::git_names::{is_full_rev, is_ref_name};
+
 mod build;
 pub mod entry;
 pub mod key;
@@ -200,7 +202,7 @@ impl DevShells {
     /// binary's version is known.
     pub(crate) fn prepare(&self, req: &Request) -> Result<Prepared, DevShellError> {
         let rev = req.rev.to_ascii_lowercase();
-        if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_full_rev(&rev) {
             return Err(DevShellError::InvalidRev {
                 rev: req.rev.clone(),
             });
@@ -355,19 +357,6 @@ fn is_attr_path(attr: &str) -> bool {
                     .all(|c| c.is_ascii_alphanumeric() || "_'+-".contains(c))
                 && !part.starts_with('-')
         })
-}
-
-/// A conservative subset of `git check-ref-format`, enough that the name cannot smuggle
-/// anything into the flake URL.
-pub fn is_ref_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('-')
-        && !name.contains("..")
-        && !name.ends_with('/')
-        && !name.ends_with(".lock")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
 }
 
 #[cfg(test)]

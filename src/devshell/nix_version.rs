@@ -12,6 +12,9 @@ use sha2::{Digest, Sha256};
 use super::DevShellError;
 use crate::binaries::{self, Tool};
 
+/// Where it lived before the leaf `util::fs`; `run` still imports it from here.
+pub(crate) use crate::util::fs::write_atomically;
+
 #[derive(Debug, Clone)]
 pub struct NixBinary {
     pub path: PathBuf,
@@ -80,16 +83,6 @@ fn ask_version(path: &Path) -> Result<String, DevShellError> {
         });
     }
     Ok(version)
-}
-
-pub(crate) fn write_atomically(dir: &Path, path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// The Nix system double of this build of the runner, as Nix spells it.

@@ -6,6 +6,8 @@
 //! inside a job's sandbox, so it leaves those variables to the sandbox, prepends search paths
 //! instead of replacing them, keeps the bash functions, and runs `shellHook` last.
 
+pub use crate::util::shell::quote;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -188,22 +190,6 @@ pub fn render(env: &DevEnv, header: &str) -> String {
         let _ = writeln!(out, "{SHELL_HOOK}={}", quote(value));
         let _ = writeln!(out, "eval \"${{{SHELL_HOOK}:-}}\"");
     }
-    out
-}
-
-/// Single-quotes `value` for bash. A NUL cannot be held by a bash variable at all, so it is
-/// dropped rather than silently truncating the rest of the value.
-pub fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('\'');
-    for c in value.chars() {
-        match c {
-            '\'' => out.push_str("'\\''"),
-            '\0' => {}
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
     out
 }
 

@@ -145,8 +145,7 @@ impl Budget {
         count.tokens = count.tokens.saturating_add(tokens);
         let data = serde_json::to_vec(&count).unwrap_or_default();
         let file = self.file();
-        crate::devshell::nix_version::write_atomically(&self.dir, &file, &data)
-            .map_err(io("writing", &file))?;
+        crate::util::fs::write_atomically(&self.dir, &file, &data).map_err(io("writing", &file))?;
         Ok(count.tokens)
     }
 }

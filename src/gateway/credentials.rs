@@ -264,7 +264,7 @@ impl ClaudeLogin {
         let dir = self.file.parent().unwrap_or(Path::new("/"));
         // The new refresh token replaces the old one, which the provider may have revoked:
         // losing this write would lose the login, so it fails the request loudly.
-        crate::devshell::nix_version::write_atomically(dir, &self.file, &data).map_err(|e| {
+        crate::util::fs::write_atomically(dir, &self.file, &data).map_err(|e| {
             format!(
                 "writing the refreshed login to {}: {e}",
                 self.file.display()

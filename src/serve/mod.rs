@@ -554,7 +554,7 @@ fn rewrite_result(runner: &Runner, id: &str, value: &serde_json::Value) {
     }
     let path = root.join("result.json");
     let data = serde_json::to_vec_pretty(value).unwrap_or_default();
-    if let Err(e) = crate::devshell::nix_version::write_atomically(&root, &path, &data) {
+    if let Err(e) = crate::util::fs::write_atomically(&root, &path, &data) {
         tracing::warn!("writing {}: {e}", path.display());
     }
 }

@@ -1,6 +1,9 @@
 //! Leaf helpers shared across the pipeline. Nothing here imports anything else of the crate,
 //! so every stage may use them without an import pointing back up (see ARCHITECTURE.md).
 
+pub mod fs;
+pub mod git_names;
 pub mod hex;
 pub mod rlimit;
+pub mod shell;
 pub mod units;

@@ -276,7 +276,7 @@ pub fn permitted_package_manager_reads(
 ) -> Step {
     let pkg = crate::selftest::npm_registry::PACKAGE;
     let ver = crate::selftest::npm_registry::VERSION;
-    let npmrc = crate::devshell::render::quote(&npmrc.to_string_lossy());
+    let npmrc = crate::util::shell::quote(&npmrc.to_string_lossy());
     let mark = format!("boundary suite {token}");
     Step::bash(format!(
         r#"export NO_PROXY= no_proxy= npm_config_update_notifier=false npm_config_audit=false npm_config_fund=false

@@ -1031,10 +1031,7 @@ fn shellhook_control(world: &World, result: &JobResult, state: &StateDir) -> Con
             "--noprofile",
             "--norc",
             "-c",
-            &format!(
-                ". {}",
-                crate::devshell::render::quote(&script.to_string_lossy())
-            ),
+            &format!(". {}", crate::util::shell::quote(&script.to_string_lossy())),
         ])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")

@@ -267,7 +267,7 @@ fn runner_id(serve_dir: &std::path::Path) -> Result<String, String> {
         }
     }
     let id = random_hex(16).map_err(|e| format!("making a runner id: {e}"))?;
-    crate::devshell::nix_version::write_atomically(serve_dir, &path, id.as_bytes())
+    crate::util::fs::write_atomically(serve_dir, &path, id.as_bytes())
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(id)
 }

@@ -55,7 +55,7 @@ pub fn write(state: &StateDir, pending: &Pending) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let target = path(state, &pending.id);
     let data = serde_json::to_vec_pretty(pending).map_err(std::io::Error::other)?;
-    crate::devshell::nix_version::write_atomically(&dir, &target, &data)?;
+    crate::util::fs::write_atomically(&dir, &target, &data)?;
     Ok(target)
 }
 

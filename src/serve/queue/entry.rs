@@ -79,6 +79,5 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
 
 pub(super) fn write_entry(path: &Path, entry: &Entry) -> Result<(), QueueError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    crate::devshell::nix_version::write_atomically(dir, path, &to_json(entry))
-        .map_err(io("writing", path))
+    crate::util::fs::write_atomically(dir, path, &to_json(entry)).map_err(io("writing", path))
 }
