@@ -16,7 +16,6 @@ pub mod git;
 pub mod git_objects;
 pub mod instructions;
 pub mod job;
-pub mod job_git;
 pub mod jobshell;
 pub mod lockfile;
 pub mod nar;
@@ -35,3 +34,6 @@ pub mod store_path;
 pub mod users;
 pub mod util;
 pub mod workspace;
+
+/// Its old path, for `cli` until issue 15 lands (then it imports `workspace::job_git`).
+pub(crate) use workspace::job_git;

@@ -423,7 +423,7 @@ pub fn bash_static_check() -> Check {
     let fix = Some("apt-get install bash-static, or set QUEST_RUNNER_BASH_STATIC".to_string());
     match binaries::find(Tool::BashStatic) {
         Err(e) => check(name, false, e.to_string(), fix),
-        Ok(path) => match crate::selftest::static_bash::is_dynamically_linked(&path) {
+        Ok(path) => match crate::util::elf::is_dynamically_linked(&path) {
             Ok(false) => check(
                 name,
                 true,

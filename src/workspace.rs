@@ -29,11 +29,13 @@ use sha2::{Digest, Sha256};
 
 use crate::git::{Git, GitError};
 use crate::job::Job;
-use crate::job_git::JobGit;
 use crate::lockfile::LockFile;
 use crate::remove::remove_tree;
 use crate::sandbox::WorkspacePaths;
 use crate::state::{StateDir, StateError};
+use job_git::JobGit;
+
+pub mod job_git;
 
 /// The parent of the private temp dirs when the runner's `TMPDIR` cannot be used.
 pub const TEMP_PARENT: &str = "/tmp";
@@ -281,11 +283,11 @@ impl Workspace {
             .stdout_bounded(
                 &["rev-list", "--reverse", &format!("{base}..{head}")],
                 self.git.limit,
-                crate::job_git::LISTING_MAX_BYTES,
+                job_git::LISTING_MAX_BYTES,
             )
             .await?;
-        let commits = crate::job_git::complete_lines(&listed, cut).map(str::to_string);
-        Ok((head, crate::job_git::with_cut_mark(commits, cut)))
+        let commits = job_git::complete_lines(&listed, cut).map(str::to_string);
+        Ok((head, job_git::with_cut_mark(commits, cut)))
     }
 
     /// What `git status --porcelain --ignored` reports in the worktree, one path per entry.

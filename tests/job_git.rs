@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use quest_runner::git_objects::has_object;
 use quest_runner::job::{AgentKind, Job, Trust};
-use quest_runner::job_git::JobGit;
 use quest_runner::state::StateDir;
+use quest_runner::workspace::job_git::JobGit;
 use quest_runner::workspace::Workspace;
 use support::*;
 
@@ -262,7 +262,10 @@ async fn a_listing_of_endless_files_is_cut() {
         std::fs::write(many.join(format!("{long}{n}")), "").unwrap();
     }
     let listed = ws.uncommitted().await.unwrap();
-    assert_eq!(listed.last().unwrap(), quest_runner::job_git::LISTING_CUT);
+    assert_eq!(
+        listed.last().unwrap(),
+        quest_runner::workspace::job_git::LISTING_CUT
+    );
     assert!(
         listed.len() > 1000 && listed.len() < 6000,
         "{}",

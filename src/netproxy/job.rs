@@ -39,7 +39,7 @@ pub async fn start(
     let Some(rules) = super::rules::plan(policy) else {
         return Ok(None);
     };
-    let srt = crate::preflight::resolve(Tool::Srt).ok_or(ProxyError::NoSrt)?;
+    let srt = crate::binaries::find(Tool::Srt).map_err(|_| ProxyError::NoSrt)?;
     let lifetime = net.timeout + Duration::from_secs(3600);
     // RSA key generation takes a CPU for up to a second or so: off the runtime's threads.
     let job_id = net.job_id.to_string();

@@ -1,6 +1,7 @@
 //! Leaf helpers shared across the pipeline. Nothing here imports anything else of the crate,
 //! so every stage may use them without an import pointing back up (see ARCHITECTURE.md).
 
+pub mod elf;
 pub mod fs;
 pub mod git_names;
 pub mod hex;
