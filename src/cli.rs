@@ -478,7 +478,7 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The paths a run would use; the temp dir's random suffix is shown as XXXXXX.
     let job_root = crate::workspace::job_root(&ctx.state, &job.id);
     let bare = crate::workspace::bare_clone_path(&ctx.state, &job.repo);
-    let git = crate::job_git::JobGit::at(&job_root);
+    let git = crate::workspace::job_git::JobGit::at(&job_root);
     let paths = crate::sandbox::WorkspacePaths {
         checkout: git.checkout,
         git_store: git.store,

@@ -34,6 +34,3 @@ pub mod store_path;
 pub mod users;
 pub mod util;
 pub mod workspace;
-
-/// Its old path, for `cli` until issue 15 lands (then it imports `workspace::job_git`).
-pub(crate) use workspace::job_git;

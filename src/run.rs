@@ -580,7 +580,7 @@ impl Runner {
                 result.signal = Some(sig);
                 result.message = Some(format!(
                     "the agent was killed by signal {sig}{}",
-                    crate::serve::limits::signal_name(sig)
+                    crate::util::units::signal_name(sig)
                         .map(|n| format!(" ({n})"))
                         .unwrap_or_default()
                 ));
@@ -658,7 +658,7 @@ impl Runner {
         }
         let path = root.join("result.json");
         let data = serde_json::to_vec_pretty(result).unwrap_or_default();
-        if let Err(e) = crate::devshell::nix_version::write_atomically(&root, &path, &data) {
+        if let Err(e) = crate::util::fs::write_atomically(&root, &path, &data) {
             tracing::warn!("writing {}: {e}", path.display());
         }
     }

@@ -86,7 +86,7 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
     // its API key: the token never enters an environment a command could inherit.
     settings["apiKeyHelper"] = json!(format!(
         "cat {}",
-        crate::devshell::render::quote(&token_file.to_string_lossy())
+        crate::util::shell::quote(&token_file.to_string_lossy())
     ));
     settings
 }

@@ -169,7 +169,7 @@ pub fn devshell_hook(policy: &SandboxPolicy) -> String {
     let devshell = match &policy.devshell_script {
         Some(script) => format!(
             "# quest-runner: the revision's devShell, sourced inside the sandbox\n. {}\n",
-            crate::devshell::render::quote(&script.to_string_lossy())
+            crate::util::shell::quote(&script.to_string_lossy())
         ),
         None => "# quest-runner: this revision has no devShell\n:\n".to_string(),
     };

@@ -12,8 +12,7 @@ use sha2::{Digest, Sha256};
 use super::DevShellError;
 use crate::binaries::{self, Tool};
 
-/// Where it lived before the leaf `util::fs`; `run` still imports it from here.
-pub(crate) use crate::util::fs::write_atomically;
+use crate::util::fs::write_atomically;
 
 #[derive(Debug, Clone)]
 pub struct NixBinary {

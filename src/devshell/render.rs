@@ -6,7 +6,7 @@
 //! inside a job's sandbox, so it leaves those variables to the sandbox, prepends search paths
 //! instead of replacing them, keeps the bash functions, and runs `shellHook` last.
 
-pub use crate::util::shell::quote;
+use crate::util::shell::quote;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use super::wire::{self, Control, Reply, Request};
+use crate::util::shell::quote_bytes;
 
 /// The `ARGV0` srt sets for the helper it starts: this binary's executor mode.
 pub const ARGV0: &str = "quest-runner-executor";
@@ -304,7 +305,7 @@ fn script(config: &Config, request: &Request) -> Vec<u8> {
         workdir
     };
     let mut out = b"cd -- ".to_vec();
-    out.extend_from_slice(&quote(workdir.as_bytes()));
+    out.extend_from_slice(&quote_bytes(workdir.as_bytes()));
     out.extend_from_slice(b" || exit 1\n");
     out.extend_from_slice(config.prelude.as_bytes());
     if !config.prelude.is_empty() && !config.prelude.ends_with('\n') {
@@ -312,23 +313,10 @@ fn script(config: &Config, request: &Request) -> Vec<u8> {
     }
     if let Some(devshell) = &config.devshell {
         out.extend_from_slice(b". ");
-        out.extend_from_slice(&quote(devshell.as_os_str().as_bytes()));
+        out.extend_from_slice(&quote_bytes(devshell.as_os_str().as_bytes()));
         out.push(b'\n');
     }
     out.extend_from_slice(&request.command);
-    out
-}
-
-/// Single-quotes `bytes` for the shell.
-fn quote(bytes: &[u8]) -> Vec<u8> {
-    let mut out = vec![b'\''];
-    for b in bytes {
-        match b {
-            b'\'' => out.extend_from_slice(b"'\\''"),
-            b => out.push(*b),
-        }
-    }
-    out.push(b'\'');
     out
 }
 

@@ -37,7 +37,7 @@ pub struct ServeArgs {
     pub limit_cpu: Option<u64>,
     /// memory.max of each job's cgroup (e.g. 4G) [default: the config's limits.memory].
     /// Needs a delegated memory controller; `doctor` says whether there is one.
-    #[arg(long, value_name = "SIZE", value_parser = super::limits::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::units::parse_size)]
     pub limit_memory: Option<u64>,
     /// pids.max of each job's cgroup [default: the config's limits.pids]; RLIMIT_NPROC
     /// where there is no pids controller.
@@ -45,7 +45,7 @@ pub struct ServeArgs {
     pub limit_pids: Option<u64>,
     /// cpu.max of each job's cgroup, in CPUs (e.g. 1.5) [default: the config's
     /// limits.cpus]. Throttles; never kills.
-    #[arg(long, value_name = "CPUS", value_parser = super::limits::parse_cpus)]
+    #[arg(long, value_name = "CPUS", value_parser = crate::util::units::parse_cpus)]
     pub limit_cpus: Option<u64>,
     /// The most each job may have on disk at once (e.g. 10G), or `off` [default: the
     /// config's limits.disk, 10G]. A watchdog stops a job past it (`limit_fired: "disk"`).
@@ -63,7 +63,7 @@ pub enum DiskLimit {
 fn parse_disk_limit(text: &str) -> Result<DiskLimit, String> {
     match text.trim() {
         t if t.eq_ignore_ascii_case("off") => Ok(DiskLimit::Off),
-        t => super::limits::parse_size(t).map(DiskLimit::Bytes),
+        t => crate::util::units::parse_size(t).map(DiskLimit::Bytes),
     }
 }
 
@@ -190,7 +190,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
             cpus_milli: args.limit_cpus.or_else(|| {
                 configured
                     .cpus
-                    .and_then(|c| super::limits::parse_cpus(&c.to_string()).ok())
+                    .and_then(|c| crate::util::units::parse_cpus(&c.to_string()).ok())
             }),
         },
         config_path,

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use rustix::process::{Resource, Signal};
 
 use crate::run::CommandHook;
-pub use crate::util::units::{parse_cpus, parse_size, signal_name};
 
 /// Per-job resource limits; `None` leaves the runner's own limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -144,7 +143,10 @@ mod tests {
             limits.explain(Signal::KILL.as_raw()).unwrap(),
             "limits in force: RLIMIT_NPROC=100, RLIMIT_CPU=60s"
         );
-        assert_eq!(signal_name(Signal::KILL.as_raw()), Some("SIGKILL"));
+        assert_eq!(
+            crate::util::units::signal_name(Signal::KILL.as_raw()),
+            Some("SIGKILL")
+        );
     }
 
     #[test]
