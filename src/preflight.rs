@@ -4,7 +4,6 @@
 //! fall back to running commands unconfined (unless told to fail), and opencode has no
 //! sandbox of its own. So the runner refuses with one line naming what is missing.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde::Serialize;
@@ -119,7 +118,7 @@ fn userns_check() -> Check {
     }
 }
 
-fn read_sysctl(path: &str) -> Option<String> {
+pub(crate) fn read_sysctl(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim().to_string())
@@ -204,89 +203,4 @@ pub fn refusal(checks: &[Check]) -> Option<String> {
         Some(fix) => format!("{}: {} (fix: {fix})", c.name, c.detail),
         None => format!("{}: {}", c.name, c.detail),
     })
-}
-
-/// Everything `doctor` reports: the checks of both agents plus facts about the host.
-pub fn doctor() -> Vec<Check> {
-    let mut all = checks_for(AgentKind::Claude, true);
-    for c in checks_for(AgentKind::Opencode, false) {
-        if !all.iter().any(|a| a.name == c.name) {
-            all.push(c);
-        }
-    }
-    let restrict = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-    all.push(Check {
-        name: "apparmor_restrict_unprivileged_userns".into(),
-        warn: false,
-        ok: restrict.as_deref() != Some("1")
-            || all.iter().any(|c| c.name == "user namespaces" && c.ok),
-        detail: match restrict.as_deref() {
-            None => "not present (no AppArmor userns restriction on this kernel)".into(),
-            Some("1") => {
-                "1: unprivileged user namespaces need an AppArmor profile for bwrap".into()
-            }
-            Some(v) => format!("{v}: not restricted"),
-        },
-        fix: (restrict.as_deref() == Some("1"))
-            .then(|| "install the profile printed by `quest-runner apparmor-profile`".into()),
-    });
-    let max_userns = read_sysctl("/proc/sys/user/max_user_namespaces");
-    let disabled = max_userns.as_deref() == Some("0");
-    all.push(Check {
-        name: "user.max_user_namespaces".into(),
-        ok: !disabled,
-        warn: false,
-        detail: max_userns.unwrap_or_else(|| "unknown".into()),
-        fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
-    });
-    all.extend(crate::nix_setup::checks(&crate::nix_setup::Facts::gather()));
-    all.push(crate::nix_setup::bash_static_check());
-    let (cgroups, limits) = crate::serve::limits::host_support();
-    all.push(Check {
-        name: "per-job limits".into(),
-        ok: true,
-        warn: false,
-        detail: limits,
-        fix: (!cgroups).then(|| {
-            "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup"
-                .into()
-        }),
-    });
-    let temp = crate::workspace::temp_parent();
-    all.push(Check {
-        name: "job temp dirs".into(),
-        ok: true,
-        warn: false,
-        detail: match &temp.why_not_tmpdir {
-            None => format!("in {}", temp.path.display()),
-            Some(why) => format!("in {}: {why}", temp.path.display()),
-        },
-        fix: temp.why_not_tmpdir.as_ref().map(|_| {
-            format!(
-                "optional: a TMPDIR of at most {} characters",
-                crate::workspace::TMPDIR_MAX
-            )
-        }),
-    });
-    let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
-    let exists = shared.exists();
-    all.push(Check {
-        name: crate::sandbox::policy::SRT_SHARED_TMP.into(),
-        ok: !exists,
-        warn: false,
-        detail: if exists {
-            "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
-             anything in it is readable by every job"
-                .into()
-        } else {
-            "absent (srt would show it to every sandbox)".into()
-        },
-        fix: exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
-    });
-    all
-}
-
-/// Paths of the binaries a launch needs, after the checks passed.
-pub fn resolve(tool: Tool) -> Option<PathBuf> {
-    binaries::find(tool).ok()
 }

@@ -505,12 +505,14 @@ impl Runner {
             AgentKind::Claude => (Tool::Claude, None, None, None),
             AgentKind::Opencode => (
                 Tool::Opencode,
-                preflight::resolve(Tool::Srt),
-                preflight::resolve(Tool::Node),
+                crate::binaries::find(Tool::Srt).ok(),
+                crate::binaries::find(Tool::Node).ok(),
                 Some(crate::jobshell::runner_binary()?),
             ),
         };
-        let program = preflight::resolve(tool).ok_or("the agent binary vanished")?;
+        let program = crate::binaries::find(tool)
+            .ok()
+            .ok_or("the agent binary vanished")?;
         // Dropped when this returns: the job's token is worthless from then on.
         let model = self.open_model_access(job, account).await?;
         let inputs = AgentInputs {

@@ -18,7 +18,6 @@
 //!   removed, and so are other state dirs' groups left empty.
 
 pub mod cgroup;
-pub mod commands;
 pub mod limits;
 pub mod notify;
 pub mod pg;

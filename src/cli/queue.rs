@@ -1,17 +1,17 @@
 //! The queue's subcommands: `serve`, `submit`, `jobs`, `show`, `logs`, `cancel`, `gc`.
-//! Their arguments live here so `cli.rs` only dispatches.
+//! Their arguments live here so `cli/mod.rs` only dispatches.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limits::Limits;
-use super::pg::{self, PgError};
-use super::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
-use super::ServeOptions;
-use crate::cli::{Context, Failure};
+use super::{Context, Failure};
 use crate::job::JobSpec;
+use crate::serve::limits::Limits;
+use crate::serve::pg::{self, PgError};
+use crate::serve::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
+use crate::serve::ServeOptions;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -218,7 +218,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         None => {
             let queue = Arc::new(open(&ctx)?);
             let reload_queue = queue.clone();
-            runtime.block_on(super::serve(queue, runner, options, move |config| {
+            runtime.block_on(crate::serve::serve(queue, runner, options, move |config| {
                 if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
                     reload_queue.set_default_timeout(t);
                 }
@@ -235,7 +235,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
                         .map_err(pg_failure)?;
                 let queue = Arc::new(queue);
                 let reload_queue = queue.clone();
-                let served = super::serve(queue.clone(), runner, options, move |config| {
+                let served = crate::serve::serve(queue.clone(), runner, options, move |config| {
                     if config.queue.as_ref() != Some(&settings) {
                         tracing::warn!(
                             "SIGHUP: the queue setting changed; it applies at the next start"
@@ -272,7 +272,7 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
             db.run(|client| async move { pg::admin::submit(&client, spec, config, timeout).await })?
         }
     };
-    crate::cli::out(job.id)?;
+    super::out(job.id)?;
     Ok(())
 }
 
@@ -328,7 +328,7 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             db.run(|client| async move { pg::admin::show(&client, id).await })?
         }
     };
-    crate::cli::out(format_args!(
+    super::out(format_args!(
         "{}",
         serde_json::to_string_pretty(&value).unwrap_or_default()
     ))?;
@@ -409,8 +409,8 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
         }
     };
     match outcome {
-        CancelOutcome::Dequeued => crate::cli::out(format_args!("{}: cancelled", args.id))?,
-        CancelOutcome::Requested => crate::cli::out(format_args!(
+        CancelOutcome::Dequeued => super::out(format_args!("{}: cancelled", args.id))?,
+        CancelOutcome::Requested => super::out(format_args!(
             "{}: cancel requested; its runner stops it",
             args.id
         ))?,
@@ -437,12 +437,12 @@ pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
         }
     };
     // Then the refs that kept their commits in this host's shared clones.
-    let refs = crate::cli::block_on_interruptible(async {
+    let refs = super::block_on_interruptible(async {
         crate::workspace::forget_removed_jobs(&ctx.state)
             .await
             .map_err(|e| Failure::new(1, e))
     })?;
-    crate::cli::out(format_args!(
+    super::out(format_args!(
         "{}",
         serde_json::json!({ "removed": removed, "refs_deleted": refs })
     ))?;

@@ -14,6 +14,11 @@ use crate::config::Config;
 use crate::devshell::{self, DevShell, DevShellError, DevShells, GcPolicy};
 use crate::state::StateDir;
 
+mod deploy;
+mod doctor;
+mod queue;
+mod selftest;
+
 const EXIT_CODES: &str = "\
 Exit codes:
   0    success (for run: the agent exited 0)
@@ -97,7 +102,7 @@ enum Command {
     Doctor,
     /// Print the systemd system unit that runs `quest-runner serve`, with the same settings
     /// as the NixOS module (for hosts without NixOS).
-    SystemdUnit(crate::deploy::SystemdUnitArgs),
+    SystemdUnit(deploy::SystemdUnitArgs),
     /// Print the AppArmor profile that lets this installation's bwrap create user namespaces
     /// where AppArmor restricts them (Ubuntu 24.04+).
     ApparmorProfile,
@@ -107,19 +112,19 @@ enum Command {
     Selftest(SelftestArgs),
     /// Run queued jobs, `concurrency` at a time, until SIGTERM or SIGINT (SIGHUP reloads
     /// the config).
-    Serve(crate::serve::commands::ServeArgs),
+    Serve(queue::ServeArgs),
     /// Queue a job for `serve`; prints its id.
-    Submit(crate::serve::commands::SubmitArgs),
+    Submit(queue::SubmitArgs),
     /// List queued, running and finished jobs.
-    Jobs(crate::serve::commands::JobsArgs),
+    Jobs(queue::JobsArgs),
     /// Print a job's state, attempts and result.
-    Show(crate::serve::commands::IdArgs),
+    Show(queue::IdArgs),
     /// Print a job's agent log (or transcript), optionally following it.
-    Logs(crate::serve::commands::LogsArgs),
+    Logs(queue::LogsArgs),
     /// Cancel a queued or running job.
-    Cancel(crate::serve::commands::IdArgs),
+    Cancel(queue::IdArgs),
     /// Remove finished jobs' files older than a given age.
-    Gc(crate::serve::commands::GcArgs),
+    Gc(queue::GcArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -347,10 +352,10 @@ fn context(cli: &Globals, check_owner: bool) -> Result<Context, Failure> {
 fn run(cli: Cli) -> Result<(), Failure> {
     let ctx = match &cli.command {
         // Deployment files need neither the state directory nor the configuration.
-        Command::SystemdUnit(args) => return crate::deploy::systemd_unit_command(args),
-        Command::ApparmorProfile => return crate::deploy::apparmor_profile_command(),
+        Command::SystemdUnit(args) => return deploy::systemd_unit_command(args),
+        Command::ApparmorProfile => return deploy::apparmor_profile_command(),
         // A config that does not load is one of the things doctor reports, with the rest.
-        Command::Doctor => return doctor(&cli.globals),
+        Command::Doctor => return doctor::doctor(&cli.globals),
         _ => context(&cli.globals, true)?,
     };
     match cli.command {
@@ -369,9 +374,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     ))
                 }
             };
-            crate::selftest::run(
+            selftest::run(
                 &ctx,
-                &crate::selftest::SelftestOptions {
+                &selftest::SelftestOptions {
                     agents,
                     untrusted: args.untrusted,
                     mutations: args.mutations,
@@ -383,15 +388,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Run(args) => run_job(ctx, args),
         Command::Policy(args) => policy(ctx, args),
         Command::Doctor => Ok(()), // answered above
-        Command::Serve(args) => {
-            crate::serve::commands::serve(ctx, cli.globals.config.clone(), args)
-        }
-        Command::Submit(args) => crate::serve::commands::submit(ctx, args),
-        Command::Jobs(args) => crate::serve::commands::jobs(ctx, args),
-        Command::Show(args) => crate::serve::commands::show(ctx, args),
-        Command::Logs(args) => crate::serve::commands::logs(ctx, args),
-        Command::Cancel(args) => crate::serve::commands::cancel(ctx, args),
-        Command::Gc(args) => crate::serve::commands::gc(ctx, args),
+        Command::Serve(args) => queue::serve(ctx, cli.globals.config.clone(), args),
+        Command::Submit(args) => queue::submit(ctx, args),
+        Command::Jobs(args) => queue::jobs(ctx, args),
+        Command::Show(args) => queue::show(ctx, args),
+        Command::Logs(args) => queue::logs(ctx, args),
+        Command::Cancel(args) => queue::cancel(ctx, args),
+        Command::Gc(args) => queue::gc(ctx, args),
     }
 }
 
@@ -502,7 +505,7 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token)})
         }
         Some(crate::config::Account::Opencode(_)) => {
-            let srt = crate::preflight::resolve(crate::binaries::Tool::Srt);
+            let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
             let package = srt
                 .as_deref()
                 .and_then(crate::agent::opencode::srt_package_dir);
@@ -516,140 +519,6 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     };
     let shown = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
     out(serde_json::to_string_pretty(&shown).unwrap_or_default())
-}
-
-fn doctor(globals: &Globals) -> Result<(), Failure> {
-    let mut checks = crate::preflight::doctor();
-    // `doctor` reports the state directory's owner among its checks.
-    match context(globals, false) {
-        Ok(ctx) => {
-            checks.push(disk_check(&ctx));
-            if let Some(queue) = &ctx.config.queue {
-                checks.push(queue_check(queue));
-            }
-            checks.push(crate::preflight::Check {
-                name: "state directory".into(),
-                ok: ctx.state.check_owner().is_ok(),
-                warn: false,
-                detail: match ctx.state.check_owner() {
-                    Ok(()) => format!(
-                        "{} (this user's, or made on first use)",
-                        ctx.state.root().display()
-                    ),
-                    Err(e) => e.to_string(),
-                },
-                fix: None,
-            });
-            checks.push(private_files_check(&ctx));
-        }
-        Err(e) => checks.push(crate::preflight::Check {
-            name: PRIVATE_FILES_CHECK.into(),
-            ok: false,
-            warn: false,
-            detail: e.message,
-            fix: None,
-        }),
-    }
-    let mut failed = 0;
-    for c in &checks {
-        let mark = match (c.ok, c.warn) {
-            (false, _) => "FAIL",
-            (true, true) => "warn",
-            (true, false) => "ok  ",
-        };
-        out(format_args!("{mark} {:<40} {}", c.name, c.detail))?;
-        match &c.fix {
-            Some(fix) if !c.ok || c.warn => out(format_args!("     fix: {fix}"))?,
-            _ => {}
-        }
-        failed += usize::from(!c.ok);
-    }
-    match failed {
-        0 => Ok(()),
-        n => Err(Failure::new(3, format!("{n} check(s) failed"))),
-    }
-}
-
-/// The PostgreSQL queue: reachable with this config, its schema one this runner knows.
-fn queue_check(queue: &crate::config::QueueConfig) -> crate::preflight::Check {
-    use crate::serve::pg;
-    let status = pg::target::PgTarget::from_config(queue)
-        .map_err(|e| format!("config queue: {e}"))
-        .and_then(|target| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("starting the async runtime: {e}"))?
-                .block_on(pg::admin::status(&target))
-                .map_err(|e| e.to_string())
-        });
-    crate::preflight::Check {
-        name: "job queue (PostgreSQL)".into(),
-        ok: status.is_ok(),
-        warn: false,
-        fix: status.is_err().then(|| {
-            "check queue.postgres and password_file in the config, that the server runs and this \
-             host may connect (pg_hba.conf), and that this runner is not older than the schema"
-                .into()
-        }),
-        detail: status.unwrap_or_else(|e| e),
-    }
-}
-
-/// The disk limits in force, and whether a job could start now (the reserve).
-fn disk_check(ctx: &Context) -> crate::preflight::Check {
-    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
-    let room = runner.room_to_start();
-    crate::preflight::Check {
-        name: "disk limits".into(),
-        ok: room.is_ok(),
-        warn: false,
-        detail: match &room {
-            Ok(()) => runner.disk.summary(),
-            Err(why) => why.clone(),
-        },
-        fix: room
-            .is_err()
-            .then(|| "free space on that file system, or lower limits.disk_reserve".into()),
-    }
-}
-
-const PRIVATE_FILES_CHECK: &str = "config and secrets";
-
-/// The config loads, and every secret it names (and the config file itself) can be hidden
-/// from jobs' commands as a whole directory: what a job would refuse to start over.
-fn private_files_check(ctx: &Context) -> crate::preflight::Check {
-    let name = PRIVATE_FILES_CHECK.to_string();
-    match ctx.config.hide_private_files(Some(&ctx.config_path)) {
-        Ok(hidden) => {
-            let mut dirs: Vec<String> = hidden
-                .iter()
-                .flat_map(|h| h.dirs.iter().map(|d| d.dir.display().to_string()))
-                .collect();
-            dirs.sort();
-            dirs.dedup();
-            crate::preflight::Check {
-                name,
-                ok: true,
-                warn: false,
-                detail: match hidden.len() {
-                    0 => "no config file, no account".to_string(),
-                    n => format!(
-                        "{n} private file(s), hidden from jobs with their directories: {}",
-                        dirs.join(", ")
-                    ),
-                },
-                fix: None,
-            }
-        }
-        Err(e) => crate::preflight::Check {
-            name,
-            ok: false,
-            warn: false,
-            detail: e.to_string(),
-            fix: None,
-        },
-    }
 }
 
 fn env(ctx: &Context, args: EnvArgs) -> Result<(), Failure> {

@@ -1,0 +1,221 @@
+//! `quest-runner doctor`: every check a job would make of this host (both agents'), facts
+//! about the host (user namespaces, Nix, limits, temp dirs), and this runner's own state
+//! (disk, queue, state directory, private files). Exit 3 when one fails.
+
+use super::{Context, Failure, Globals};
+use crate::job::AgentKind;
+use crate::preflight::{self, Check};
+
+pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
+    let mut checks = host_checks();
+    // `doctor` reports the state directory's owner among its checks.
+    match super::context(globals, false) {
+        Ok(ctx) => {
+            checks.push(disk_check(&ctx));
+            if let Some(queue) = &ctx.config.queue {
+                checks.push(queue_check(queue));
+            }
+            checks.push(Check {
+                name: "state directory".into(),
+                ok: ctx.state.check_owner().is_ok(),
+                warn: false,
+                detail: match ctx.state.check_owner() {
+                    Ok(()) => format!(
+                        "{} (this user's, or made on first use)",
+                        ctx.state.root().display()
+                    ),
+                    Err(e) => e.to_string(),
+                },
+                fix: None,
+            });
+            checks.push(private_files_check(&ctx));
+        }
+        Err(e) => checks.push(Check {
+            name: PRIVATE_FILES_CHECK.into(),
+            ok: false,
+            warn: false,
+            detail: e.message,
+            fix: None,
+        }),
+    }
+    let mut failed = 0;
+    for c in &checks {
+        let mark = match (c.ok, c.warn) {
+            (false, _) => "FAIL",
+            (true, true) => "warn",
+            (true, false) => "ok  ",
+        };
+        super::out(format_args!("{mark} {:<40} {}", c.name, c.detail))?;
+        match &c.fix {
+            Some(fix) if !c.ok || c.warn => super::out(format_args!("     fix: {fix}"))?,
+            _ => {}
+        }
+        failed += usize::from(!c.ok);
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(Failure::new(3, format!("{n} check(s) failed"))),
+    }
+}
+
+/// The PostgreSQL queue: reachable with this config, its schema one this runner knows.
+fn queue_check(queue: &crate::config::QueueConfig) -> Check {
+    use crate::serve::pg;
+    let status = pg::target::PgTarget::from_config(queue)
+        .map_err(|e| format!("config queue: {e}"))
+        .and_then(|target| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("starting the async runtime: {e}"))?
+                .block_on(pg::admin::status(&target))
+                .map_err(|e| e.to_string())
+        });
+    Check {
+        name: "job queue (PostgreSQL)".into(),
+        ok: status.is_ok(),
+        warn: false,
+        fix: status.is_err().then(|| {
+            "check queue.postgres and password_file in the config, that the server runs and this \
+             host may connect (pg_hba.conf), and that this runner is not older than the schema"
+                .into()
+        }),
+        detail: status.unwrap_or_else(|e| e),
+    }
+}
+
+/// The disk limits in force, and whether a job could start now (the reserve).
+fn disk_check(ctx: &Context) -> Check {
+    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    let room = runner.room_to_start();
+    Check {
+        name: "disk limits".into(),
+        ok: room.is_ok(),
+        warn: false,
+        detail: match &room {
+            Ok(()) => runner.disk.summary(),
+            Err(why) => why.clone(),
+        },
+        fix: room
+            .is_err()
+            .then(|| "free space on that file system, or lower limits.disk_reserve".into()),
+    }
+}
+
+const PRIVATE_FILES_CHECK: &str = "config and secrets";
+
+/// The config loads, and every secret it names (and the config file itself) can be hidden
+/// from jobs' commands as a whole directory: what a job would refuse to start over.
+fn private_files_check(ctx: &Context) -> Check {
+    let name = PRIVATE_FILES_CHECK.to_string();
+    match ctx.config.hide_private_files(Some(&ctx.config_path)) {
+        Ok(hidden) => {
+            let mut dirs: Vec<String> = hidden
+                .iter()
+                .flat_map(|h| h.dirs.iter().map(|d| d.dir.display().to_string()))
+                .collect();
+            dirs.sort();
+            dirs.dedup();
+            Check {
+                name,
+                ok: true,
+                warn: false,
+                detail: match hidden.len() {
+                    0 => "no config file, no account".to_string(),
+                    n => format!(
+                        "{n} private file(s), hidden from jobs with their directories: {}",
+                        dirs.join(", ")
+                    ),
+                },
+                fix: None,
+            }
+        }
+        Err(e) => Check {
+            name,
+            ok: false,
+            warn: false,
+            detail: e.to_string(),
+            fix: None,
+        },
+    }
+}
+
+/// Everything `doctor` reports: the checks of both agents plus facts about the host.
+fn host_checks() -> Vec<Check> {
+    let mut all = preflight::checks_for(AgentKind::Claude, true);
+    for c in preflight::checks_for(AgentKind::Opencode, false) {
+        if !all.iter().any(|a| a.name == c.name) {
+            all.push(c);
+        }
+    }
+    let restrict = preflight::read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    all.push(Check {
+        name: "apparmor_restrict_unprivileged_userns".into(),
+        warn: false,
+        ok: restrict.as_deref() != Some("1")
+            || all.iter().any(|c| c.name == "user namespaces" && c.ok),
+        detail: match restrict.as_deref() {
+            None => "not present (no AppArmor userns restriction on this kernel)".into(),
+            Some("1") => {
+                "1: unprivileged user namespaces need an AppArmor profile for bwrap".into()
+            }
+            Some(v) => format!("{v}: not restricted"),
+        },
+        fix: (restrict.as_deref() == Some("1"))
+            .then(|| "install the profile printed by `quest-runner apparmor-profile`".into()),
+    });
+    let max_userns = preflight::read_sysctl("/proc/sys/user/max_user_namespaces");
+    let disabled = max_userns.as_deref() == Some("0");
+    all.push(Check {
+        name: "user.max_user_namespaces".into(),
+        ok: !disabled,
+        warn: false,
+        detail: max_userns.unwrap_or_else(|| "unknown".into()),
+        fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
+    });
+    all.extend(crate::nix_setup::checks(&crate::nix_setup::Facts::gather()));
+    all.push(crate::nix_setup::bash_static_check());
+    let (cgroups, limits) = crate::serve::limits::host_support();
+    all.push(Check {
+        name: "per-job limits".into(),
+        ok: true,
+        warn: false,
+        detail: limits,
+        fix: (!cgroups).then(|| {
+            "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup"
+                .into()
+        }),
+    });
+    let temp = crate::workspace::temp_parent();
+    all.push(Check {
+        name: "job temp dirs".into(),
+        ok: true,
+        warn: false,
+        detail: match &temp.why_not_tmpdir {
+            None => format!("in {}", temp.path.display()),
+            Some(why) => format!("in {}: {why}", temp.path.display()),
+        },
+        fix: temp.why_not_tmpdir.as_ref().map(|_| {
+            format!(
+                "optional: a TMPDIR of at most {} characters",
+                crate::workspace::TMPDIR_MAX
+            )
+        }),
+    });
+    let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
+    let exists = shared.exists();
+    all.push(Check {
+        name: crate::sandbox::policy::SRT_SHARED_TMP.into(),
+        ok: !exists,
+        warn: false,
+        detail: if exists {
+            "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
+             anything in it is readable by every job"
+                .into()
+        } else {
+            "absent (srt would show it to every sandbox)".into()
+        },
+        fix: exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
+    });
+    all
+}

@@ -1,0 +1,266 @@
+//! `quest-runner selftest`: runs [`crate::selftest`]'s proofs on this host and reports them —
+//! the devShell cache on the bundled sample, the boundary suite per agent (and its mutation
+//! checks), or the real-registry reads.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{block_on_interruptible, print_shell, shell_json, Context, Failure, Format};
+use crate::devshell::{self, DevShells};
+use crate::selftest::{fixture_git, registries, static_bash};
+
+const SAMPLE_FLAKE: &str = include_str!("../selftest/sample-flake.nix");
+
+/// What `selftest` runs.
+#[derive(Debug, Clone)]
+pub struct SelftestOptions {
+    /// The agents to run the boundary suite with.
+    pub agents: Vec<crate::job::AgentKind>,
+    /// Also run the suite on an untrusted revision (no network, no devShell).
+    pub untrusted: bool,
+    /// Also run the mutation checks: each weakens one rule and must be caught.
+    pub mutations: bool,
+    /// Only the real-registry reads ([`registries`]), instead of everything else.
+    pub registries: bool,
+}
+
+pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    if opts.registries {
+        return registries_check(&runtime, &opts.agents);
+    }
+    preflight(opts)?;
+    devshell_check(ctx)?;
+    let mut failures = Vec::new();
+    for agent in &opts.agents {
+        let mut trusts = vec![crate::job::Trust::Trusted];
+        if opts.untrusted {
+            trusts.push(crate::job::Trust::Untrusted);
+        }
+        for trust in trusts {
+            super::out(format_args!(
+                "\n== boundary suite: {} ({trust:?})",
+                agent.name()
+            ))?;
+            let cfg = crate::selftest::boundary::SuiteConfig {
+                agent: *agent,
+                trust,
+                mutation: None,
+                controls: true,
+            };
+            let report = runtime
+                .block_on(crate::selftest::boundary::run(&cfg))
+                .map_err(|e| Failure::new(1, format!("the boundary suite could not run: {e}")))?;
+            for line in report.lines() {
+                super::out(&line)?;
+            }
+            super::out(report.summary())?;
+            if !report.holds() {
+                failures.push(format!("{} ({trust:?})", agent.name()));
+            }
+        }
+        if opts.mutations {
+            super::out(format_args!("\n== mutation checks: {}", agent.name()))?;
+            let mut caught = 0;
+            for m in crate::selftest::boundary::Mutation::here() {
+                let cfg = crate::selftest::boundary::SuiteConfig {
+                    agent: *agent,
+                    trust: crate::job::Trust::Trusted,
+                    mutation: Some(m),
+                    controls: false,
+                };
+                let report = runtime
+                    .block_on(crate::selftest::boundary::run(&cfg))
+                    .map_err(|e| Failure::new(1, format!("a mutation check could not run: {e}")))?;
+                let hit = report
+                    .attempts
+                    .iter()
+                    .any(|a| a.id == m.caught_by() && a.escaped);
+                caught += usize::from(hit);
+                super::out(format_args!(
+                    "{:<8} {:<22} must free {}",
+                    if hit { "caught" } else { "MISSED" },
+                    m.name(),
+                    m.caught_by()
+                ))?;
+                if !hit {
+                    failures.push(format!("{} mutation {}", agent.name(), m.name()));
+                }
+            }
+            super::out(format_args!(
+                "{}: {caught}/{} mutations caught",
+                agent.name(),
+                crate::selftest::boundary::Mutation::here().len()
+            ))?;
+        }
+    }
+    if failures.is_empty() {
+        super::out("\nselftest: the boundary holds")?;
+        Ok(())
+    } else {
+        Err(Failure::new(
+            1,
+            format!(
+                "the boundary is not proven on this host: {}",
+                failures.join(", ")
+            ),
+        ))
+    }
+}
+
+/// `--registries`: the real-registry reads for each agent, or one line saying why not here.
+fn registries_check(
+    runtime: &tokio::runtime::Runtime,
+    agents: &[crate::job::AgentKind],
+) -> Result<(), Failure> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let reachable = match registries::no_route(&env) {
+        Ok(r) => r,
+        Err(reason) => {
+            println!("selftest --registries: skipped: {reason}");
+            return Ok(());
+        }
+    };
+    let mut failed = Vec::new();
+    for agent in agents {
+        println!(
+            "\n== real registries through the decider: {} (trusted job)",
+            agent.name()
+        );
+        let report = runtime
+            .block_on(registries::run(*agent, &reachable))
+            .map_err(|e| Failure::new(1, format!("the registries check could not run: {e}")))?;
+        for line in &report.lines {
+            println!("{line}");
+        }
+        println!("network log ({} lines):", report.network_log.len());
+        for line in &report.network_log {
+            println!("  {line}");
+        }
+        for p in &report.problems {
+            println!("PROBLEM {p}");
+        }
+        let net = report
+            .job
+            .network
+            .as_ref()
+            .map(|n| format!("{} allowed, {} refused", n.allowed, n.refused))
+            .unwrap_or_else(|| "no network summary".into());
+        println!(
+            "{}: {} ({net}; {:.1}s)",
+            agent.name(),
+            if report.passed() { "passed" } else { "FAILED" },
+            report.seconds
+        );
+        if !report.passed() {
+            failed.push(agent.name());
+        }
+    }
+    if failed.is_empty() {
+        println!("\nselftest --registries: every read went through the decider");
+        Ok(())
+    } else {
+        Err(Failure::new(
+            1,
+            format!("the registries check failed for {}", failed.join(", ")),
+        ))
+    }
+}
+
+/// Refuses to start, with `doctor`'s message for the first thing to fix, when the host cannot
+/// build the sample's devShell (the Nix setup, the static bash) or run an agent's job: a
+/// failure half-way would say less.
+fn preflight(opts: &SelftestOptions) -> Result<(), Failure> {
+    let mut checks = crate::nix_setup::checks(&crate::nix_setup::Facts::gather());
+    checks.push(crate::nix_setup::bash_static_check());
+    for agent in &opts.agents {
+        checks.extend(crate::preflight::checks_for(*agent, true));
+    }
+    match crate::preflight::refusal(&checks) {
+        Some(why) => Err(Failure::new(
+            3,
+            format!("this host cannot run the selftest: {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The devShell cache on the bundled sample: built (or found), then served from the cache.
+fn devshell_check(ctx: &Context) -> Result<(), Failure> {
+    let work = tempfile::Builder::new()
+        .prefix("quest-selftest-")
+        .tempdir()
+        .map_err(|e| Failure::new(3, format!("creating a temporary directory: {e}")))?;
+    let system = devshell::nix_version::current_system();
+    let bash_dir = ctx
+        .state
+        .ensure_dir(Path::new("selftest"))
+        .map_err(|e| Failure::new(3, e))?
+        .join("bash");
+    let bash = static_bash::BuilderInput::install(&bash_dir).map_err(|e| Failure::new(3, e))?;
+    let flake = SAMPLE_FLAKE
+        .replace("@SYSTEM@", &system)
+        .replace("@BASH_DIR@", &bash.dir().display().to_string());
+    let bare = make_sample_repo(work.path(), &flake, &bash.lock_file())?;
+    let rev = git_stdout(&bare, &["rev-parse", "HEAD"])?;
+    super::out(format_args!(
+        "sample repository: {} at {rev}",
+        bare.display()
+    ))?;
+
+    let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
+    let req = devshell::Request {
+        repo: bare,
+        rev,
+        git_ref: None,
+        attr: None,
+    };
+    for attempt in ["first", "second"] {
+        let started = std::time::Instant::now();
+        let shell =
+            block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?;
+        let cache = match shell.cache {
+            devshell::CacheStatus::Hit => "hit",
+            devshell::CacheStatus::Miss => "miss",
+        };
+        super::out(format_args!(
+            "{attempt} request: cache {cache} in {:.1?}",
+            started.elapsed()
+        ))?;
+        if attempt == "second" {
+            super::out(shell_json(&shell))?;
+            super::out("--- cached env script ---")?;
+            print_shell(&shell, Format::Script)?;
+        }
+    }
+    Ok(())
+}
+
+fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::PathBuf, Failure> {
+    let src = dir.join("sample");
+    std::fs::create_dir_all(&src).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(src.join("flake.lock"), lock).map_err(|e| Failure::new(1, e))?;
+    std::fs::write(
+        src.join("AGENTS.md"),
+        "# Sample\nA repository for quest-runner selftest.\n",
+    )
+    .map_err(|e| Failure::new(1, e))?;
+    git_stdout(&src, &["init", "-q", "-b", "main"])?;
+    git_stdout(&src, &["add", "flake.nix", "flake.lock", "AGENTS.md"])?;
+    git_stdout(
+        &src,
+        &["commit", "-q", "-m", "quest-runner selftest sample"],
+    )?;
+    let bare = dir.join("sample.git");
+    git_stdout(dir, &["clone", "-q", "--bare", "sample", "sample.git"])?;
+    Ok(bare)
+}
+
+fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
+    fixture_git(dir, args).map_err(|e| Failure::new(1, e))
+}
