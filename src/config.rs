@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod postgres;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -99,6 +101,24 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
+    /// From the config's `limits.disk` and `limits.disk_reserve` (each a size or `"off"`).
+    pub fn disk_limits(&self) -> Result<crate::disk::DiskLimits, String> {
+        let limit = match &self.disk {
+            None => Some(crate::disk::DEFAULT_LIMIT),
+            Some(size) if size.is_off() => None,
+            Some(size) => Some(size.bytes().map_err(|e| format!("limits.disk: {e}"))?),
+        };
+        let reserve = match &self.disk_reserve {
+            None => crate::disk::Reserve::Default,
+            Some(size) if size.is_off() => crate::disk::Reserve::Off,
+            Some(size) => crate::disk::Reserve::Bytes(
+                size.bytes()
+                    .map_err(|e| format!("limits.disk_reserve: {e}"))?,
+            ),
+        };
+        Ok(crate::disk::DiskLimits { limit, reserve })
+    }
+
     pub fn is_empty(&self) -> bool {
         self == &LimitsConfig::default()
     }
@@ -427,7 +447,7 @@ impl Config {
         if let Some(memory) = &config.limits.memory {
             memory.bytes().map_err(|m| field("limits.memory", m))?;
         }
-        crate::disk::DiskLimits::from_config(&config.limits).map_err(|m| {
+        config.limits.disk_limits().map_err(|m| {
             let (name, message) = m.split_once(": ").unwrap_or(("limits.disk", &m));
             field(name, message.to_string())
         })?;
@@ -442,7 +462,7 @@ impl Config {
                 .map_err(|m| field("limits.cpus", m))?;
         }
         if let Some(queue) = &config.queue {
-            crate::serve::pg::target::check(queue).map_err(|m| field("queue", m))?;
+            postgres::check(queue).map_err(|m| field("queue", m))?;
         }
         for (name, account) in &config.accounts {
             if account.budget() == Some(0) {

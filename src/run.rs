@@ -186,7 +186,7 @@ impl Runner {
             );
         }
         // Checked when the config was loaded.
-        let disk = DiskLimits::from_config(&config.limits).unwrap_or_default();
+        let disk = config.limits.disk_limits().unwrap_or_default();
         let gateway_options = crate::gateway::GatewayOptions::new(state.root());
         Runner {
             state,

@@ -90,24 +90,6 @@ impl Default for DiskLimits {
 }
 
 impl DiskLimits {
-    /// From the config's `limits.disk` and `limits.disk_reserve` (each a size or `"off"`).
-    pub fn from_config(limits: &crate::config::LimitsConfig) -> Result<DiskLimits, String> {
-        let limit = match &limits.disk {
-            None => Some(DEFAULT_LIMIT),
-            Some(size) if size.is_off() => None,
-            Some(size) => Some(size.bytes().map_err(|e| format!("limits.disk: {e}"))?),
-        };
-        let reserve = match &limits.disk_reserve {
-            None => Reserve::Default,
-            Some(size) if size.is_off() => Reserve::Off,
-            Some(size) => Reserve::Bytes(
-                size.bytes()
-                    .map_err(|e| format!("limits.disk_reserve: {e}"))?,
-            ),
-        };
-        Ok(DiskLimits { limit, reserve })
-    }
-
     /// Whether there is nothing to watch.
     pub fn is_off(&self) -> bool {
         self.limit.is_none() && self.reserve == Reserve::Off

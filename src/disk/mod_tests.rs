@@ -20,22 +20,19 @@ fn the_default_reserve_is_a_gigabyte_or_five_percent() {
 #[test]
 fn limits_come_from_the_config_default_on() {
     let mut config = LimitsConfig::default();
-    assert_eq!(
-        DiskLimits::from_config(&config).unwrap(),
-        DiskLimits::default()
-    );
+    assert_eq!(config.disk_limits().unwrap(), DiskLimits::default());
     assert_eq!(DiskLimits::default().limit, Some(10 << 30));
     config.disk = Some(Size::Text("off".into()));
     config.disk_reserve = Some(Size::Text("off".into()));
-    let off = DiskLimits::from_config(&config).unwrap();
+    let off = config.disk_limits().unwrap();
     assert!(off.is_off(), "{off:?}");
     config.disk = Some(Size::Text("512M".into()));
     config.disk_reserve = Some(Size::Bytes(4096));
-    let set = DiskLimits::from_config(&config).unwrap();
+    let set = config.disk_limits().unwrap();
     assert_eq!(set.limit, Some(512 << 20));
     assert_eq!(set.reserve, Reserve::Bytes(4096));
     config.disk = Some(Size::Text("lots".into()));
-    let err = DiskLimits::from_config(&config).unwrap_err();
+    let err = config.disk_limits().unwrap_err();
     assert!(err.starts_with("limits.disk:"), "{err}");
 }
 

@@ -29,7 +29,8 @@ pub mod logship;
 pub mod schema;
 pub mod session;
 pub mod spool;
-pub mod target;
+/// Where the queue is: the config's `queue`, parsed by the config that names it.
+pub use crate::config::postgres as target;
 pub mod warm;
 
 mod end;

@@ -1,4 +1,5 @@
-//! Where the PostgreSQL queue is and how to log in to it: the config's `queue` parsed once,
+//! Where the PostgreSQL queue is and how to log in to it: the config's `queue` parsed once
+//! (here, so that loading the config checks it; `serve::pg` uses it as `serve::pg::target`),
 //! the password read from its file at each connection (a rotated password needs no restart).
 //!
 //! `postgres` is a libpq connection string (`host=db.example.org dbname=quest user=runner`), a
@@ -262,5 +263,5 @@ pub fn error_text(e: &tokio_postgres::Error) -> String {
 }
 
 #[cfg(test)]
-#[path = "target_tests.rs"]
+#[path = "postgres_tests.rs"]
 mod tests;
