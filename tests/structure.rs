@@ -6,8 +6,8 @@
 //!   printed; the test fails only for offenders in [`ENFORCED`], the parts already split. The
 //!   goal is to grow that list until it is all of `src/`, and then drop it.
 //! - Imports: the top-level modules of `src/` (`serve`, `devshell`, `config`, ...) import one
-//!   another through `crate::` paths; every cycle among them (a strongly connected group of
-//!   modules) is printed with the `file:line` of each import inside it.
+//!   another through `crate::` paths, one way only: a cycle among them (a strongly connected
+//!   group of modules) fails the test, printed with the `file:line` of each import inside it.
 //!
 //! The scans are rough, on purpose (no parser as a dependency):
 //! - Test code is left out: files named `tests.rs` or `*_tests.rs`, and a file's trailing
@@ -497,8 +497,8 @@ fn cycles(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> 
     out
 }
 
-/// The one-way rule: no cycle among the top-level modules of `src/`. Each cycle is printed
-/// with the imports inside it (`file:line`), which are the places to cut.
+/// The one-way rule: no cycle among the top-level modules of `src/`. A cycle fails the test
+/// and is printed with the imports inside it (`file:line`), which are the places to cut.
 #[test]
 fn imports_flow_one_way() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -516,6 +516,57 @@ fn imports_flow_one_way() {
             }
         }
     }
+    if found.is_empty() {
+        for (depth, modules) in layers(&edges).iter().enumerate() {
+            println!("  layer {depth}: {}", modules.join(", "));
+        }
+    }
+    let from_util: Vec<_> = edges
+        .iter()
+        .filter(|((from, _), _)| from == "util")
+        .collect();
+    assert!(
+        from_util.is_empty(),
+        "util holds the leaves and imports nothing else of the crate: {from_util:?}"
+    );
+    assert!(
+        found.is_empty(),
+        "imports must flow one way (cli -> stages -> leaves): {} cycle(s) among src/'s \
+         top-level modules, printed above with the imports to cut (run with --nocapture)",
+        found.len()
+    );
+}
+
+/// The modules by how far they are from the leaves: layer 0 imports nothing of the crate,
+/// layer n imports only modules of layers below n. Only for a graph without cycles.
+fn layers(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> Vec<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut modules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        modules.entry(from).or_default().push(to);
+        modules.entry(to).or_default();
+    }
+    let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
+    while depth.len() < modules.len() {
+        let before = depth.len();
+        for (&m, imports) in &modules {
+            if !depth.contains_key(m) && imports.iter().all(|i| depth.contains_key(i)) {
+                let d = imports.iter().map(|i| depth[i] + 1).max().unwrap_or(0);
+                depth.insert(m, d);
+            }
+        }
+        if depth.len() == before {
+            break; // a cycle: the rest has no depth
+        }
+    }
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for (m, d) in depth {
+        if out.len() <= d {
+            out.resize(d + 1, Vec::new());
+        }
+        out[d].push(m.to_string());
+    }
+    out
 }
 
 /// The import scan, on a made-up file: grouped and in-place paths are found, comments,
