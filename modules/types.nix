@@ -36,7 +36,7 @@ rec {
     merge = lib.mergeEqualOption;
   };
 
-  # Where the PostgreSQL queue is (src/serve/pg/target.rs): a libpq connection string, a
+  # Where the PostgreSQL queue is (src/config/postgres.rs): a libpq connection string, a
   # postgresql:// URL or a socket path, without a password (that goes in a file).
   postgres =
     types.addCheck text (
