@@ -64,10 +64,8 @@ fn queue_check(queue: &crate::config::QueueConfig) -> Check {
     let status = pg::target::PgTarget::from_config(queue)
         .map_err(|e| format!("config queue: {e}"))
         .and_then(|target| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("starting the async runtime: {e}"))?
+            super::runtime::runtime(None)
+                .map_err(|f| f.message)?
                 .block_on(pg::admin::status(&target))
                 .map_err(|e| e.to_string())
         });

@@ -17,6 +17,7 @@ use crate::state::StateDir;
 mod deploy;
 mod doctor;
 mod queue;
+mod runtime;
 mod selftest;
 
 const EXIT_CODES: &str = "\
@@ -433,21 +434,13 @@ fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     let job = job_from(args, &ctx)?;
     let mut runner = Runner::new(ctx.state, ctx.config);
     runner.config_file = Some(ctx.config_path);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let runtime = runtime::runtime(Some(2))?;
     let result = runtime.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut sigint = signal(SignalKind::interrupt())
-            .map_err(|e| Failure::new(1, format!("installing a SIGINT handler: {e}")))?;
-        let mut sigterm = signal(SignalKind::terminate())
-            .map_err(|e| Failure::new(1, format!("installing a SIGTERM handler: {e}")))?;
+        let stop = runtime::stop_signal()?;
         let cancel = async move {
-            tokio::select! {
-                _ = sigint.recv() => Cancel::Interrupt,
-                _ = sigterm.recv() => Cancel::Terminate,
+            match stop.await {
+                runtime::Stop::Interrupt => Cancel::Interrupt,
+                runtime::Stop::Terminate => Cancel::Terminate,
             }
         };
         Ok::<_, Failure>(runner.run(&job, cancel).await)
@@ -596,20 +589,14 @@ fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure> {
 pub(crate) fn block_on_interruptible<T>(
     work: impl std::future::Future<Output = Result<T, Failure>>,
 ) -> Result<T, Failure> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
-    runtime.block_on(async {
-        let mut sigint = signal(SignalKind::interrupt())
-            .map_err(|e| Failure::new(1, format!("installing a SIGINT handler: {e}")))?;
-        let mut sigterm = signal(SignalKind::terminate())
-            .map_err(|e| Failure::new(1, format!("installing a SIGTERM handler: {e}")))?;
+    runtime::runtime(None)?.block_on(async {
+        let stop = runtime::stop_signal()?;
         tokio::select! {
             result = work => result,
-            _ = sigint.recv() => Err(Failure::new(130, "interrupted; stopped cleanly")),
-            _ = sigterm.recv() => Err(Failure::new(143, "terminated; stopped cleanly")),
+            stopped = stop => Err(match stopped {
+                runtime::Stop::Interrupt => Failure::new(130, "interrupted; stopped cleanly"),
+                runtime::Stop::Terminate => Failure::new(143, "terminated; stopped cleanly"),
+            }),
         }
     })
 }

@@ -134,10 +134,7 @@ impl Queue {
         // Checked when the config was loaded.
         let target = pg::target::PgTarget::from_config(queue)
             .map_err(|e| Failure::new(2, format!("config queue: {e}")))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+        let runtime = super::runtime::runtime(None)?;
         Ok(Queue::Pg(Box::new(PgCli { target, runtime })))
     }
 }
@@ -202,11 +199,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         .max(ctx.config.concurrency())
         .max(2)
         + 1;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let runtime = super::runtime::runtime(Some(threads))?;
     let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
     runner.config_file = Some(ctx.config_path.clone());
     match args.limit_disk {

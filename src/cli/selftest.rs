@@ -25,11 +25,7 @@ pub struct SelftestOptions {
 }
 
 pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))?;
+    let runtime = super::runtime::runtime(Some(2))?;
     if opts.registries {
         return registries_check(&runtime, &opts.agents);
     }
