@@ -969,17 +969,6 @@ fn job_markers(paths: &WorkspacePaths) -> Vec<String> {
         .collect()
 }
 
-/// Whether process `pid`'s environment has a value starting with one of `markers`.
-pub(crate) fn environ_mentions(pid: u32, markers: &[String]) -> bool {
-    crate::procfs::environ_any(pid, |entry| {
-        let value = match entry.iter().position(|b| *b == b'=') {
-            Some(i) => &entry[i + 1..],
-            None => return false,
-        };
-        markers.iter().any(|m| value.starts_with(m.as_bytes()))
-    })
-}
-
 /// Stops every process whose parent chain leads to this one: SIGTERM first (`term_first`),
 /// so srt can remove the mount points it made in the checkout, then SIGKILL to what is left.
 /// These are the agent's orphans (opencode runs its tools detached and does not stop them
@@ -992,12 +981,14 @@ fn kill_descendants(markers: &[String], term_first: bool) {
             true => pids,
             false => pids
                 .into_iter()
-                .filter(|p| environ_mentions(*p, markers))
+                .filter(|p| crate::procfs::environ_mentions(*p, markers))
                 .collect(),
         }
     };
+    // The runner's own threads are tasks, not processes; nothing else of ours is a child
+    // apart from the agent's tree (git and nix have finished by now).
     let signal_all = |sig: Signal| {
-        let found = ours(descendants(me));
+        let found = ours(crate::procfs::descendants(me));
         for pid in &found {
             if let Some(p) = Pid::from_raw(*pid as i32) {
                 let _ = kill_process(p, sig);
@@ -1018,7 +1009,7 @@ fn kill_descendants(markers: &[String], term_first: bool) {
         while !pids.is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
             reap(&pids);
-            pids = ours(descendants(me));
+            pids = ours(crate::procfs::descendants(me));
         }
     }
     for _ in 0..5 {
@@ -1029,26 +1020,4 @@ fn kill_descendants(markers: &[String], term_first: bool) {
         std::thread::sleep(Duration::from_millis(20));
         reap(&left);
     }
-}
-
-fn descendants(root: u32) -> Vec<u32> {
-    let parent_of: Vec<(u32, u32)> = crate::procfs::pids()
-        .into_iter()
-        .filter_map(|pid| Some((pid, crate::procfs::parent(pid)?)))
-        .collect();
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        for (pid, ppid) in &parent_of {
-            if *ppid == p && !found.contains(pid) {
-                found.push(*pid);
-            }
-        }
-        i += 1;
-    }
-    found.remove(0);
-    // The runner's own threads are tasks, not processes; nothing else of ours is a child
-    // apart from the agent's tree (git and nix have finished by now).
-    found
 }

@@ -66,6 +66,6 @@ pub fn stop_leftovers(state: &StateDir, id: &str) -> usize {
 pub fn matching(markers: &[String], me: u32) -> Vec<u32> {
     crate::procfs::pids()
         .into_iter()
-        .filter(|&pid| pid != me && crate::run::environ_mentions(pid, markers))
+        .filter(|&pid| pid != me && crate::procfs::environ_mentions(pid, markers))
         .collect()
 }

@@ -1527,7 +1527,7 @@ fn watch_agent(
         std::thread::sleep(Duration::from_millis(100));
         let pids: Vec<u32> = crate::procfs::pids()
             .into_iter()
-            .filter(|p| crate::run::environ_mentions(*p, &markers))
+            .filter(|p| crate::procfs::environ_mentions(*p, &markers))
             .collect();
         let mut dirs = BTreeSet::new();
         for pid in &pids {
