@@ -717,14 +717,34 @@ async fn a_token_limit_refuses_the_next_request_and_ends_the_job() {
     assert!(server.confined_processes().is_empty(), "processes left");
 }
 
+/// A temp dir outside every directory the policy hides whole (/tmp, /root, /home, ...), where
+/// a private file is hidden with a directory of its own rather than by an ancestor: the target
+/// dir's when the checkout is not under one of them, else /var/cache (a fresh machine's
+/// checkout is under /root). `None` for a user who can write neither (the daemon's test user
+/// on a fresh machine).
+fn dir_outside_hidden_ones() -> Option<tempfile::TempDir> {
+    use quest_runner::sandbox::policy::system_denied_reads;
+    let hidden = system_denied_reads(quest_runner::sandbox::Platform::current());
+    [env!("CARGO_TARGET_TMPDIR"), "/var/cache"]
+        .into_iter()
+        .filter_map(|base| std::fs::canonicalize(base).ok())
+        .filter(|base| !hidden.iter().any(|h| base.starts_with(h)))
+        .find_map(|base| tempfile::tempdir_in(base).ok())
+}
+
 /// An account file the sandbox cannot hide as a whole directory (hidden by its name alone, a
 /// file is readable to running jobs again once it is replaced) is refused where the config is
 /// loaded (exit 2) and by `doctor`, naming the file, the directory and the fix; one it can
 /// hide shows in `policy` with the directories that hide it.
 #[test]
 fn secrets_the_sandbox_cannot_hide_are_refused() {
-    // Outside /tmp, which the policy hides whole anyway.
-    let keys = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(keys) = dir_outside_hidden_ones() else {
+        eprintln!(
+            "SKIPPED secrets_the_sandbox_cannot_hide_are_refused: this user can write no \
+             directory outside those the policy hides whole"
+        );
+        return;
+    };
     let keys_dir = std::fs::canonicalize(keys.path()).unwrap();
     let runner = Runner::new();
     let job = job_file(&keys_dir, serde_json::json!({"repo": keys_dir}));
