@@ -11,6 +11,7 @@ pub mod config;
 pub mod deploy;
 pub mod devshell;
 pub mod disk;
+pub mod exit;
 pub mod gateway;
 pub mod git;
 pub mod git_objects;

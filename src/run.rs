@@ -17,22 +17,24 @@ use crate::binaries::Tool;
 use crate::config::Config;
 use crate::devshell::{self, DevShells};
 use crate::disk::DiskLimits;
+use crate::exit::Exit;
 use crate::job::{AgentKind, Job, Trust};
 use crate::preflight;
 use crate::sandbox::{self, PolicyInputs, SandboxPolicy, WorkspacePaths};
 use crate::state::StateDir;
 use crate::workspace::{self, Workspace};
 
-/// How a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How a job ended. Saved as its name alone (`"cancelled"`, not which signal): the signal is in
+/// the result's `message`, and the exit code (see [`Outcome::exit`]) tells the two apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// The agent exited 0.
     Succeeded,
     /// The agent exited non-zero or was killed by a signal.
     Failed,
     TimedOut,
-    Cancelled,
+    /// A signal asked the runner to stop the job.
+    Cancelled(Cancel),
     /// The runner refused the job (untrusted revision, host not ready, bad account).
     Refused,
     /// The runner could not prepare or run it (fetch, devShell, I/O).
@@ -89,15 +91,33 @@ pub struct DevShellSummary {
 
 impl Outcome {
     /// The process exit code `quest-runner run` ends with.
-    pub fn exit_code(self) -> u8 {
+    pub fn exit(self) -> Exit {
         match self {
-            Outcome::Succeeded => 0,
-            Outcome::Failed => 1,
-            Outcome::Error => 1,
-            Outcome::Refused => 4,
-            Outcome::TimedOut => 5,
-            Outcome::Cancelled => 130,
+            Outcome::Succeeded => Exit::Success,
+            Outcome::Failed | Outcome::Error => Exit::Failed,
+            Outcome::Refused => Exit::Refused,
+            Outcome::TimedOut => Exit::TimedOut,
+            Outcome::Cancelled(Cancel::Interrupt) => Exit::Interrupted,
+            Outcome::Cancelled(Cancel::Terminate) => Exit::Terminated,
         }
+    }
+
+    /// The name `result.json` and `serve` record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled(_) => "cancelled",
+            Outcome::Refused => "refused",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -321,7 +341,7 @@ impl Runner {
         tokio::select! {
             biased;
             signal = &mut cancel => {
-                result.outcome = Outcome::Cancelled;
+                result.outcome = Outcome::Cancelled(signal);
                 result.message = Some(match signal {
                     Cancel::Interrupt => "cancelled by SIGINT".into(),
                     Cancel::Terminate => "cancelled by SIGTERM".into(),

@@ -5,17 +5,18 @@ use std::path::PathBuf;
 
 use super::Failure;
 use crate::deploy::DeployError;
+use crate::exit::Exit;
 
 impl From<DeployError> for Failure {
     fn from(e: DeployError) -> Failure {
         let code = match &e {
             // What the operator passed, or chose through QUEST_RUNNER_BWRAP.
-            DeployError::UnitValue { .. } | DeployError::ProfilePath { .. } => 2,
+            DeployError::UnitValue { .. } | DeployError::ProfilePath { .. } => Exit::BadInput,
             // The host lacks something: bwrap, or a readable path to ourselves.
             DeployError::CurrentExe(_)
             | DeployError::Bwrap(_)
-            | DeployError::Canonicalize { .. } => 3,
-            DeployError::Settings(_) => 1,
+            | DeployError::Canonicalize { .. } => Exit::HostNotReady,
+            DeployError::Settings(_) => Exit::Failed,
         };
         Failure::new(code, e)
     }

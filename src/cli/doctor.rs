@@ -3,6 +3,7 @@
 //! (disk, queue, state directory, private files). Exit 3 when one fails.
 
 use super::{Context, Failure, Globals};
+use crate::exit::Exit;
 use crate::job::AgentKind;
 use crate::preflight::{self, Check};
 
@@ -54,7 +55,10 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
     }
     match failed {
         0 => Ok(()),
-        n => Err(Failure::new(3, format!("{n} check(s) failed"))),
+        n => Err(Failure::new(
+            Exit::HostNotReady,
+            format!("{n} check(s) failed"),
+        )),
     }
 }
 

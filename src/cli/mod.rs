@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::devshell::{self, DevShell, DevShellError, DevShells, GcPolicy};
+use crate::exit::Exit;
 use crate::state::StateDir;
 
 mod deploy;
@@ -220,12 +221,12 @@ enum CacheCommand {
 /// A failure with the exit code it maps to.
 #[derive(Debug)]
 pub struct Failure {
-    pub code: u8,
+    pub code: Exit,
     pub message: String,
 }
 
 impl Failure {
-    pub(crate) fn new(code: u8, message: impl std::fmt::Display) -> Failure {
+    pub(crate) fn new(code: Exit, message: impl std::fmt::Display) -> Failure {
         Failure {
             code,
             message: message.to_string(),
@@ -236,9 +237,9 @@ impl Failure {
 impl From<DevShellError> for Failure {
     fn from(e: DevShellError) -> Failure {
         let code = match &e {
-            e if e.is_bad_input() => 2,
-            DevShellError::Binary(_) | DevShellError::State(_) => 3,
-            _ => 1,
+            e if e.is_bad_input() => Exit::BadInput,
+            DevShellError::Binary(_) | DevShellError::State(_) => Exit::HostNotReady,
+            _ => Exit::Failed,
         };
         Failure::new(code, e)
     }
@@ -288,7 +289,7 @@ pub(crate) fn out_raw(text: impl std::fmt::Display) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{text}")
         .and_then(|()| stdout.flush())
-        .map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+        .map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
 }
 
 fn exit(result: Result<(), Failure>) -> ExitCode {
@@ -300,7 +301,7 @@ fn exit(result: Result<(), Failure>) -> ExitCode {
                 use std::io::Write;
                 let _ = writeln!(std::io::stderr(), "quest-runner: {}", f.message);
             }
-            ExitCode::from(f.code)
+            f.code.into()
         }
     }
 }
@@ -330,18 +331,21 @@ pub struct Context {
 fn context(cli: &Globals, check_owner: bool) -> Result<Context, Failure> {
     let root = match &cli.state_dir {
         Some(dir) => dir.clone(),
-        None => StateDir::default_path().map_err(|e| Failure::new(3, e))?,
+        None => StateDir::default_path().map_err(|e| Failure::new(Exit::HostNotReady, e))?,
     };
     let state = StateDir::at(root);
     if check_owner {
-        state.check_owner().map_err(|e| Failure::new(3, e))?;
+        state
+            .check_owner()
+            .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
     }
     let (config_path, required) = match &cli.config {
         Some(path) => (path.clone(), true),
         None => (state.config_file(), false),
     };
     // Any bad config is bad input, like a bad job: the operator fixes the file.
-    let config = Config::load(&config_path, required).map_err(|e| Failure::new(2, e))?;
+    let config =
+        Config::load(&config_path, required).map_err(|e| Failure::new(Exit::BadInput, e))?;
     let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
     Ok(Context {
         state,
@@ -370,7 +374,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 Some("opencode") => vec![AgentKind::Opencode],
                 Some(other) => {
                     return Err(Failure::new(
-                        2,
+                        Exit::BadInput,
                         format!("--agent {other:?}: expected claude or opencode"),
                     ))
                 }
@@ -402,10 +406,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
 /// Builds the job from the file and the flags, and validates every field.
 fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     use crate::job::JobSpec;
-    let bad = |e: crate::job::JobError| Failure::new(2, e);
+    let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);
     let mut value = match &args.job {
         Some(path) => serde_json::to_value(JobSpec::from_file(path).map_err(bad)?)
-            .map_err(|e| Failure::new(2, e))?,
+            .map_err(|e| Failure::new(Exit::BadInput, e))?,
         None => serde_json::json!({}),
     };
     for (key, flag) in [
@@ -425,12 +429,12 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     }
     let spec = JobSpec::from_json(&value.to_string()).map_err(bad)?;
     let default_timeout = humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))?;
+        .map_err(|e| Failure::new(Exit::BadInput, format!("config default_timeout: {e}")))?;
     spec.validate(default_timeout).map_err(bad)
 }
 
 fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
-    use crate::run::{Cancel, Outcome, Runner};
+    use crate::run::{Cancel, Runner};
     let job = job_from(args, &ctx)?;
     let mut runner = Runner::new(ctx.state, ctx.config);
     runner.config_file = Some(ctx.config_path);
@@ -457,12 +461,8 @@ fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "quest-runner: {}; {kept}", e.message);
     }
-    let code = match (result.outcome, result.message.as_deref()) {
-        (Outcome::Cancelled, Some(m)) if m.contains("SIGTERM") => 143,
-        (outcome, _) => outcome.exit_code(),
-    };
-    match code {
-        0 => Ok(()),
+    match result.outcome.exit() {
+        Exit::Success => Ok(()),
         code => Err(Failure::new(code, result.message.unwrap_or_default())),
     }
 }
@@ -491,7 +491,7 @@ fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     };
     let policy = runner
         .policy(&job, &paths)
-        .map_err(|e| Failure::new(2, e))?;
+        .map_err(|e| Failure::new(Exit::BadInput, e))?;
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(crate::config::Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);
@@ -541,7 +541,7 @@ pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failur
             (Some(env), None) => std::fs::read(&env.script).and_then(|b| stdout.write_all(&b)),
         },
     };
-    written.map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+    written.map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
 }
 
 pub(crate) fn shell_json(shell: &DevShell) -> serde_json::Value {
@@ -594,8 +594,8 @@ pub(crate) fn block_on_interruptible<T>(
         tokio::select! {
             result = work => result,
             stopped = stop => Err(match stopped {
-                runtime::Stop::Interrupt => Failure::new(130, "interrupted; stopped cleanly"),
-                runtime::Stop::Terminate => Failure::new(143, "terminated; stopped cleanly"),
+                runtime::Stop::Interrupt => Failure::new(Exit::Interrupted, "interrupted; stopped cleanly"),
+                runtime::Stop::Terminate => Failure::new(Exit::Terminated, "terminated; stopped cleanly"),
             }),
         }
     })

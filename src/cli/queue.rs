@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Context, Failure};
+use crate::exit::Exit;
 use crate::job::JobSpec;
 use crate::serve::limits::Limits;
 use crate::serve::pg::{self, PgError};
@@ -104,16 +105,30 @@ pub struct GcArgs {
 }
 
 fn failure(e: QueueError) -> Failure {
-    Failure::new(if e.is_bad_input() { 2 } else { 3 }, e)
+    Failure::new(
+        if e.is_bad_input() {
+            Exit::BadInput
+        } else {
+            Exit::HostNotReady
+        },
+        e,
+    )
 }
 
 fn pg_failure(e: PgError) -> Failure {
-    Failure::new(if e.is_bad_input() { 2 } else { 3 }, e)
+    Failure::new(
+        if e.is_bad_input() {
+            Exit::BadInput
+        } else {
+            Exit::HostNotReady
+        },
+        e,
+    )
 }
 
 fn default_timeout(ctx: &Context) -> Result<Duration, Failure> {
     humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(2, format!("config default_timeout: {e}")))
+        .map_err(|e| Failure::new(Exit::BadInput, format!("config default_timeout: {e}")))
 }
 
 fn open(ctx: &Context) -> Result<FsQueue, Failure> {
@@ -133,7 +148,7 @@ impl Queue {
         };
         // Checked when the config was loaded.
         let target = pg::target::PgTarget::from_config(queue)
-            .map_err(|e| Failure::new(2, format!("config queue: {e}")))?;
+            .map_err(|e| Failure::new(Exit::BadInput, format!("config queue: {e}")))?;
         let runtime = super::runtime::runtime(None)?;
         Ok(Queue::Pg(Box::new(PgCli { target, runtime })))
     }
@@ -219,7 +234,7 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         }
         Some(settings) => {
             let target = pg::target::PgTarget::from_config(&settings)
-                .map_err(|e| Failure::new(2, format!("config queue: {e}")))?;
+                .map_err(|e| Failure::new(Exit::BadInput, format!("config queue: {e}")))?;
             let timeout = default_timeout(&ctx)?;
             runtime.block_on(async {
                 let queue =
@@ -243,16 +258,16 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         }
     };
     runtime.shutdown_timeout(Duration::from_millis(500));
-    served.map_err(|e| Failure::new(1, e))
+    served.map_err(|e| Failure::new(Exit::Failed, e))
 }
 
 /// `quest-runner submit FILE`: prints the job's id.
 pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
-    let bad = |e: crate::job::JobError| Failure::new(2, e);
+    let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);
     let spec = if args.job == Path::new("-") {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| Failure::new(2, format!("reading stdin: {e}")))?;
+            .map_err(|e| Failure::new(Exit::BadInput, format!("reading stdin: {e}")))?;
         JobSpec::from_json(&text).map_err(bad)?
     } else {
         JobSpec::from_file(&args.job).map_err(bad)?
@@ -301,7 +316,7 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
         }
         out.write_all(text.as_bytes())
     };
-    written.map_err(|e| Failure::new(1, format!("writing to stdout: {e}")))
+    written.map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
 }
 
 /// `quest-runner show ID`: the job's queue entry (job, attempts, result) and its state.
@@ -316,7 +331,7 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             value
         }
         Queue::Pg(db) => {
-            crate::job::check_id(&args.id).map_err(|e| Failure::new(2, e))?;
+            crate::job::check_id(&args.id).map_err(|e| Failure::new(Exit::BadInput, e))?;
             let id = &args.id;
             db.run(|client| async move { pg::admin::show(&client, id).await })?
         }
@@ -330,7 +345,7 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 
 /// `quest-runner logs ID [--follow] [--transcript]`.
 pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
-    crate::job::check_id(&args.id).map_err(|e| Failure::new(2, e))?;
+    crate::job::check_id(&args.id).map_err(|e| Failure::new(Exit::BadInput, e))?;
     let queue = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue,
         Queue::Pg(db) => {
@@ -359,7 +374,7 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     loop {
         offset += copy_from(&path, offset, &mut out)
-            .map_err(|e| Failure::new(1, format!("reading {}: {e}", path.display())))?;
+            .map_err(|e| Failure::new(Exit::Failed, format!("reading {}: {e}", path.display())))?;
         if !args.follow || state.is_finished() {
             break;
         }
@@ -433,7 +448,7 @@ pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
     let refs = super::block_on_interruptible(async {
         crate::workspace::forget_removed_jobs(&ctx.state)
             .await
-            .map_err(|e| Failure::new(1, e))
+            .map_err(|e| Failure::new(Exit::Failed, e))
     })?;
     super::out(format_args!(
         "{}",

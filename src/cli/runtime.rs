@@ -5,6 +5,7 @@ use tokio::runtime::Runtime;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::Failure;
+use crate::exit::Exit;
 
 /// A runtime with `threads` workers, or on the calling thread alone when `None`.
 pub(crate) fn runtime(threads: Option<usize>) -> Result<Runtime, Failure> {
@@ -19,7 +20,7 @@ pub(crate) fn runtime(threads: Option<usize>) -> Result<Runtime, Failure> {
     builder
         .enable_all()
         .build()
-        .map_err(|e| Failure::new(1, format!("starting the async runtime: {e}")))
+        .map_err(|e| Failure::new(Exit::Failed, format!("starting the async runtime: {e}")))
 }
 
 /// Which of the stopping signals came first.
@@ -33,9 +34,9 @@ pub(crate) enum Stop {
 /// is called (inside the runtime), so a signal between then and the first poll is not lost.
 pub(crate) fn stop_signal() -> Result<impl std::future::Future<Output = Stop>, Failure> {
     let mut sigint = signal(SignalKind::interrupt())
-        .map_err(|e| Failure::new(1, format!("installing a SIGINT handler: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failed, format!("installing a SIGINT handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
-        .map_err(|e| Failure::new(1, format!("installing a SIGTERM handler: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failed, format!("installing a SIGTERM handler: {e}")))?;
     Ok(async move {
         tokio::select! {
             _ = sigint.recv() => Stop::Interrupt,

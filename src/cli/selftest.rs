@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{block_on_interruptible, print_shell, shell_json, Context, Failure, Format};
 use crate::devshell::{self, DevShells};
+use crate::exit::Exit;
 use crate::selftest::{fixture_git, registries, static_bash};
 
 const SAMPLE_FLAKE: &str = include_str!("../selftest/sample-flake.nix");
@@ -50,7 +51,12 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
             };
             let report = runtime
                 .block_on(crate::selftest::boundary::run(&cfg))
-                .map_err(|e| Failure::new(1, format!("the boundary suite could not run: {e}")))?;
+                .map_err(|e| {
+                    Failure::new(
+                        Exit::Failed,
+                        format!("the boundary suite could not run: {e}"),
+                    )
+                })?;
             for line in report.lines() {
                 super::out(&line)?;
             }
@@ -71,7 +77,9 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
                 };
                 let report = runtime
                     .block_on(crate::selftest::boundary::run(&cfg))
-                    .map_err(|e| Failure::new(1, format!("a mutation check could not run: {e}")))?;
+                    .map_err(|e| {
+                        Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))
+                    })?;
                 let hit = report
                     .attempts
                     .iter()
@@ -99,7 +107,7 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
         Ok(())
     } else {
         Err(Failure::new(
-            1,
+            Exit::Failed,
             format!(
                 "the boundary is not proven on this host: {}",
                 failures.join(", ")
@@ -129,7 +137,12 @@ fn registries_check(
         );
         let report = runtime
             .block_on(registries::run(*agent, &reachable))
-            .map_err(|e| Failure::new(1, format!("the registries check could not run: {e}")))?;
+            .map_err(|e| {
+                Failure::new(
+                    Exit::Failed,
+                    format!("the registries check could not run: {e}"),
+                )
+            })?;
         for line in &report.lines {
             println!("{line}");
         }
@@ -161,7 +174,7 @@ fn registries_check(
         Ok(())
     } else {
         Err(Failure::new(
-            1,
+            Exit::Failed,
             format!("the registries check failed for {}", failed.join(", ")),
         ))
     }
@@ -178,7 +191,7 @@ fn preflight(opts: &SelftestOptions) -> Result<(), Failure> {
     }
     match crate::preflight::refusal(&checks) {
         Some(why) => Err(Failure::new(
-            3,
+            Exit::HostNotReady,
             format!("this host cannot run the selftest: {why}"),
         )),
         None => Ok(()),
@@ -190,14 +203,20 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     let work = tempfile::Builder::new()
         .prefix("quest-selftest-")
         .tempdir()
-        .map_err(|e| Failure::new(3, format!("creating a temporary directory: {e}")))?;
+        .map_err(|e| {
+            Failure::new(
+                Exit::HostNotReady,
+                format!("creating a temporary directory: {e}"),
+            )
+        })?;
     let system = devshell::nix_version::current_system();
     let bash_dir = ctx
         .state
         .ensure_dir(Path::new("selftest"))
-        .map_err(|e| Failure::new(3, e))?
+        .map_err(|e| Failure::new(Exit::HostNotReady, e))?
         .join("bash");
-    let bash = static_bash::BuilderInput::install(&bash_dir).map_err(|e| Failure::new(3, e))?;
+    let bash = static_bash::BuilderInput::install(&bash_dir)
+        .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
     let flake = SAMPLE_FLAKE
         .replace("@SYSTEM@", &system)
         .replace("@BASH_DIR@", &bash.dir().display().to_string());
@@ -238,14 +257,14 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
 
 fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::PathBuf, Failure> {
     let src = dir.join("sample");
-    std::fs::create_dir_all(&src).map_err(|e| Failure::new(1, e))?;
-    std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(1, e))?;
-    std::fs::write(src.join("flake.lock"), lock).map_err(|e| Failure::new(1, e))?;
+    std::fs::create_dir_all(&src).map_err(|e| Failure::new(Exit::Failed, e))?;
+    std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(Exit::Failed, e))?;
+    std::fs::write(src.join("flake.lock"), lock).map_err(|e| Failure::new(Exit::Failed, e))?;
     std::fs::write(
         src.join("AGENTS.md"),
         "# Sample\nA repository for quest-runner selftest.\n",
     )
-    .map_err(|e| Failure::new(1, e))?;
+    .map_err(|e| Failure::new(Exit::Failed, e))?;
     git_stdout(&src, &["init", "-q", "-b", "main"])?;
     git_stdout(&src, &["add", "flake.nix", "flake.lock", "AGENTS.md"])?;
     git_stdout(
@@ -258,5 +277,5 @@ fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::Pa
 }
 
 fn git_stdout(dir: &Path, args: &[&str]) -> Result<String, Failure> {
-    fixture_git(dir, args).map_err(|e| Failure::new(1, e))
+    fixture_git(dir, args).map_err(|e| Failure::new(Exit::Failed, e))
 }
