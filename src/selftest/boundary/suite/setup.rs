@@ -1,0 +1,85 @@
+//! The runner's config for a suite run: a scripted account the model stand-in answers, and
+//! the checkout the unconfined controls use.
+
+use super::super::world::World;
+use super::SuiteConfig;
+use crate::config::{Account, ClaudeAccount, Config, OpencodeAccount};
+use crate::job::{AgentKind, Trust};
+use crate::selftest::model_server::ModelServer;
+use std::path::PathBuf;
+
+pub(super) fn suite_config(
+    world: &World,
+    server: &ModelServer,
+    cfg: &SuiteConfig,
+) -> Result<Config, String> {
+    Ok(scripted_config(
+        cfg.agent,
+        &world.account_file,
+        server,
+        cfg.trust == Trust::Untrusted,
+    ))
+}
+
+/// A runner config with one account, `main`, for `agent`, whose model is the scripted one
+/// and whose credential is `account_file` (see [`write_scripted_account`]).
+pub(crate) fn scripted_config(
+    agent: AgentKind,
+    account_file: &std::path::Path,
+    server: &ModelServer,
+    allow_untrusted: bool,
+) -> Config {
+    let mut config = Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".into(), String::new());
+    config.allow_untrusted = allow_untrusted;
+    let account = match agent {
+        AgentKind::Claude => Account::Claude(ClaudeAccount {
+            api_key_file: Some(account_file.to_path_buf()),
+            // The runner's gateway forwards there, from the host's namespace.
+            base_url: Some(server.upstream_url()),
+            ..Default::default()
+        }),
+        AgentKind::Opencode => Account::Opencode(OpencodeAccount {
+            auth_file: Some(account_file.to_path_buf()),
+            config: Some(serde_json::json!({
+                "provider": {"scripted": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "scripted",
+                    "options": {"baseURL": format!("{}/v1", server.upstream_url())},
+                    "models": {"scripted": {"name": "scripted", "tool_call": true}},
+                }},
+            })),
+            model: Some("scripted/scripted".into()),
+            budget: None,
+        }),
+    };
+    config.accounts.insert("main".into(), account);
+    config
+}
+
+/// Writes the scripted model's credential for `agent` at `path`: Claude Code's key file, or
+/// opencode's `auth.json`.
+pub(crate) fn write_scripted_account(
+    agent: AgentKind,
+    path: &std::path::Path,
+    key: &str,
+) -> std::io::Result<()> {
+    let text = match agent {
+        AgentKind::Claude => key.to_string(),
+        AgentKind::Opencode => {
+            serde_json::json!({"scripted": {"type": "api", "key": key}}).to_string()
+        }
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
+}
+
+/// Where the unconfined controls run: a worktree of the same bare clone.
+pub(super) fn control_checkout(world: &World) -> PathBuf {
+    world.path().join("control-checkout")
+}
