@@ -13,17 +13,32 @@ use crate::selftest::npm_registry::NpmRegistry;
 use crate::state::StateDir;
 use std::path::PathBuf;
 
-#[allow(clippy::too_many_arguments)]
+/// What the job left, which the controls after it judge: its result, the output of each of
+/// the script's tool calls (by step) and its network log, with the run's world and servers.
+#[derive(Clone, Copy)]
+pub(super) struct JobEvidence<'a> {
+    pub(super) world: &'a World,
+    pub(super) server: &'a ModelServer,
+    pub(super) cfg: &'a SuiteConfig,
+    pub(super) result: &'a JobResult,
+    pub(super) outputs: &'a std::collections::BTreeMap<usize, String>,
+    pub(super) net_log: &'a [String],
+}
+
 pub(super) fn after_job_controls(
-    world: &World,
-    server: &ModelServer,
-    result: &JobResult,
-    outputs: &std::collections::BTreeMap<usize, String>,
+    ev: JobEvidence<'_>,
     reports: &[AttemptReport],
-    cfg: &SuiteConfig,
     helpers: &[libc::pid_t],
     controls: &mut Vec<ControlReport>,
 ) {
+    let JobEvidence {
+        world,
+        server,
+        cfg,
+        result,
+        outputs,
+        ..
+    } = ev;
     let mut add = |name: &str, passed: bool, detail: String| {
         controls.push(ControlReport::new(name, passed, detail));
     };
@@ -196,17 +211,20 @@ pub(super) fn after_job_controls(
 }
 
 /// Registry reads went through the decider and the network log shows each decision.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn registry_controls(
     registry: &NpmRegistry,
     seen: &[String],
-    result: &JobResult,
-    log: &[String],
-    outputs: &std::collections::BTreeMap<usize, String>,
-    world: &World,
-    cfg: &SuiteConfig,
+    ev: JobEvidence<'_>,
     controls: &mut Vec<ControlReport>,
 ) {
+    let JobEvidence {
+        world,
+        cfg,
+        result,
+        outputs,
+        net_log: log,
+        ..
+    } = ev;
     use crate::selftest::npm_registry::{PACKAGE, VERSION};
     let mut add = |name: &str, passed: bool, detail: String| {
         controls.push(ControlReport::new(name, passed, detail));

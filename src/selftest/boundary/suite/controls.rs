@@ -19,17 +19,31 @@ use std::time::{Duration, Instant};
 
 /// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape;
 /// then its effects are undone before the job runs.
-#[allow(clippy::too_many_arguments)]
+/// What the unconfined controls run against: the attempts and what they target, and the
+/// servers and environment the job will have.
+#[derive(Clone, Copy)]
+pub(super) struct ControlSetup<'a> {
+    pub(super) world: &'a World,
+    pub(super) targets: &'a Targets,
+    pub(super) attempts: &'a [Attempt],
+    pub(super) server: &'a ModelServer,
+    pub(super) registry: Option<&'a NpmRegistry>,
+    pub(super) env_source: &'a [(String, String)],
+}
+
 pub(super) fn run_controls(
-    world: &World,
-    t: &Targets,
-    attempts: &[Attempt],
-    server: &ModelServer,
-    registry: Option<&NpmRegistry>,
-    env_source: &[(String, String)],
+    setup: ControlSetup<'_>,
     results: &mut [Option<bool>],
     controls: &mut Vec<ControlReport>,
 ) -> Result<(), String> {
+    let ControlSetup {
+        world,
+        targets: t,
+        attempts,
+        server,
+        registry,
+        env_source,
+    } = setup;
     let checkout = control_checkout(world);
     let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
     let bare_lock = || {

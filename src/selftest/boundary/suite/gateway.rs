@@ -2,9 +2,9 @@
 //! its tokens stop working when the job ends.
 
 use super::super::world::World;
+use super::after_job::JobEvidence;
 use super::report::ControlReport;
 use crate::config::Config;
-use crate::run::JobResult;
 use crate::selftest::model_server::ModelServer;
 use std::time::Duration;
 
@@ -82,14 +82,18 @@ pub(super) fn job_token(job_root: &std::path::Path) -> Option<String> {
 /// result and its model log (which holds no secret); a job's token is worthless once the job
 /// ended, while a live one (the control grant's) is not.
 pub(super) fn gateway_controls(
-    world: &World,
-    server: &ModelServer,
+    ev: JobEvidence<'_>,
     during_job: &[crate::selftest::model_server::Exchange],
-    result: &JobResult,
     job_root: &std::path::Path,
     (gateway, control_grant): (&crate::gateway::Gateway, Option<crate::gateway::JobGrant>),
     controls: &mut Vec<ControlReport>,
 ) {
+    let JobEvidence {
+        world,
+        server,
+        result,
+        ..
+    } = ev;
     let mut add = |name: &str, passed: bool, detail: String| {
         controls.push(ControlReport::new(name, passed, detail));
     };

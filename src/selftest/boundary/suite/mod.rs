@@ -23,9 +23,11 @@ mod setup;
 mod verdicts;
 mod watch;
 
-use after_job::{after_job_controls, registry_controls};
+use after_job::{after_job_controls, registry_controls, JobEvidence};
 use company::{package_manager_controls, Company};
-use controls::{project_config_control, rotation_control, run_controls, shellhook_control};
+use controls::{
+    project_config_control, rotation_control, run_controls, shellhook_control, ControlSetup,
+};
 use gateway::{gateway_controls, open_control_grant};
 pub use report::{AttemptReport, ControlReport, SuiteReport};
 use setup::{control_checkout, suite_config};
@@ -212,16 +214,15 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         .await
         .map_err(|e| e.to_string())?;
     if cfg.controls {
-        run_controls(
-            &world,
-            &targets,
-            &attempts,
-            &server,
-            registry.as_ref(),
-            &env_source,
-            &mut control_results,
-            &mut controls,
-        )?;
+        let setup = ControlSetup {
+            world: &world,
+            targets: &targets,
+            attempts: &attempts,
+            server: &server,
+            registry: registry.as_ref(),
+            env_source: &env_source,
+        };
+        run_controls(setup, &mut control_results, &mut controls)?;
         // `rotate-secrets`' control replaced the account's key: the job starts with the one
         // its gateway checks for again (replaced the same way, by a rename).
         world
@@ -311,21 +312,18 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         }
         reports.push(report);
     }
-    after_job_controls(
-        &world,
-        &server,
-        &result,
-        &outputs,
-        &reports,
+    let ev = JobEvidence {
+        world: &world,
+        server: &server,
         cfg,
-        &helpers,
-        &mut controls,
-    );
+        result: &result,
+        outputs: &outputs,
+        net_log: &net_log,
+    };
+    after_job_controls(ev, &reports, &helpers, &mut controls);
     gateway_controls(
-        &world,
-        &server,
+        ev,
         &exchanges[served_before.min(exchanges.len())..],
-        &result,
         &job_root,
         (gateway, control_grant),
         &mut controls,
@@ -335,16 +333,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     }
     drop(rotator);
     if let Some(r) = &registry {
-        registry_controls(
-            r,
-            &registry_seen,
-            &result,
-            &net_log,
-            &outputs,
-            &world,
-            cfg,
-            &mut controls,
-        );
+        registry_controls(r, &registry_seen, ev, &mut controls);
     }
     if let (Some(c), Some(step)) = (&company, pm_step) {
         let output = outputs.get(&step).cloned().unwrap_or_default();
