@@ -47,6 +47,10 @@ const ENFORCED: &[&str] = &[
     "src/serve/pg/session.rs",
     "src/serve/pg/signals.rs",
     "src/serve/pg/source.rs",
+    "src/selftest/boundary/suite/report.rs",
+    "src/selftest/boundary/suite/setup.rs",
+    "src/selftest/boundary/suite/verdicts.rs",
+    "src/selftest/boundary/suite/watch.rs",
 ];
 
 #[derive(Debug)]
