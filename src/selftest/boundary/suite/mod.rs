@@ -1,9 +1,10 @@
 //! Running the boundary suite: controls first, then one real job through the runner, then
 //! the verdict of every attempt.
 
-use super::attempts::{self, Rule, Targets};
+use super::attempts::{self, Attempt, Rule, Targets};
 use super::mutation::Mutation;
 use super::world::World;
+use crate::config::Config;
 use crate::job::{AgentKind, Job, Trust};
 use crate::run::{Cancel, RunHooks, Runner};
 use crate::selftest::model_server::ModelServer;
@@ -58,6 +59,106 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The one job of a suite run: the world's repository at its revision, with the suite's prompt.
+fn suite_job(cfg: &SuiteConfig, world: &World) -> Job {
+    Job {
+        id: format!("boundary-{}-{}", cfg.agent.name(), world.token),
+        repo: world.repo.display().to_string(),
+        rev: world.rev.clone(),
+        git_ref: Some("main".into()),
+        trust: cfg.trust,
+        agent: cfg.agent,
+        account: "main".into(),
+        prompt: "Carry out the boundary suite's steps.".into(),
+        timeout: Duration::from_secs(300),
+    }
+}
+
+/// The environment agents start from: the suite's own, with the world's planted secrets.
+fn agent_env(world: &World, company: Option<&Company>) -> Vec<(String, String)> {
+    let mut env_source: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
+        .chain(world.planted_env())
+        .collect();
+    if let Some(c) = company {
+        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
+        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
+        env_source.push((
+            "NODE_EXTRA_CA_CERTS".into(),
+            c.front.cert.display().to_string(),
+        ));
+    }
+    env_source
+}
+
+/// Writes the runner's config in the state dir (which `read-runner-state` reads), and where
+/// the runner is told its config is, outside it (which `rotate-secrets` replaces).
+fn write_config(state: &StateDir, world: &World, config: &Config) -> Result<(), String> {
+    for file in [state.config_file(), world.config_file.clone()] {
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(config).unwrap_or_default(),
+        )
+        .map_err(|e| format!("writing the runner's config {}: {e}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// Whatever escaped is removed, so a failed run does not leave planted files behind.
+fn remove_escaped(attempts: &[Attempt], world: &World) {
+    for a in attempts {
+        for p in a.detect.host_paths() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let _ = std::fs::remove_file(format!("/tmp/qr-shellhook-{}", world.token));
+}
+
+/// The suite's seams in the runner: the agent and the proxy run in the model server's network
+/// namespace (and the agent in the company machine's mounts), and the policy lists the
+/// stand-in registry and takes the mutation under test.
+fn run_hooks(
+    server: &ModelServer,
+    company: Option<&Company>,
+    registry: Option<&NpmRegistry>,
+    bare: PathBuf,
+    mutation: Option<Mutation>,
+) -> RunHooks {
+    let server_confine = server.confiner();
+    let proxy_confine = server.confiner();
+    let enter_company = company.map(|c| c.planted.enterer());
+    RunHooks {
+        agent_command: Some(Arc::new(move |cmd: &mut Command| {
+            server_confine(cmd);
+            if let Some(enter) = &enter_company {
+                enter(cmd);
+            }
+        })),
+        policy: {
+            let mut hosts: Vec<String> = registry.into_iter().map(NpmRegistry::host).collect();
+            hosts.extend(
+                company
+                    .iter()
+                    .map(|c| format!("localhost:{}", c.front.port)),
+            );
+            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
+                // The seam for the stand-in: a registry-class host (reads only) of a job that
+                // reaches registries at all.
+                if !p.allowed_hosts.is_empty() {
+                    p.allowed_hosts.extend(hosts.iter().cloned());
+                }
+                if let Some(m) = mutation {
+                    m.apply(p, &bare);
+                }
+            }) as crate::run::PolicyHook)
+        },
+        proxy_listener: Some(Arc::new(server.binder())),
+        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
+        // Where the confined agent reaches it; it forwards to the server's host-side listener.
+        gateway_listener: Some(Arc::new(server.binder())),
+    }
+}
+
 /// Runs the suite once.
 pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let started = Instant::now();
@@ -84,39 +185,10 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         _ => None,
     };
     let state = StateDir::at(&world.state);
-    let job = Job {
-        id: format!("boundary-{}-{}", cfg.agent.name(), world.token),
-        repo: world.repo.display().to_string(),
-        rev: world.rev.clone(),
-        git_ref: Some("main".into()),
-        trust: cfg.trust,
-        agent: cfg.agent,
-        account: "main".into(),
-        prompt: "Carry out the boundary suite's steps.".into(),
-        timeout: Duration::from_secs(300),
-    };
-    let mut env_source: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
-        .chain(world.planted_env())
-        .collect();
-    if let Some(c) = &company {
-        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
-        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
-        env_source.push((
-            "NODE_EXTRA_CA_CERTS".into(),
-            c.front.cert.display().to_string(),
-        ));
-    }
+    let job = suite_job(cfg, &world);
+    let env_source = agent_env(&world, company.as_ref());
     let config = suite_config(&world, &server, cfg)?;
-    // In the state dir (which `read-runner-state` reads), and where the runner is told its
-    // config is, outside it (which `rotate-secrets` replaces).
-    for file in [state.config_file(), world.config_file.clone()] {
-        std::fs::write(
-            &file,
-            serde_json::to_string_pretty(&config).unwrap_or_default(),
-        )
-        .map_err(|e| format!("writing the runner's config {}: {e}", file.display()))?;
-    }
+    write_config(&state, &world, &config)?;
 
     // The runner the job runs in, as an operator would run it; its model gateway is started
     // now, so the gateway attempts can name its port and a live token (the control grant's,
@@ -125,41 +197,13 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     runner.config_file = Some(world.config_file.clone());
     runner.env_source = env_source.clone();
     runner.operator_home = Some(world.operator_home.clone());
-    let server_confine = server.confiner();
-    let proxy_confine = server.confiner();
-    let enter_company = company.as_ref().map(|c| c.planted.enterer());
-    runner.hooks = RunHooks {
-        agent_command: Some(Arc::new(move |cmd: &mut Command| {
-            server_confine(cmd);
-            if let Some(enter) = &enter_company {
-                enter(cmd);
-            }
-        })),
-        policy: {
-            let bare = crate::workspace::bare_clone_path(&state, &job.repo);
-            let mutation = cfg.mutation;
-            let mut hosts: Vec<String> = registry.iter().map(NpmRegistry::host).collect();
-            hosts.extend(
-                company
-                    .iter()
-                    .map(|c| format!("localhost:{}", c.front.port)),
-            );
-            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
-                // The seam for the stand-in: a registry-class host (reads only) of a job that
-                // reaches registries at all.
-                if !p.allowed_hosts.is_empty() {
-                    p.allowed_hosts.extend(hosts.iter().cloned());
-                }
-                if let Some(m) = mutation {
-                    m.apply(p, &bare);
-                }
-            }) as crate::run::PolicyHook)
-        },
-        proxy_listener: Some(Arc::new(server.binder())),
-        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
-        // Where the confined agent reaches it; it forwards to the server's host-side listener.
-        gateway_listener: Some(Arc::new(server.binder())),
-    };
+    runner.hooks = run_hooks(
+        &server,
+        company.as_ref(),
+        registry.as_ref(),
+        crate::workspace::bare_clone_path(&state, &job.repo),
+        cfg.mutation,
+    );
     let gateway = runner.gateway().await?;
     let control_grant = Some(open_control_grant(gateway, &config, &world)?);
     let targets = Targets {
@@ -367,13 +411,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
         reports.extend(report);
         controls.extend(disk_controls);
     }
-    // Whatever escaped is removed, so a failed run does not leave planted files behind.
-    for a in &attempts {
-        for p in a.detect.host_paths() {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-    let _ = std::fs::remove_file(format!("/tmp/qr-shellhook-{}", world.token));
+    remove_escaped(&attempts, &world);
     Ok(SuiteReport {
         agent: cfg.agent,
         trust: cfg.trust,
