@@ -32,6 +32,16 @@ fn run(exe: &Path, uid: Option<u32>, state: &Path, args: &[&str]) -> Output {
     if let Some(uid) = uid {
         cmd.uid(uid).gid(uid).env("HOME", "/nonexistent");
     }
+    // The copy was just written: a child forked meanwhile by the other test's thread may
+    // still hold its write descriptor until that child execs (ETXTBSY). Wait that out.
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            out => return out.unwrap(),
+        }
+    }
     cmd.output().unwrap()
 }
 
