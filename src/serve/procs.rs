@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::procfs::Stopping;
 use crate::state::StateDir;
 
 /// The paths whose mention in a process's environment marks it as one of job `id`'s.
@@ -44,23 +45,16 @@ fn recorded_temp_dir(job_root: &Path) -> Option<PathBuf> {
 pub fn stop_leftovers(state: &StateDir, id: &str) -> usize {
     let markers = markers(state, id);
     let me = std::process::id();
-    let mut sent = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let pids = matching(&markers, me);
-        if pids.is_empty() || std::time::Instant::now() > deadline {
-            return sent;
-        }
-        for pid in pids {
-            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
-                    sent += 1;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::procfs::stop(|| matching(&markers, me), &LEFTOVERS)
 }
+
+/// A dead runner's job's processes get SIGKILL at once: nothing of theirs is worth a grace.
+const LEFTOVERS: Stopping = Stopping {
+    term_grace: None,
+    kill_rounds: usize::MAX,
+    kill_for: Some(Duration::from_secs(2)),
+    pause: Duration::from_millis(50),
+};
 
 /// Pids (other than `me`) whose environment has a value starting with one of `markers`.
 pub fn matching(markers: &[String], me: u32) -> Vec<u32> {

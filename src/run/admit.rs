@@ -1,0 +1,46 @@
+//! What refuses a job before anything is fetched: an account the config does not have or
+//! that is for another agent, an untrusted revision the config does not allow, a secret the
+//! sandbox cannot hide, a host that is not ready, a disk below the reserve.
+
+use super::outcome::Stop;
+use super::Runner;
+use crate::config::Account;
+use crate::job::{Job, Trust};
+use crate::preflight;
+
+impl Runner {
+    /// The account `job` runs on, or why the runner refuses it.
+    pub(super) fn admit(&self, job: &Job) -> Result<&Account, Stop> {
+        let Some(account) = self.config.accounts.get(&job.account) else {
+            return Err(Stop::refused(format!(
+                "unknown account {:?}: it is not in the runner's config",
+                job.account
+            )));
+        };
+        if account.agent() != job.agent {
+            return Err(Stop::refused(format!(
+                "account {:?} is for {}, but the job asks for {}",
+                job.account,
+                account.agent().name(),
+                job.agent.name()
+            )));
+        }
+        if job.trust == Trust::Untrusted && !self.config.allow_untrusted {
+            return Err(Stop::refused(
+                "untrusted revisions are refused: their devShells would build on this host. \
+                 Set allow_untrusted in the config to run them with no network and no devShell"
+                    .into(),
+            ));
+        }
+        // Before anything is fetched: a secret the sandbox cannot hide refuses every job.
+        if let Err(e) = self.private_files() {
+            return Err(Stop::refused(e.to_string()));
+        }
+        let checks = preflight::checks_for(job.agent, job.trust == Trust::Trusted);
+        if let Some(missing) = preflight::refusal(&checks) {
+            return Err(Stop::refused(format!("host not ready: {missing}")));
+        }
+        self.room_to_start().map_err(Stop::refused)?;
+        Ok(account)
+    }
+}

@@ -1,0 +1,236 @@
+//! The agent as a process: started with its limits, fed its prompt, waited for until it
+//! exits or something ends the job first (its timeout, the disk watchdog, a token cap, a
+//! failed network proxy or commands' sandbox), and then stopped with its whole tree.
+
+use std::future::Future;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+
+use super::hooks::JobAgentHook;
+use super::tree::ProcessTree;
+use crate::agent::Launch;
+use crate::jobshell::host::Prepared;
+
+/// How the agent's run ended.
+pub(super) enum AgentEnd {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut,
+    /// The disk watchdog stopped the job.
+    Disk(crate::disk::watch::Fired),
+    /// The gateway refused a request past a token cap: why.
+    TokensSpent(String),
+}
+
+/// What bounds the agent's process tree besides its timeout.
+pub(super) struct AgentLimits<'a> {
+    /// Adjusts the agent's command (the boundary suite's confinement, `serve`'s rlimits).
+    pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    /// `serve`'s per-job cgroup, for the job of this id.
+    pub per_job: Option<(&'a str, &'a JobAgentHook)>,
+    /// RLIMIT_FSIZE: the disk limit, per file.
+    pub file_size: Option<u64>,
+    pub disk: Option<&'a mut crate::disk::watch::Watchdog>,
+}
+
+/// What ends a job before its agent exits, besides its timeout.
+pub(super) struct EndsEarly {
+    /// The job's network proxy never served.
+    pub proxy_failed: Option<crate::netproxy::proxy::StartupFailure>,
+    /// The gateway refused a request past a token cap.
+    pub limit_fired: Option<tokio::sync::watch::Receiver<Option<String>>>,
+}
+
+/// How long an agent whose request a token cap refused may take to show the error and exit
+/// before its tree is stopped.
+const TOKENS_SPENT_GRACE: Duration = Duration::from_secs(10);
+
+/// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
+/// cancelled job) stops the agent's whole process tree, as does a timeout.
+pub(super) async fn run_agent(
+    launch: &Launch,
+    timeout: Duration,
+    limits: AgentLimits<'_>,
+    spawned: impl FnOnce(Instant),
+    markers: Vec<String>,
+    ends: EndsEarly,
+) -> Result<AgentEnd, String> {
+    let AgentLimits {
+        adjust,
+        per_job,
+        file_size,
+        disk,
+    } = limits;
+    let mut cmd = agent_command(launch)?;
+    // The companion runs the agent's commands (opencode's sandbox host): it is placed and
+    // limited as the agent is (the suite's namespace, `serve`'s limits, the disk limit, the
+    // job's cgroup), as those commands were when they were the agent's children.
+    let mut companion = match &launch.companion {
+        Some(plan) => Some(Prepared::new(plan).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
+    if let Some(c) = companion.as_mut() {
+        commands.push(c.command_mut());
+    }
+    for c in commands.iter_mut() {
+        if let Some(adjust) = adjust {
+            adjust(c);
+        }
+        if let Some(bytes) = file_size {
+            crate::disk::limit_file_size(c, bytes);
+        }
+    }
+    // Declared before `tree`, so dropped after it: the job's cgroup goes once the tree is
+    // stopped, on every path (a cancelled job drops this future).
+    let _per_job = match per_job {
+        Some((id, hook)) => Some(hook(id, &mut commands)?),
+        None => None,
+    };
+    drop(commands);
+    let mut child = spawn_agent(launch, &mut cmd)?;
+    spawned(Instant::now());
+    let tree = ProcessTree::new(child.id(), markers);
+    // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
+    // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
+    let mut sandbox = match companion {
+        Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
+    feed_prompt(&mut child, launch);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let end = wait_for_end(&mut child, deadline, disk, sandbox_failed, ends).await;
+    if matches!(end, Ok(AgentEnd::Disk(_))) {
+        // No grace: a job filling the disk would go on writing through it.
+        tree.kill_now();
+    }
+    // The commands' sandbox before the rest of the agent's tree, so srt removes the mount
+    // points it left in the checkout before anything reads the worktree (its stop kills the
+    // sandbox at once).
+    if let Some(sandbox) = sandbox {
+        sandbox.stop().await;
+    }
+    drop(tree);
+    end
+}
+
+/// The agent's command as its launch plan says, with its event stream going to the
+/// transcript and its stderr to `agent.log` beside it, in a process group of its own.
+fn agent_command(launch: &Launch) -> Result<tokio::process::Command, String> {
+    let transcript = std::fs::File::create(&launch.transcript)
+        .map_err(|e| format!("creating {}: {e}", launch.transcript.display()))?;
+    let log_path = launch.transcript.with_file_name("agent.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .env_clear()
+        .envs(&launch.env)
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(transcript))
+        .stderr(Stdio::from(log))
+        .process_group(0)
+        .kill_on_drop(false);
+    Ok(cmd)
+}
+
+/// Starts the agent, with the runner as the subreaper of its orphans (a tool's process that
+/// left its group is re-parented to the runner, which kills it when the agent ends).
+fn spawn_agent(
+    launch: &Launch,
+    cmd: &mut tokio::process::Command,
+) -> Result<tokio::process::Child, String> {
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
+    cmd.spawn().map_err(|e| {
+        // The child's setup between fork and exec (cgroup placement, limits, parent-death
+        // signal) can only return an errno, which then reads as if the agent's binary were
+        // missing; say which side failed.
+        let program = launch.program.display();
+        if launch.program.is_file() {
+            format!("starting {program}: preparing its process (job cgroup, limits) failed: {e}")
+        } else {
+            format!("starting {program}: {e}")
+        }
+    })
+}
+
+/// Writes the prompt to the agent's stdin from a task of its own: a prompt the agent does
+/// not read must not block the runner.
+fn feed_prompt(child: &mut tokio::process::Child, launch: &Launch) {
+    if let Some(mut stdin) = child.stdin.take() {
+        let prompt = launch.stdin.clone();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(prompt.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+}
+
+/// Waits until the agent exits, its time is up, or something else ends the job first.
+async fn wait_for_end(
+    child: &mut tokio::process::Child,
+    deadline: tokio::time::Instant,
+    disk: Option<&mut crate::disk::watch::Watchdog>,
+    sandbox_failed: Option<crate::jobshell::host::Failure>,
+    EndsEarly {
+        proxy_failed,
+        limit_fired,
+    }: EndsEarly,
+) -> Result<AgentEnd, String> {
+    use std::os::unix::process::ExitStatusExt;
+    // The job's network proxy starts alongside the agent (see `JobProxy::spawn`); if it never
+    // serves, the job ends here, its tree stopped by the caller, rather than running without
+    // network. Likewise the sandbox of opencode's commands: a job whose commands cannot run
+    // ends.
+    let proxy_failed = or_never(proxy_failed.map(|f| f.failed()));
+    let sandbox_failed = or_never(sandbox_failed.map(|f| f.failed()));
+    let disk_fired = or_never(disk.map(|w| w.fired()));
+    let limit_fired = or_never(limit_fired.map(token_cap_reached));
+    tokio::select! {
+        fired = disk_fired => Ok(AgentEnd::Disk(fired)),
+        waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
+            Ok(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => Ok(AgentEnd::Exited(code)),
+                (None, Some(sig)) => Ok(AgentEnd::Signalled(sig)),
+                (None, None) => Ok(AgentEnd::Exited(-1)),
+            },
+            Ok(Err(e)) => Err(format!("waiting for the agent: {e}")),
+            Err(_) => Ok(AgentEnd::TimedOut),
+        },
+        e = proxy_failed => Err(format!("the job's network proxy: {e}")),
+        e = sandbox_failed => Err(e.to_string()),
+        why = limit_fired => {
+            // The agent got the refusal; let it say so and exit on its own first.
+            let grace = (tokio::time::Instant::now() + TOKENS_SPENT_GRACE).min(deadline);
+            let _ = tokio::time::timeout_at(grace, child.wait()).await;
+            Ok(AgentEnd::TokensSpent(why))
+        }
+    }
+}
+
+/// Resolves with why the gateway refused a request past a token cap, once it has; never if
+/// the gateway is gone without saying so.
+async fn token_cap_reached(mut fired: tokio::sync::watch::Receiver<Option<String>>) -> String {
+    let why = fired
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .map(|why| why.clone().unwrap_or_default());
+    match why {
+        Some(why) => why,
+        None => std::future::pending().await,
+    }
+}
+
+/// `end`'s output, or never when there is nothing that could end the job this way.
+async fn or_never<F: Future>(end: Option<F>) -> F::Output {
+    match end {
+        Some(end) => end.await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,245 @@
+//! A job inside its prepared workspace, as a pipeline of named steps: its devShell, its
+//! policy and network, the agent's launch plan and files, the agent's run with what meters
+//! it, and how the run ended.
+
+use std::time::{Duration, Instant};
+
+use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
+use super::model::ModelAccess;
+use super::outcome::{record_end, timed_out_while, Stop};
+use super::prompt::system_prompt;
+use super::result::{DevShellSummary, JobResult, Outcome};
+use super::tree::job_markers;
+use super::Runner;
+use crate::agent::{self, AgentInputs, Launch};
+use crate::binaries::Tool;
+use crate::config::Account;
+use crate::devshell;
+use crate::job::{AgentKind, Job, Trust};
+use crate::netproxy::JobProxy;
+use crate::sandbox::{SandboxPolicy, WorkspacePaths};
+use crate::workspace::{self, Workspace};
+
+/// One job in its workspace: what every step reads.
+pub(super) struct JobRun<'a> {
+    pub runner: &'a Runner,
+    pub job: &'a Job,
+    pub account: &'a Account,
+    pub ws: &'a Workspace,
+    /// When the job started, and when its timeout runs out (it bounds every step).
+    pub started: Instant,
+    pub deadline: tokio::time::Instant,
+}
+
+/// What the agent's run needs besides its launch plan, each stopped or dropped once the
+/// agent's tree is: the job's network proxy and its grant on the model gateway.
+struct Services {
+    proxy: Option<JobProxy>,
+    model: Option<ModelAccess>,
+}
+
+impl JobRun<'_> {
+    /// Runs the job's steps in its workspace, filling `result`; an error names the step.
+    pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
+        let mut paths = self.ws.paths.clone();
+        let devshell_attr = self.prepare_devshell(&mut paths, result).await?;
+        let mut policy = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
+        if let Some(hook) = &self.runner.hooks.policy {
+            hook(&mut policy);
+        }
+        // Started before the agent's files are rendered: they name its port.
+        let proxy = self.start_network(&paths, &mut policy).await?;
+        let system_prompt = {
+            let instructions = crate::instructions::read(&paths.checkout);
+            system_prompt(self.job, &policy, devshell_attr.as_deref(), &instructions)
+        };
+        // `model` is dropped when this returns: the job's token is worthless from then on.
+        let (launch, model) = self.plan_agent(&paths, &policy, &system_prompt).await?;
+        result.transcript = Some(launch.transcript.clone());
+        let ended = self
+            .run_agent(&paths, &launch, Services { proxy, model }, result)
+            .await?;
+        record_end(result, ended, self.job, &paths);
+        Ok(())
+    }
+
+    /// Builds (or finds cached) the revision's devShell, for a trusted job, and puts a copy
+    /// of its script in the job's directory: the sandbox may read that, but not the cache.
+    /// Returns the devShell's attribute, when there is one to load.
+    async fn prepare_devshell(
+        &self,
+        paths: &mut WorkspacePaths,
+        result: &mut JobResult,
+    ) -> Result<Option<String>, Stop> {
+        let job = self.job;
+        if job.trust != Trust::Trusted {
+            return Ok(None);
+        }
+        let req = devshell::Request {
+            repo: paths.bare_clone.clone(),
+            rev: job.rev.clone(),
+            git_ref: Some(self.ws.nix_ref.clone()),
+            attr: None,
+        };
+        let building = with_progress(self.runner.devshells.get(&req), &job.rev);
+        let shell = match tokio::time::timeout_at(self.deadline, building).await {
+            Ok(shell) => shell.map_err(Stop::error)?,
+            Err(_) => {
+                let message = timed_out_while(job, "building the devShell");
+                return Err(Stop::new(Outcome::TimedOut, message));
+            }
+        };
+        result.devshell = Some(DevShellSummary {
+            cache: shell.cache,
+            key: shell.key.clone(),
+            present: shell.env.is_some(),
+        });
+        let Some(env) = &shell.env else {
+            return Ok(None);
+        };
+        let copy = paths.job_dir.join("devshell.sh");
+        std::fs::copy(&env.script, &copy)
+            .map_err(|e| format!("copying the devShell script: {e}"))?;
+        paths.devshell_script = Some(copy);
+        Ok(Some(shell.attr.clone()))
+    }
+
+    /// Starts the job's network proxy, when its policy lets commands reach some host, and
+    /// records its port in the policy.
+    async fn start_network(
+        &self,
+        paths: &WorkspacePaths,
+        policy: &mut SandboxPolicy,
+    ) -> Result<Option<JobProxy>, Stop> {
+        let (runner, job) = (self.runner, self.job);
+        let net = crate::netproxy::job::JobNet {
+            job_id: &job.id,
+            timeout: job.timeout,
+            result_dir: &workspace::job_root(&runner.state, &job.id),
+            job_dir: &paths.job_dir,
+            temp_dir: &self.ws.proxy_tmp,
+            bind: runner.hooks.proxy_listener.as_deref(),
+            adjust: runner.hooks.proxy_command.as_deref(),
+            env_source: &runner.env_source,
+        };
+        crate::netproxy::job::start(policy, net)
+            .await
+            .map_err(Stop::error)
+    }
+
+    /// The agent's launch plan, with its files (settings, wrapper, prompt) written, and the
+    /// job's grant on the model gateway the plan names (none when the agent holds the
+    /// account's login itself).
+    async fn plan_agent(
+        &self,
+        paths: &WorkspacePaths,
+        policy: &SandboxPolicy,
+        system_prompt: &str,
+    ) -> Result<(Launch, Option<ModelAccess>), Stop> {
+        let (tool, srt, node, runner_binary) = match self.job.agent {
+            AgentKind::Claude => (Tool::Claude, None, None, None),
+            AgentKind::Opencode => (
+                Tool::Opencode,
+                crate::binaries::find(Tool::Srt).ok(),
+                crate::binaries::find(Tool::Node).ok(),
+                Some(crate::jobshell::runner_binary()?),
+            ),
+        };
+        let program = crate::binaries::find(tool)
+            .ok()
+            .ok_or_else(|| Stop::error("the agent binary vanished"))?;
+        let model = self
+            .runner
+            .open_model_access(self.job, self.account)
+            .await?;
+        let inputs = AgentInputs {
+            job: self.job,
+            account: self.account,
+            policy,
+            workspace: paths,
+            system_prompt,
+            program: &program,
+            srt: srt.as_deref(),
+            node: node.as_deref(),
+            runner: runner_binary.as_deref(),
+            host_env: self.runner.env_source.clone(),
+            gateway: model.as_ref().map(|(_, access)| access),
+        };
+        let launch = agent::plan(&inputs).map_err(Stop::error)?;
+        launch.write_files().map_err(Stop::error)?;
+        Ok((launch, model))
+    }
+
+    /// Runs the agent under the job's limits and the disk watchdog, then stops the services
+    /// it used and records what they metered (disk, network, model use).
+    async fn run_agent(
+        &self,
+        paths: &WorkspacePaths,
+        launch: &Launch,
+        Services { mut proxy, model }: Services,
+        result: &mut JobResult,
+    ) -> Result<AgentEnd, Stop> {
+        let (runner, job) = (self.runner, self.job);
+        let started = self.started;
+        let spawned =
+            |at: Instant| result.agent_started_ms = Some((at - started).as_millis() as u64);
+        let mut disk = crate::disk::watch::Watchdog::start(
+            &job.id,
+            self.ws.disk_trees(),
+            runner.disk,
+            runner.disk_jobs.clone(),
+        );
+        let ended = run_agent(
+            launch,
+            self.deadline
+                .saturating_duration_since(tokio::time::Instant::now()),
+            AgentLimits {
+                adjust: runner.hooks.agent_command.as_deref(),
+                per_job: runner.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
+                file_size: runner.disk.limit,
+                disk: disk.as_mut(),
+            },
+            spawned,
+            job_markers(paths),
+            EndsEarly {
+                proxy_failed: proxy.as_mut().map(|p| p.startup_failure()),
+                limit_fired: model.as_ref().map(|(grant, _)| grant.limit_fired()),
+            },
+        )
+        .await;
+        result.disk_used = disk.as_ref().map(|d| d.peak());
+        drop(disk);
+        // The agent's tree is stopped: nothing can make a request any more.
+        if let Some(proxy) = proxy {
+            result.network = Some(proxy.stop().await);
+        }
+        if let Some((grant, _)) = &model {
+            result.usage = Some(grant.usage());
+        }
+        drop(model);
+        ended.map_err(Stop::error)
+    }
+}
+
+/// Awaits a devShell build, printing a progress line every ten seconds while it lasts when
+/// stderr is a terminal.
+async fn with_progress<F: std::future::Future>(build: F, rev: &str) -> F::Output {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return build.await;
+    }
+    const EVERY: Duration = Duration::from_secs(10);
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + EVERY, EVERY);
+    tokio::pin!(build);
+    loop {
+        tokio::select! {
+            out = &mut build => return out,
+            _ = ticks.tick() => eprintln!(
+                "still building the devShell of {} ({}s)",
+                &rev[..rev.len().min(12)],
+                started.elapsed().as_secs()
+            ),
+        }
+    }
+}

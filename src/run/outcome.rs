@@ -1,0 +1,102 @@
+//! How a job's end becomes its result: the agent's end read as an [`Outcome`] and a message
+//! (pure), and [`Stop`], the end of a job that stopped before its agent did.
+
+use std::fmt::Display;
+
+use super::agent_process::AgentEnd;
+use super::result::{JobResult, Outcome};
+use crate::job::Job;
+use crate::sandbox::WorkspacePaths;
+
+/// Why a job stops before its agent has run to an end: how it ends, and the result's
+/// message. Every step before the agent's end returns one.
+#[derive(Debug)]
+pub(super) struct Stop {
+    pub outcome: Outcome,
+    pub message: String,
+}
+
+impl Stop {
+    pub fn new(outcome: Outcome, message: String) -> Stop {
+        Stop { outcome, message }
+    }
+
+    /// The runner could not do a step (fetch, devShell, I/O): the job ends as an error.
+    pub fn error(e: impl Display) -> Stop {
+        Stop::new(Outcome::Error, e.to_string())
+    }
+
+    pub fn refused(message: String) -> Stop {
+        Stop::new(Outcome::Refused, message)
+    }
+}
+
+/// A step's error message is the job's, and it ends as an error.
+impl From<String> for Stop {
+    fn from(message: String) -> Stop {
+        Stop::new(Outcome::Error, message)
+    }
+}
+
+/// Records how the agent's run ended in `result`: its exit status or signal, or the limit
+/// that stopped it. A failure on a full disk says so, since agents die of it with any status.
+pub(super) fn record_end(
+    result: &mut JobResult,
+    ended: AgentEnd,
+    job: &Job,
+    paths: &WorkspacePaths,
+) {
+    match ended {
+        AgentEnd::Exited(code) => {
+            result.exit_status = Some(code);
+            if code == 0 {
+                result.outcome = Outcome::Succeeded;
+            } else {
+                result.end(
+                    Outcome::Failed,
+                    format!("the agent exited with status {code}"),
+                );
+            }
+        }
+        AgentEnd::Signalled(sig) => {
+            result.signal = Some(sig);
+            let name = crate::util::units::signal_name(sig)
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            result.end(
+                Outcome::Failed,
+                format!("the agent was killed by signal {sig}{name}"),
+            );
+        }
+        AgentEnd::TokensSpent(why) => {
+            result.limit_fired = Some("tokens");
+            result.end(Outcome::Failed, why);
+        }
+        AgentEnd::TimedOut => {
+            let message = format!(
+                "timed out after {}",
+                humantime::format_duration(job.timeout)
+            );
+            result.end(Outcome::TimedOut, message);
+        }
+        AgentEnd::Disk(fired) => {
+            result.limit_fired = Some("disk");
+            result.end(Outcome::Failed, fired.message);
+        }
+    }
+    if result.outcome == Outcome::Failed {
+        // A full disk kills agents with an arbitrary status; say so where it applies.
+        let clause = crate::disk::space::full_clause(&[&paths.job_dir, &paths.temp_dir]);
+        if let Some(message) = result.message.as_mut() {
+            message.push_str(&clause);
+        }
+    }
+}
+
+/// The message of a job whose timeout ran out before its agent started.
+pub(super) fn timed_out_while(job: &Job, what: &str) -> String {
+    format!(
+        "timed out after {} while {what}",
+        humantime::format_duration(job.timeout)
+    )
+}
