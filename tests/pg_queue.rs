@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use postgres::Postgres;
 use quest_runner::config::{Config, QueueConfig};
 use quest_runner::job::JobSpec;
+use quest_runner::run::{Cancel, JobResult, Outcome};
 use quest_runner::serve::pg::{admin, schema, target::PgTarget, PgQueue};
-use quest_runner::serve::queue::made_up_result;
 use quest_runner::serve::{Interruption, JobSource};
 use quest_runner::state::StateDir;
 use serde_json::{json, Value};
@@ -88,8 +88,18 @@ async fn runner(pg: &Postgres, lease: Duration) -> (tempfile::TempDir, PgQueue) 
     (dir, q)
 }
 
-fn succeeded(id: &str) -> Value {
-    made_up_result(id, "succeeded", "ok")
+/// The result of job `id` (queued by [`spec`]), ended as `outcome` with `message`.
+fn ended(id: &str, outcome: Outcome, message: &str) -> JobResult {
+    let job = spec(id).validate(Duration::from_secs(60)).unwrap();
+    JobResult {
+        outcome,
+        message: Some(message.into()),
+        ..JobResult::new(&job)
+    }
+}
+
+fn succeeded(id: &str) -> JobResult {
+    ended(id, Outcome::Succeeded, "ok")
 }
 
 async fn show(pg: &Postgres, id: &str) -> Value {
@@ -419,9 +429,12 @@ async fn cancel_reaches_the_running_jobs_runner_through_notify() {
         latency < Duration::from_secs(15),
         "not by a renewal: {latency:?}"
     );
-    q.finish(claimed, made_up_result("c", "cancelled", "cancelled"))
-        .await
-        .unwrap();
+    q.finish(
+        claimed,
+        ended("c", Outcome::Cancelled(Cancel::Terminate), "cancelled"),
+    )
+    .await
+    .unwrap();
     assert_eq!(show(&pg, "c").await["state"], "cancelled");
     let err = admin::cancel(&c, "c").await.unwrap_err();
     assert!(err.to_string().contains("already cancelled"), "{err}");

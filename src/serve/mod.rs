@@ -18,6 +18,8 @@
 //!   removed, and so are other state dirs' groups left empty.
 
 pub mod cgroup;
+mod enforce;
+mod job;
 pub mod limits;
 pub mod notify;
 pub mod pg;
@@ -25,17 +27,18 @@ pub mod procs;
 pub mod queue;
 pub mod source;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::run::{Cancel, JobAgentHook, JobResult, Runner};
+use crate::run::{Cancel, Runner};
+use enforce::Enforcement;
 use limits::Limits;
 pub use source::{Claimed, Interruption, JobSource, Recovered};
 
@@ -72,13 +75,6 @@ pub struct ServeOptions {
     pub config_required: bool,
 }
 
-/// Who stopped a job before it ended.
-#[derive(Debug, Clone, Copy)]
-enum Stopper {
-    Shutdown(Cancel),
-    User,
-}
-
 /// Runs jobs from `source` until SIGTERM or SIGINT. `on_reload` sees each reloaded config
 /// (the queue takes its default timeout from it).
 pub async fn serve<S: JobSource>(
@@ -87,138 +83,252 @@ pub async fn serve<S: JobSource>(
     options: ServeOptions,
     on_reload: impl Fn(&Config),
 ) -> Result<(), ServeError> {
-    let handler = |kind: SignalKind, name: &'static str| {
-        signal(kind).map_err(|source| ServeError::Signal {
-            signal: name,
-            source,
-        })
-    };
-    let mut sigterm = handler(SignalKind::terminate(), "SIGTERM")?;
-    let mut sigint = handler(SignalKind::interrupt(), "SIGINT")?;
-    let mut sighup = handler(SignalKind::hangup(), "SIGHUP")?;
-
+    let mut signals = Signals::install()?;
     let limits = Arc::new(Enforcement::start(&runner, &options.limits));
     if let Some(group) = &limits.plan.cgroup {
-        sweep_leftovers(&*source, group).await;
+        enforce::sweep_leftovers(&*source, group).await;
     }
-    let mut runner = Arc::new(with_agent_hook(runner, &limits));
+    let runner = Arc::new(enforce::with_agent_hook(runner, &limits));
     crate::netproxy::ca::keep_ready(runner.config.concurrency());
     let recovered = source
         .recover(options.max_attempts)
         .await
         .map_err(|e| ServeError::Recover(e.to_string()))?;
     log_recovered(&recovered);
-    let mut last_recovery = tokio::time::Instant::now();
-
-    let (stop_tx, stop_rx) = watch::channel(None::<Cancel>);
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut stopping: Option<tokio::time::Instant> = None;
-    let watchdog = notify::watchdog_interval();
-    let mut last_watchdog = tokio::time::Instant::now();
-    tracing::info!(
-        concurrency = runner.config.concurrency(),
-        state = %runner.state.root().display(),
-        limits = %limits.plan.summary(),
-        disk = %runner.disk.summary(),
-        "serving"
-    );
-    // Whether no job is taken now because the disk is below the reserve, and when that was
-    // last logged (on each change, and every minute while it lasts).
-    let mut no_room = false;
-    let mut no_room_logged = tokio::time::Instant::now();
-    notify::notify(&format!(
-        "READY=1\nSTATUS=serving, concurrency {}",
-        runner.config.concurrency()
-    ));
-
-    loop {
-        if stopping.is_none() && tasks.len() < runner.config.concurrency() {
-            // Jobs wait in the queue while a file system they write is below the reserve:
-            // started, they would be refused (or fail on a full disk).
-            match runner.room_to_start() {
-                Err(why) if !no_room || no_room_logged.elapsed() >= NO_ROOM_LOG_EVERY => {
-                    tracing::warn!("not starting jobs: {why}");
-                    (no_room, no_room_logged) = (true, tokio::time::Instant::now());
-                }
-                Err(_) => {}
-                Ok(()) if no_room => {
-                    tracing::info!("disk space is above the reserve again: starting jobs");
-                    no_room = false;
-                }
-                Ok(()) => {}
-            }
-        }
-        if stopping.is_none() {
-            while !no_room && tasks.len() < runner.config.concurrency() {
-                match source.claim().await {
-                    Ok(Some(claimed)) => {
-                        tasks.spawn(run_one(
-                            source.clone(),
-                            runner.clone(),
-                            claimed,
-                            stop_rx.clone(),
-                            options.clone(),
-                            limits.clone(),
-                        ));
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::error!("claiming a job: {e}");
-                        break;
-                    }
-                }
-            }
-        } else if tasks.is_empty() {
-            break;
-        }
-        if stopping.is_none() && last_recovery.elapsed() >= options.recover_every {
-            // Only jobs whose lock no live runner holds are taken, so this runner's own
-            // running jobs are never touched; a failure is retried at the next round.
-            match source.recover(options.max_attempts).await {
-                Ok(recovered) => log_recovered(&recovered),
-                Err(e) => tracing::error!("recovering jobs of a runner that died: {e}"),
-            }
-            last_recovery = tokio::time::Instant::now();
-        }
-        if let Some(every) = watchdog {
-            if last_watchdog.elapsed() >= every {
-                notify::notify("WATCHDOG=1");
-                last_watchdog = tokio::time::Instant::now();
-            }
-        }
-        let deadline = stopping.unwrap_or_else(tokio::time::Instant::now) + options.grace;
-        tokio::select! {
-            _ = sigterm.recv() => begin_stop(&mut stopping, &stop_tx, Cancel::Terminate, tasks.len()),
-            _ = sigint.recv() => begin_stop(&mut stopping, &stop_tx, Cancel::Interrupt, tasks.len()),
-            _ = sighup.recv() => {
-                if let Some(next) = reload(&runner, &options) {
-                    on_reload(&next.config);
-                    runner = Arc::new(next);
-                    crate::netproxy::ca::keep_ready(runner.config.concurrency());
-                    notify::notify("READY=1\nSTATUS=configuration reloaded");
-                }
-            }
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = joined {
-                    tracing::error!("a job task failed: {e}");
-                }
-            }
-            _ = tokio::time::sleep(options.poll), if stopping.is_none() => {}
-            () = source.changed(), if stopping.is_none() => {}
-            _ = tokio::time::sleep_until(deadline), if stopping.is_some() => {
-                tracing::error!(left = tasks.len(),
-                    "jobs did not stop in time; exiting anyway (the next start recovers them)");
-                break;
-            }
-        }
-    }
-    if let Some(group) = &limits.plan.cgroup {
+    let mut serving = Serving::new(source, runner, options, limits);
+    serving.announce();
+    serving.run(&mut signals, &on_reload).await;
+    if let Some(group) = &serving.limits.plan.cgroup {
         // Empty once every job's group is gone; a group left by a job that did not stop in
         // time keeps it, for the next start to sweep.
         let _ = std::fs::remove_dir(&group.base);
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The signals `serve` answers: SIGTERM and SIGINT stop it, SIGHUP reloads the config.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, ServeError> {
+        let handler = |kind: SignalKind, name: &'static str| {
+            signal(kind).map_err(|source| ServeError::Signal {
+                signal: name,
+                source,
+            })
+        };
+        Ok(Signals {
+            term: handler(SignalKind::terminate(), "SIGTERM")?,
+            int: handler(SignalKind::interrupt(), "SIGINT")?,
+            hup: handler(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+}
+
+/// The serve loop: its jobs, and when it last did each of its periodic chores.
+struct Serving<S: JobSource> {
+    source: Arc<S>,
+    runner: Arc<Runner>,
+    options: ServeOptions,
+    limits: Arc<Enforcement>,
+    tasks: JoinSet<()>,
+    /// Tells the running jobs that `serve` is stopping, and on which signal.
+    stop_tx: watch::Sender<Option<Cancel>>,
+    stop_rx: watch::Receiver<Option<Cancel>>,
+    /// When the stop began: no job is claimed from then on.
+    stopping: Option<Instant>,
+    last_recovery: Instant,
+    /// How often systemd's watchdog wants to hear from `serve`, if it does.
+    watchdog: Option<Duration>,
+    last_watchdog: Instant,
+    /// Whether no job is taken now because the disk is below the reserve, and when that was
+    /// last logged (on each change, and every minute while it lasts).
+    no_room: bool,
+    no_room_logged: Instant,
+}
+
+/// Whether the serve loop goes on after a wait.
+enum Flow {
+    Continue,
+    Exit,
+}
+
+impl<S: JobSource> Serving<S> {
+    fn new(
+        source: Arc<S>,
+        runner: Arc<Runner>,
+        options: ServeOptions,
+        limits: Arc<Enforcement>,
+    ) -> Serving<S> {
+        let (stop_tx, stop_rx) = watch::channel(None::<Cancel>);
+        let now = Instant::now();
+        Serving {
+            source,
+            runner,
+            options,
+            limits,
+            tasks: JoinSet::new(),
+            stop_tx,
+            stop_rx,
+            stopping: None,
+            last_recovery: now,
+            watchdog: notify::watchdog_interval(),
+            last_watchdog: now,
+            no_room: false,
+            no_room_logged: now,
+        }
+    }
+
+    /// Says in the log, and to systemd, that `serve` is serving.
+    fn announce(&self) {
+        let runner = &self.runner;
+        tracing::info!(
+            concurrency = runner.config.concurrency(),
+            state = %runner.state.root().display(),
+            limits = %self.limits.plan.summary(),
+            disk = %runner.disk.summary(),
+            "serving"
+        );
+        notify::notify(&format!(
+            "READY=1\nSTATUS=serving, concurrency {}",
+            runner.config.concurrency()
+        ));
+    }
+
+    /// Claims and runs jobs, recovers those of dead runners, until a stop has let every job
+    /// end (or its grace has run out).
+    async fn run(&mut self, signals: &mut Signals, on_reload: &impl Fn(&Config)) {
+        loop {
+            if self.stopping.is_none() {
+                self.check_room();
+                self.claim_jobs().await;
+                self.recover_if_due().await;
+            } else if self.tasks.is_empty() {
+                return;
+            }
+            self.watchdog_if_due();
+            if let Flow::Exit = self.wait(signals, on_reload).await {
+                return;
+            }
+        }
+    }
+
+    fn has_slot(&self) -> bool {
+        self.tasks.len() < self.runner.config.concurrency()
+    }
+
+    /// Jobs wait in the queue while a file system they write is below the reserve: started,
+    /// they would be refused (or fail on a full disk).
+    fn check_room(&mut self) {
+        if !self.has_slot() {
+            return;
+        }
+        match self.runner.room_to_start() {
+            Err(why) if !self.no_room || self.no_room_logged.elapsed() >= NO_ROOM_LOG_EVERY => {
+                tracing::warn!("not starting jobs: {why}");
+                (self.no_room, self.no_room_logged) = (true, Instant::now());
+            }
+            Err(_) => {}
+            Ok(()) if self.no_room => {
+                tracing::info!("disk space is above the reserve again: starting jobs");
+                self.no_room = false;
+            }
+            Ok(()) => {}
+        }
+    }
+
+    /// Claims jobs while there is room for them, and starts each.
+    async fn claim_jobs(&mut self) {
+        while !self.no_room && self.has_slot() {
+            match self.source.claim().await {
+                Ok(Some(claimed)) => {
+                    self.tasks.spawn(job::run_one(
+                        self.source.clone(),
+                        self.runner.clone(),
+                        claimed,
+                        self.stop_rx.clone(),
+                        self.options.clone(),
+                        self.limits.clone(),
+                    ));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("claiming a job: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Only jobs whose lock no live runner holds are taken, so this runner's own running
+    /// jobs are never touched; a failure is retried at the next round.
+    async fn recover_if_due(&mut self) {
+        if self.last_recovery.elapsed() < self.options.recover_every {
+            return;
+        }
+        match self.source.recover(self.options.max_attempts).await {
+            Ok(recovered) => log_recovered(&recovered),
+            Err(e) => tracing::error!("recovering jobs of a runner that died: {e}"),
+        }
+        self.last_recovery = Instant::now();
+    }
+
+    fn watchdog_if_due(&mut self) {
+        if let Some(every) = self.watchdog {
+            if self.last_watchdog.elapsed() >= every {
+                notify::notify("WATCHDOG=1");
+                self.last_watchdog = Instant::now();
+            }
+        }
+    }
+
+    /// Waits for the next thing to do: a signal, a job's end, the next poll or a change at
+    /// the source, or the end of a stop's grace.
+    async fn wait(&mut self, signals: &mut Signals, on_reload: &impl Fn(&Config)) -> Flow {
+        let deadline = self.stopping.unwrap_or_else(Instant::now) + self.options.grace;
+        let stopping = self.stopping.is_some();
+        tokio::select! {
+            _ = signals.term.recv() => self.begin_stop(Cancel::Terminate),
+            _ = signals.int.recv() => self.begin_stop(Cancel::Interrupt),
+            _ = signals.hup.recv() => {
+                if let Some(next) = reload(&self.runner, &self.options) {
+                    on_reload(&next.config);
+                    self.runner = Arc::new(next);
+                    crate::netproxy::ca::keep_ready(self.runner.config.concurrency());
+                    notify::notify("READY=1\nSTATUS=configuration reloaded");
+                }
+            }
+            Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                if let Err(e) = joined {
+                    tracing::error!("a job task failed: {e}");
+                }
+            }
+            _ = tokio::time::sleep(self.options.poll), if !stopping => {}
+            () = self.source.changed(), if !stopping => {}
+            _ = tokio::time::sleep_until(deadline), if stopping => {
+                tracing::error!(left = self.tasks.len(),
+                    "jobs did not stop in time; exiting anyway (the next start recovers them)");
+                return Flow::Exit;
+            }
+        }
+        Flow::Continue
+    }
+
+    fn begin_stop(&mut self, how: Cancel) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let running = self.tasks.len();
+        tracing::info!(signal = ?how, running, "stopping: no new jobs; cancelling the running ones");
+        notify::notify("STOPPING=1");
+        self.stopping = Some(Instant::now());
+        let _ = self.stop_tx.send(Some(how));
+    }
 }
 
 /// How often `serve` says again that it starts no job for lack of disk space.
@@ -229,150 +339,6 @@ fn log_recovered(recovered: &Recovered) {
         tracing::warn!(requeued = ?recovered.requeued, failed = ?recovered.failed,
                        "recovered jobs left running by a runner that died");
     }
-}
-
-/// How `serve` enforces limits on this host, and what each job's group counted.
-struct Enforcement {
-    plan: cgroup::Plan,
-    /// Each finished job's group's counters (or why they could not be had), by job id,
-    /// until its result is written.
-    reports: Mutex<HashMap<String, Result<cgroup::Report, String>>>,
-}
-
-impl Enforcement {
-    /// Plans for `limits` and sets up the cgroup part; if that fails, jobs run without
-    /// groups (rlimits only) and the log says why.
-    fn start(runner: &Runner, limits: &Limits) -> Enforcement {
-        let mut plan = cgroup::probe(limits, runner.state.root());
-        if let Some(group) = &plan.cgroup {
-            if let Err(e) = cgroup::setup(group) {
-                tracing::warn!("per-job cgroups unavailable: {e}");
-                let why = format!("setting up the runner's cgroup failed: {e}");
-                plan = cgroup::plan(Err(&why), None, limits, "");
-            }
-        }
-        tracing::info!(plan = %plan.summary(), "per-job limits");
-        Enforcement {
-            plan,
-            reports: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn take_report(&self, id: &str) -> Option<Result<cgroup::Report, String>> {
-        self.reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-    }
-}
-
-/// Kills and removes the job groups a dead runner left under `group.base`: those of jobs no
-/// live runner holds (the source's guard keeps any from starting meanwhile). Before
-/// recovery, so that no process of a job survives into its requeued run. Then removes the
-/// empty groups of other state dirs beside it: a runner killed outright and never started
-/// again leaves one, and nothing else would ever remove it.
-async fn sweep_leftovers<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
-    sweep_job_groups(source, group).await;
-    let swept = cgroup::remove_empty_bases(&group.own, &group.base);
-    for dir in &swept.removed {
-        tracing::info!(group = %dir.display(), "removed an empty state-dir cgroup");
-    }
-    for e in &swept.failed {
-        tracing::warn!("sweeping empty state-dir cgroups: {e}");
-    }
-}
-
-async fn sweep_job_groups<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) {
-    for dir in cgroup::stray_groups(&group.base) {
-        match cgroup::kill_and_remove(&dir) {
-            Ok(had) => tracing::warn!(group = %dir.display(), had_processes = had,
-                                      "removed a cgroup that is no job's"),
-            Err(e) => tracing::error!("removing a cgroup that is no job's: {e}"),
-        }
-    }
-    for (id, dir) in cgroup::job_groups(&group.base) {
-        let Some(guard) = source.hold_idle(&id).await else {
-            continue; // a live runner's job
-        };
-        match cgroup::kill_and_remove(&dir) {
-            Ok(had) => {
-                tracing::warn!(job = %id, had_processes = had, "removed the cgroup a dead runner left")
-            }
-            Err(e) => tracing::error!(job = %id, "removing the cgroup a dead runner left: {e}"),
-        }
-        drop(guard);
-    }
-}
-
-/// Kept while a job's agent runs; dropped once its tree is stopped: kills whatever is left
-/// in the job's group, records what the group counted, removes it.
-struct JobGroupGuard {
-    id: String,
-    group: Option<cgroup::JobCgroup>,
-    limits: Arc<Enforcement>,
-}
-
-impl Drop for JobGroupGuard {
-    fn drop(&mut self) {
-        let Some(group) = self.group.take() else {
-            return;
-        };
-        let report = group.finish().map_err(|e| {
-            tracing::error!(job = %self.id, "{e} (the next start removes it)");
-            e.to_string()
-        });
-        self.limits
-            .reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(self.id.clone(), report);
-    }
-}
-
-/// The per-job hook: a group for the job, the agent placed in it before it execs.
-fn job_group_hook(limits: Arc<Enforcement>) -> JobAgentHook {
-    Arc::new(move |id: &str, cmds: &mut [&mut std::process::Command]| {
-        let Some(plan) = &limits.plan.cgroup else {
-            return Ok(Box::new(()) as Box<dyn std::any::Any + Send>);
-        };
-        let group = cgroup::JobCgroup::create(plan, id).map_err(|e| e.to_string())?;
-        for cmd in cmds.iter_mut() {
-            group.place(cmd);
-        }
-        Ok(Box::new(JobGroupGuard {
-            id: id.to_string(),
-            group: Some(group),
-            limits: limits.clone(),
-        }))
-    })
-}
-
-fn begin_stop(
-    stopping: &mut Option<tokio::time::Instant>,
-    stop_tx: &watch::Sender<Option<Cancel>>,
-    how: Cancel,
-    running: usize,
-) {
-    if stopping.is_some() {
-        return;
-    }
-    tracing::info!(signal = ?how, running, "stopping: no new jobs; cancelling the running ones");
-    notify::notify("STOPPING=1");
-    *stopping = Some(tokio::time::Instant::now());
-    let _ = stop_tx.send(Some(how));
-}
-
-/// The serve-wide agent hook (parent-death signal, rlimits), kept around any hook the
-/// caller set, and the per-job cgroup hook where the host has them.
-fn with_agent_hook(mut runner: Runner, limits: &Arc<Enforcement>) -> Runner {
-    runner.hooks.agent_command = Some(limits::agent_hook(
-        limits.plan.rlimits,
-        runner.hooks.agent_command,
-    ));
-    if limits.plan.cgroup.is_some() {
-        runner.job_agent = Some(job_group_hook(limits.clone()));
-    }
-    runner
 }
 
 /// A runner with the config reloaded from disk, or `None` (logged) if it does not load.
@@ -395,165 +361,4 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
         "SIGHUP: configuration reloaded"
     );
     Some(current.reloaded(config, devshells))
-}
-
-/// Runs one claimed job to its end and reports it to the source.
-async fn run_one<S: JobSource>(
-    source: Arc<S>,
-    runner: Arc<Runner>,
-    claimed: Claimed<S::Ticket>,
-    mut stop: watch::Receiver<Option<Cancel>>,
-    options: ServeOptions,
-    limits: Arc<Enforcement>,
-) {
-    let id = claimed.job.id.clone();
-    let stopper: Arc<Mutex<Option<Stopper>>> = Arc::new(Mutex::new(None));
-    let cancel = {
-        let stopper = stopper.clone();
-        let source = source.clone();
-        let id = id.clone();
-        async move {
-            let set = |s: Stopper| *stopper.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
-            loop {
-                // The watch guard must not live across the source's await: decide first.
-                let shutdown = tokio::select! {
-                    changed = stop.wait_for(Option::is_some) => {
-                        Some(changed.ok().and_then(|v| *v).unwrap_or(Cancel::Terminate))
-                    }
-                    _ = tokio::time::sleep(options.poll) => None,
-                };
-                if let Some(how) = shutdown {
-                    set(Stopper::Shutdown(how));
-                    return how;
-                }
-                if source.cancel_requested(&id).await {
-                    set(Stopper::User);
-                    return Cancel::Terminate;
-                }
-            }
-        }
-    };
-    tracing::info!(job = %id, attempt = claimed.attempt, "starting");
-    let result = runner.run(&claimed.job, cancel).await;
-    let stopped_by = *stopper.lock().unwrap_or_else(|e| e.into_inner());
-    let mut value = result_json(&result);
-    let reported = match stopped_by {
-        None => {
-            if name_limits(&mut value, &result, &limits) {
-                rewrite_result(&runner, &id, &value);
-            }
-            source.finish(claimed, value).await
-        }
-        Some(Stopper::User) => {
-            value["message"] = "cancelled by `quest-runner cancel`".into();
-            rewrite_result(&runner, &id, &value);
-            source.finish(claimed, value).await
-        }
-        Some(Stopper::Shutdown(how)) => {
-            let signal = match how {
-                Cancel::Interrupt => "SIGINT",
-                Cancel::Terminate => "SIGTERM",
-            };
-            if claimed.attempt < options.max_attempts {
-                let reason = format!("interrupted: the runner got {signal}; requeued");
-                value["message"] = reason.clone().into();
-                rewrite_result(&runner, &id, &value);
-                source.release(claimed, Interruption { reason }).await
-            } else {
-                let message = format!(
-                    "interrupted: the runner got {signal}; gave up after {} attempt(s)",
-                    claimed.attempt
-                );
-                value["outcome"] = "error".into();
-                value["message"] = message.into();
-                rewrite_result(&runner, &id, &value);
-                source.finish(claimed, value).await
-            }
-        }
-    };
-    if let Err(e) = reported {
-        tracing::error!(job = %id, "recording the job's end: {e}");
-    }
-}
-
-/// Adds to a job's result the limit that fired (`limit_fired`, and why in `message`), the
-/// limits in force when it did not succeed (`limits`), and how long cpu.max throttled it
-/// (`cpu_throttled_ms`). Returns whether it changed anything.
-fn name_limits(value: &mut serde_json::Value, result: &JobResult, limits: &Enforcement) -> bool {
-    let mut notes = Vec::new();
-    let report = limits.take_report(&result.job_id);
-    let group = limits.plan.cgroup.as_ref();
-    let fired = match (&report, group) {
-        (Some(Ok(report)), Some(group)) => report.fired(group),
-        _ => None,
-    };
-    let cpu_time = limits.plan.rlimits.cpu_seconds;
-    let fired = fired.or_else(|| match (result.signal, cpu_time) {
-        (Some(sig), Some(s)) if sig == rustix::process::Signal::XCPU.as_raw() => Some((
-            "cpu_time",
-            format!("the CPU-time limit fired (RLIMIT_CPU={s}s)"),
-        )),
-        _ => None,
-    });
-    let mut changed = false;
-    // A limit the runner itself fired (the disk's) is in the result already, with its reason.
-    let fired = fired.filter(|_| result.limit_fired.is_none());
-    if let Some((name, why)) = &fired {
-        value["limit_fired"] = (*name).into();
-        notes.push(why.clone());
-    }
-    if let Some(Ok(report)) = &report {
-        if let Some(throttled) = report.throttled() {
-            value["cpu_throttled_ms"] = (report.cpu_throttled_usec / 1000).into();
-            changed = true;
-            if result.outcome != crate::run::Outcome::Succeeded {
-                notes.push(throttled);
-            }
-        }
-    }
-    if let Some(Err(e)) = &report {
-        notes.push(format!("the job's cgroup could not be read: {e}"));
-    }
-    if result.outcome != crate::run::Outcome::Succeeded {
-        if let Some(in_force) = limits.plan.in_force() {
-            value["limits"] = in_force.clone().into();
-            changed = true;
-            if result.signal.is_some() || fired.is_some() {
-                notes.push(format!("limits in force: {in_force}"));
-            }
-        }
-    }
-    if !notes.is_empty() {
-        let message = value["message"].as_str().map(str::to_string);
-        value["message"] = match message {
-            Some(m) => format!("{m}; {}", notes.join("; ")),
-            None => notes.join("; "),
-        }
-        .into();
-        changed = true;
-    }
-    changed
-}
-
-fn result_json(result: &JobResult) -> serde_json::Value {
-    serde_json::to_value(result).unwrap_or_else(|e| {
-        queue::made_up_result(
-            &result.job_id,
-            "error",
-            &format!("unserialisable result: {e}"),
-        )
-    })
-}
-
-/// Replaces `result.json` in the job's directory (if the job got that far) with `value`.
-fn rewrite_result(runner: &Runner, id: &str, value: &serde_json::Value) {
-    let root = crate::workspace::job_root(&runner.state, id);
-    if !root.exists() {
-        return;
-    }
-    let path = root.join("result.json");
-    let data = serde_json::to_vec_pretty(value).unwrap_or_default();
-    if let Err(e) = crate::util::fs::write_atomically(&root, &path, &data) {
-        tracing::warn!("writing {}: {e}", path.display());
-    }
 }

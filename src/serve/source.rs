@@ -18,6 +18,7 @@
 use std::future::Future;
 
 use crate::job::Job;
+use crate::run::{JobResult, Outcome};
 
 /// A job handed to this runner, with the source's own handle on the claim.
 pub struct Claimed<T> {
@@ -57,12 +58,12 @@ pub trait JobSource: Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Option<Claimed<Self::Ticket>>, Self::Error>> + Send;
 
-    /// Records the job's final result (`result` is a [`crate::run::JobResult`] as JSON, or a
-    /// result the runner made up for a job it could not run) and ends the claim.
+    /// Records the job's final result and ends the claim. A source that stores the result
+    /// as JSON stores [`result_json`] of it.
     fn finish(
         &self,
         claimed: Claimed<Self::Ticket>,
-        result: serde_json::Value,
+        result: JobResult,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Gives the job back to run again later, recording why, and ends the claim.
@@ -100,5 +101,22 @@ pub trait JobSource: Send + Sync + 'static {
     ) -> impl Future<Output = Option<Box<dyn std::any::Any + Send>>> + Send {
         let _ = id;
         std::future::ready(None)
+    }
+}
+
+/// `result` as the JSON object a source stores (the same as `result.json`), and the outcome
+/// to record with it: the result's own or, if it cannot be written as JSON (a path that is
+/// not UTF-8), an error, with a made-up result that says why.
+pub fn result_json(result: &JobResult) -> (Outcome, serde_json::Value) {
+    match serde_json::to_value(result) {
+        Ok(value) => (result.outcome, value),
+        Err(e) => (
+            Outcome::Error,
+            super::queue::made_up_result(
+                &result.job_id,
+                Outcome::Error.as_str(),
+                &format!("unserialisable result: {e}"),
+            ),
+        ),
     }
 }

@@ -376,7 +376,7 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
         return;
     };
     setup(&group).unwrap();
-    let limits = Arc::new(crate::serve::Enforcement {
+    let limits = Arc::new(crate::serve::enforce::Enforcement {
         plan: Plan {
             cgroup: Some(group.clone()),
             why: None,
@@ -385,7 +385,7 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
         },
         reports: Default::default(),
     });
-    let hook = crate::serve::job_group_hook(limits.clone());
+    let hook = crate::serve::enforce::job_group_hook(limits.clone());
     let token = format!(
         "qrcg{}x{}",
         std::process::id(),

@@ -14,8 +14,9 @@ use super::session::QueryError;
 use super::spool::End;
 use super::{claim, ends, logship, Held, PgError, PgQueue, Shared, Ticket, LOOK_AGAIN};
 use crate::job::{check_id, Job, JobSpec};
+use crate::run::{JobResult, Outcome};
 use crate::serve::queue::made_up_result;
-use crate::serve::source::{Claimed, Interruption, JobSource, Recovered};
+use crate::serve::source::{result_json, Claimed, Interruption, JobSource, Recovered};
 
 impl Shared {
     /// Checks a claimed row; the message says why it is not a job.
@@ -157,24 +158,19 @@ impl JobSource for PgQueue {
         }
     }
 
-    async fn finish(&self, claimed: Claimed<Ticket>, result: Value) -> Result<(), PgError> {
+    async fn finish(&self, claimed: Claimed<Ticket>, result: JobResult) -> Result<(), PgError> {
         let id = claimed.job.id.clone();
         debug_assert!(!claimed.ticket.claim.is_empty());
-        let outcome = result
-            .get("outcome")
-            .and_then(Value::as_str)
-            .unwrap_or("error")
-            .to_string();
-        let state = match outcome.as_str() {
-            "succeeded" => "done",
-            "cancelled" => "cancelled",
+        let (outcome, result) = result_json(&result);
+        let state = match outcome {
+            Outcome::Succeeded => "done",
+            Outcome::Cancelled(_) => "cancelled",
             _ => "failed",
         };
-        let result = bounded(&id, result);
         let end = End::Finish {
             state: state.into(),
-            outcome,
-            result,
+            outcome: outcome.as_str().into(),
+            result: bounded(&id, result),
         };
         self.shared.end_claim(&id, end).await
     }

@@ -1,11 +1,10 @@
 //! The file queue as the [`JobSource`] `serve` runs jobs from.
 
-use serde_json::Value;
-
 use super::{FsQueue, QueueError, Ticket, FULL_DISK_RETRY_FOR};
 use crate::job::check_id;
 use crate::lockfile::LockFile;
-use crate::serve::source::{Claimed, Interruption, JobSource, Recovered};
+use crate::run::JobResult;
+use crate::serve::source::{result_json, Claimed, Interruption, JobSource, Recovered};
 
 impl JobSource for FsQueue {
     type Ticket = Ticket;
@@ -17,7 +16,13 @@ impl JobSource for FsQueue {
 
     /// A full disk does not lose the result: the job stays claimed (and `running`) and the
     /// write is retried until there is room, for at most [`FULL_DISK_RETRY_FOR`].
-    async fn finish(&self, mut claimed: Claimed<Ticket>, result: Value) -> Result<(), QueueError> {
+    async fn finish(
+        &self,
+        mut claimed: Claimed<Ticket>,
+        result: JobResult,
+    ) -> Result<(), QueueError> {
+        // The entry records the outcome the stored result names.
+        let (_, result) = result_json(&result);
         let deadline = std::time::Instant::now() + FULL_DISK_RETRY_FOR;
         let mut warned = false;
         loop {
