@@ -135,3 +135,7 @@ fn reap(pids: &[u32]) {
         let _ = waitpid(Some(p), WaitOptions::NOHANG);
     }
 }
+
+#[cfg(test)]
+#[path = "procfs_tests.rs"]
+mod tests;

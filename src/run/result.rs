@@ -176,3 +176,7 @@ impl Cancel {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "result_tests.rs"]
+mod tests;

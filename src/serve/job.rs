@@ -174,3 +174,7 @@ fn name_limits(
         result.add_to_message(&notes.join("; "));
     }
 }
+
+#[cfg(test)]
+#[path = "job_tests.rs"]
+mod tests;
