@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::binaries::BinaryError;
 use crate::config::Config;
@@ -123,7 +123,7 @@ pub struct Request {
     pub attr: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheStatus {
     /// Served from the cache; this request ran no `nix`.

@@ -21,7 +21,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
 use super::ca::JobCa;
@@ -72,7 +72,7 @@ fn io(action: &'static str) -> impl FnOnce(std::io::Error) -> ProxyError {
 }
 
 /// What the result says about a job's network.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NetworkSummary {
     /// Requests the decider allowed (forwarded upstream).
     pub allowed: u64,

@@ -69,7 +69,7 @@ pub(super) fn record_end(
             );
         }
         AgentEnd::TokensSpent(why) => {
-            result.limit_fired = Some("tokens");
+            result.limit_fired = Some("tokens".into());
             result.end(Outcome::Failed, why);
         }
         AgentEnd::TimedOut => {
@@ -80,7 +80,7 @@ pub(super) fn record_end(
             result.end(Outcome::TimedOut, message);
         }
         AgentEnd::Disk(fired) => {
-            result.limit_fired = Some("disk");
+            result.limit_fired = Some("disk".into());
             result.end(Outcome::Failed, fired.message);
         }
     }

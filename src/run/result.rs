@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::devshell;
 use crate::exit::Exit;
@@ -35,8 +35,9 @@ pub enum Cancel {
 
 /// A job's result, as `<state>/jobs/<id>/result.json` holds it. The fields `serve` alone
 /// fills (its cgroups' report) are left out of the file when empty, so a job run by
-/// `quest-runner run` saves exactly the fields it always did.
-#[derive(Debug, Clone, Serialize)]
+/// `quest-runner run` saves exactly the fields it always did. Read back, a result saved
+/// before a field existed has it empty (`None`, an empty list).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobResult {
     pub job_id: String,
     pub outcome: Outcome,
@@ -49,9 +50,11 @@ pub struct JobResult {
     pub duration_ms: u64,
     /// The worktree's HEAD when the agent stopped, and the commits it made (oldest first).
     pub head: Option<String>,
+    #[serde(default)]
     pub commits: Vec<String>,
     /// Paths the agent left in the worktree without committing them (untracked and ignored
     /// included), as `git status --porcelain --ignored` lists them. Removed with the worktree.
+    #[serde(default)]
     pub uncommitted: Vec<String>,
     /// The agent's event stream (Claude Code's stream-json, opencode's JSON events).
     pub transcript: Option<PathBuf>,
@@ -67,7 +70,7 @@ pub struct JobResult {
     /// The limit that stopped the job (`disk` and `tokens` here; `serve` adds those its
     /// cgroups report).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_fired: Option<&'static str>,
+    pub limit_fired: Option<String>,
     /// The most the job had on disk at one of the disk watchdog's measurements, in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_used: Option<u64>,
@@ -85,7 +88,7 @@ pub struct JobResult {
     pub limits: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DevShellSummary {
     pub cache: devshell::CacheStatus,
     pub key: String,
@@ -136,6 +139,10 @@ impl JobResult {
 }
 
 impl Outcome {
+    /// A job cancelled because someone asked (`quest-runner cancel`): `serve` stops it with
+    /// SIGTERM. A saved `"cancelled"` reads back as this, since the name keeps no signal.
+    pub const CANCELLED_ON_REQUEST: Outcome = Outcome::Cancelled(Cancel::Terminate);
+
     /// The process exit code `quest-runner run` ends with.
     pub fn exit(self) -> Exit {
         match self {
@@ -164,6 +171,32 @@ impl Outcome {
 impl Serialize for Outcome {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A saved `"cancelled"` does not say which signal stopped the job: it reads back as
+/// [`Outcome::CANCELLED_ON_REQUEST`]. Only [`Outcome::exit`] tells the signals apart, and
+/// `run` takes that from the result it made, never from a saved one.
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const NAMES: &[&str] = &[
+            "succeeded",
+            "failed",
+            "timed_out",
+            "cancelled",
+            "refused",
+            "error",
+        ];
+        let name = String::deserialize(deserializer)?;
+        Ok(match name.as_str() {
+            "succeeded" => Outcome::Succeeded,
+            "failed" => Outcome::Failed,
+            "timed_out" => Outcome::TimedOut,
+            "cancelled" => Outcome::CANCELLED_ON_REQUEST,
+            "refused" => Outcome::Refused,
+            "error" => Outcome::Error,
+            other => return Err(serde::de::Error::unknown_variant(other, NAMES)),
+        })
     }
 }
 

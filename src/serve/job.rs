@@ -146,7 +146,7 @@ fn name_limits(
     // A limit the runner itself fired (the disk's) is in the result already, with its reason.
     let fired = fired.filter(|_| result.limit_fired.is_none());
     if let Some((name, why)) = &fired {
-        result.limit_fired = Some(name);
+        result.limit_fired = Some(name.to_string());
         notes.push(why.clone());
     }
     let succeeded = result.outcome == Outcome::Succeeded;

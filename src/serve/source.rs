@@ -114,7 +114,7 @@ pub fn result_json(result: &JobResult) -> (Outcome, serde_json::Value) {
             Outcome::Error,
             super::queue::made_up_result(
                 &result.job_id,
-                Outcome::Error.as_str(),
+                Outcome::Error,
                 &format!("unserialisable result: {e}"),
             ),
         ),

@@ -84,7 +84,7 @@ impl Pair {
     }
 
     fn stopped_by_the_limit(&self) -> bool {
-        self.filler.limit_fired == Some("disk")
+        self.filler.limit_fired.as_deref() == Some("disk")
     }
 
     fn summary(&self) -> String {
@@ -102,6 +102,7 @@ impl Pair {
             self.filler.outcome,
             self.filler
                 .limit_fired
+                .as_deref()
                 .map(|l| format!(", limit_fired {l}"))
                 .unwrap_or_default(),
             clip(self.filler.message.as_deref().unwrap_or(""), 160),

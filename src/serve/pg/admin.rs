@@ -17,6 +17,7 @@ use super::session::{QueryError, Unavailable};
 use super::target::{error_text, ConnectError, PgTarget};
 use crate::config::Config;
 use crate::job::{check_id, Job, JobError, JobSpec};
+use crate::run::Outcome;
 use crate::serve::queue::{made_up_result, Attempt, CancelOutcome, JobState, Listed};
 
 #[derive(Debug, thiserror::Error)]
@@ -340,7 +341,7 @@ pub async fn cancel(client: &Client, id: &str) -> Result<CancelOutcome, PgError>
     check_id(id)?;
     let result = made_up_result(
         id,
-        "cancelled",
+        Outcome::CANCELLED_ON_REQUEST,
         "cancelled by `quest-runner cancel` before it started",
     );
     let dequeued = client

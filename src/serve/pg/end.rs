@@ -11,6 +11,7 @@ use super::logship::Shipper;
 use super::session::{self, QueryError};
 use super::spool::{self, End, Pending};
 use super::{hostname, PgError, Shared, RESULT_LIMIT};
+use crate::run::Outcome;
 use crate::serve::queue::made_up_result;
 
 impl Shared {
@@ -111,20 +112,15 @@ impl Shared {
     }
 }
 
-/// `result`, or a made-up result saying it was too large to store.
-pub(super) fn bounded(id: &str, result: Value) -> Value {
+/// `result` (which ended as `outcome`), or a made-up result saying it was too large to store.
+pub(super) fn bounded(id: &str, outcome: Outcome, result: Value) -> Value {
     let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
     if size <= RESULT_LIMIT {
         return result;
     }
-    let outcome = result
-        .get("outcome")
-        .and_then(Value::as_str)
-        .unwrap_or("error")
-        .to_string();
     made_up_result(
         id,
-        &outcome,
+        outcome,
         &format!(
             "the result ({size} bytes) is larger than the queue keeps ({RESULT_LIMIT}); \
              the whole of it is result.json in the job's directory on {}",

@@ -32,6 +32,7 @@ pub async fn record(
             outcome,
             result,
         } => {
+            let outcome = outcome.as_str();
             session
                 .run("recording the job's end", |c| async move {
                     c.query_opt(
@@ -46,7 +47,7 @@ pub async fn record(
                              WHERE job_id IN (SELECT id FROM j) AND number = $6
                          )
                          SELECT state FROM j",
-                        &[&id, &claim, state, result, outcome, &attempt],
+                        &[&id, &claim, state, result, &outcome, &attempt],
                     )
                     .await
                 })

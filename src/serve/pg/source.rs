@@ -89,13 +89,16 @@ fn verdict(s: &ends::Stale, reason: &str, max: i32) -> (&'static str, Option<Val
     if s.cancel {
         let r = made_up_result(
             &s.id,
-            "cancelled",
+            Outcome::CANCELLED_ON_REQUEST,
             &format!("cancelled by `quest-runner cancel`; {reason}"),
         );
         ("cancelled", Some(r))
     } else if s.attempts >= max {
         let message = format!("{reason}; gave up after {} attempt(s)", s.attempts);
-        ("failed", Some(made_up_result(&s.id, "error", &message)))
+        (
+            "failed",
+            Some(made_up_result(&s.id, Outcome::Error, &message)),
+        )
     } else {
         ("queued", None)
     }
@@ -169,8 +172,8 @@ impl JobSource for PgQueue {
         };
         let end = End::Finish {
             state: state.into(),
-            outcome: outcome.as_str().into(),
-            result: bounded(&id, result),
+            outcome,
+            result: bounded(&id, outcome, result),
         };
         self.shared.end_claim(&id, end).await
     }
@@ -179,7 +182,7 @@ impl JobSource for PgQueue {
         let id = claimed.job.id.clone();
         let cancelled = made_up_result(
             &id,
-            "cancelled",
+            Outcome::CANCELLED_ON_REQUEST,
             &format!("cancelled by `quest-runner cancel` ({})", why.reason),
         );
         let end = End::Release {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::run::Outcome;
 use crate::state::StateDir;
 
 /// How a claim ended.
@@ -21,7 +22,7 @@ pub enum End {
         /// done, failed or cancelled.
         state: String,
         /// The result's outcome, for the attempt.
-        outcome: String,
+        outcome: Outcome,
         result: serde_json::Value,
     },
     /// The job was interrupted and goes back to the queue (or is cancelled, if that was

@@ -5,6 +5,7 @@ use super::entry::{read_entry, write_entry};
 use super::{io, made_up_result, now_rfc3339, CancelOutcome, FsQueue, JobState, QueueError};
 use crate::job::check_id;
 use crate::lockfile::LockFile;
+use crate::run::Outcome;
 
 impl FsQueue {
     /// Cancels a queued job at once, or asks the runner of a running one to stop it.
@@ -18,7 +19,7 @@ impl FsQueue {
                 let mut entry = read_entry(&cancelled)?;
                 entry.result = Some(made_up_result(
                     id,
-                    "cancelled",
+                    Outcome::CANCELLED_ON_REQUEST,
                     "cancelled by `quest-runner cancel` before it started",
                 ));
                 write_entry(&cancelled, &entry)?;

@@ -5,16 +5,19 @@ use serde_json::Value;
 
 use super::entry::write_entry;
 use super::{io, now_rfc3339, FsQueue, JobState, QueueError, Ticket};
+use crate::run::Outcome;
 use crate::serve::source::{Claimed, Interruption};
 
 impl FsQueue {
-    /// Ends a claim with its result: the file moves to `done/`, `failed/` or `cancelled/`.
+    /// Ends a claim with its result (which ended as `outcome`): the file moves to `done/`,
+    /// `failed/` or `cancelled/`.
     pub fn finish_now(
         &self,
         mut claimed: Claimed<Ticket>,
+        outcome: Outcome,
         result: Value,
     ) -> Result<(), QueueError> {
-        self.try_finish(&mut claimed, result)
+        self.try_finish(&mut claimed, outcome, result)
         // The claim lock drops here, after the file has left `running/`.
     }
 
@@ -23,25 +26,22 @@ impl FsQueue {
     pub(super) fn try_finish(
         &self,
         claimed: &mut Claimed<Ticket>,
+        outcome: Outcome,
         result: Value,
     ) -> Result<(), QueueError> {
         let id = claimed.job.id.clone();
         let entry = &mut claimed.ticket.entry;
-        let outcome = result
-            .get("outcome")
-            .and_then(Value::as_str)
-            .unwrap_or("error")
-            .to_string();
         if let Some(a) = entry.attempts.last_mut() {
             a.ended_at = Some(now_rfc3339());
-            a.outcome = Some(outcome.clone());
+            a.outcome = Some(outcome.as_str().to_string());
         }
         entry.result = Some(result);
-        let target_state = match outcome.as_str() {
-            "succeeded" => JobState::Done,
-            "cancelled" => JobState::Cancelled,
+        let target_state = match outcome {
+            Outcome::Succeeded => JobState::Done,
+            Outcome::Cancelled(_) => JobState::Cancelled,
             _ => JobState::Failed,
         };
+        let outcome = outcome.as_str();
         let running = self.path(JobState::Running, &id);
         write_entry(&running, entry)?;
         let target = self.path(target_state, &id);

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{io, QueueError};
 use crate::job::JobSpec;
+use crate::run::{JobResult, Outcome};
 
 /// A job's file in the queue: the job as submitted, its attempts, and (when finished) its
 /// result. A file written by another program may also be a bare job file ([`JobSpec`]).
@@ -20,8 +21,62 @@ pub struct Entry {
     pub attempts: Vec<Attempt>,
     /// The job's result object (`result.json`), or one the runner made up for a job it
     /// could not run.
+    /// Kept as stored, so that `show` prints it as it was saved; [`Entry::stored_result`]
+    /// reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+}
+
+impl Entry {
+    /// The entry's result, read as what it is; `None` when there is none (or it is no
+    /// result at all).
+    pub fn stored_result(&self) -> Option<StoredResult> {
+        self.result
+            .as_ref()
+            .and_then(|r| StoredResult::deserialize(r).ok())
+    }
+}
+
+/// A stored result read back: the job's own [`JobResult`], or the fields every stored result
+/// has — all that one the runner made up ([`made_up_result`]) holds, and what is still read
+/// of one whose other fields this version cannot read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum StoredResult {
+    Ran(Box<JobResult>),
+    Brief(BriefResult),
+}
+
+/// What every stored result says: how the job ended, and why.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BriefResult {
+    pub outcome: Outcome,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl StoredResult {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            StoredResult::Ran(r) => r.outcome,
+            StoredResult::Brief(r) => r.outcome,
+        }
+    }
+
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            StoredResult::Ran(r) => r.message.as_deref(),
+            StoredResult::Brief(r) => r.message.as_deref(),
+        }
+    }
+
+    /// The job's model use, as the gateway metered it.
+    pub fn usage(&self) -> Option<&crate::gateway::Usage> {
+        match self {
+            StoredResult::Ran(r) => r.usage.as_ref(),
+            StoredResult::Brief(_) => None,
+        }
+    }
 }
 
 /// One run of a job.
@@ -45,8 +100,8 @@ pub struct Attempt {
 }
 
 /// A result object for a job the runner ended without running it to the end.
-pub fn made_up_result(id: &str, outcome: &str, message: &str) -> Value {
-    serde_json::json!({"job_id": id, "outcome": outcome, "message": message})
+pub fn made_up_result(id: &str, outcome: Outcome, message: &str) -> Value {
+    serde_json::json!({"job_id": id, "outcome": outcome.as_str(), "message": message})
 }
 
 pub(super) fn to_json(entry: &Entry) -> Vec<u8> {

@@ -2,8 +2,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
 use super::entry::read_entry;
 use super::{io, job_files, Entry, FsQueue, JobState, Listed, QueueError};
 use crate::job::check_id;
@@ -53,25 +51,18 @@ impl FsQueue {
                     continue;
                 }
                 let entry = read_entry(&e.path()).ok();
-                let result = entry.as_ref().and_then(|e| e.result.as_ref());
-                let text = |key: &str| {
-                    result
-                        .and_then(|r| r.get(key))
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                };
+                let result = entry.as_ref().and_then(Entry::stored_result);
+                let result = result.as_ref();
                 out.push(Listed {
                     id,
                     state,
                     submitted_at: entry.as_ref().map(|e| e.submitted_at.clone()),
                     attempts: entry.as_ref().map_or(0, |e| e.attempts.len()),
-                    outcome: text("outcome"),
-                    message: text("message"),
+                    outcome: result.map(|r| r.outcome().as_str().to_string()),
+                    message: result.and_then(|r| r.message()).map(str::to_string),
                     repo: entry.as_ref().map(|e| e.job.repo.clone()),
                     rev: entry.as_ref().map(|e| e.job.rev.clone()),
-                    usage: result
-                        .and_then(|r| r.get("usage"))
-                        .and_then(|u| serde_json::from_value(u.clone()).ok()),
+                    usage: result.and_then(|r| r.usage()).cloned(),
                 });
             }
         }

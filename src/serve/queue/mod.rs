@@ -39,7 +39,7 @@ use crate::job::JobError;
 use crate::lockfile::LockFile;
 use crate::state::{StateDir, StateError};
 
-pub use entry::{made_up_result, Attempt, Entry};
+pub use entry::{made_up_result, Attempt, BriefResult, Entry, StoredResult};
 
 #[cfg(test)]
 use crate::{config::Config, job::JobSpec, serve::source::Interruption};

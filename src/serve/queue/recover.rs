@@ -7,6 +7,7 @@ use super::entry::read_entry;
 use super::{io, job_files, made_up_result, FsQueue, JobState, QueueError, Ticket};
 use crate::job::check_id;
 use crate::lockfile::LockFile;
+use crate::run::Outcome;
 use crate::serve::source::{Claimed, Interruption, Recovered};
 
 /// A job in `running/` whose runner is gone: its id, its file, and its claim lock, now
@@ -98,9 +99,9 @@ impl FsQueue {
         tracing::warn!(job = %id, attempt, "{reason}");
         if attempt >= max_attempts {
             let message = format!("{reason}; gave up after {attempt} attempt(s)");
-            let result = made_up_result(&id, "error", &message);
+            let result = made_up_result(&id, Outcome::Error, &message);
             self.set_aside(&id, attempt)?;
-            self.finish_now(claimed, result)?;
+            self.finish_now(claimed, Outcome::Error, result)?;
             report.failed.push(id);
         } else {
             self.release_now(claimed, Interruption { reason })?;

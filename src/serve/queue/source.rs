@@ -21,12 +21,11 @@ impl JobSource for FsQueue {
         mut claimed: Claimed<Ticket>,
         result: JobResult,
     ) -> Result<(), QueueError> {
-        // The entry records the outcome the stored result names.
-        let (_, result) = result_json(&result);
+        let (outcome, result) = result_json(&result);
         let deadline = std::time::Instant::now() + FULL_DISK_RETRY_FOR;
         let mut warned = false;
         loop {
-            match self.try_finish(&mut claimed, result.clone()) {
+            match self.try_finish(&mut claimed, outcome, result.clone()) {
                 Err(e) if e.is_full_disk() && std::time::Instant::now() < deadline => {
                     if !warned {
                         tracing::error!(job = %claimed.job.id,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::run::Outcome;
 
 fn config() -> Config {
     serde_json::from_value(serde_json::json!({
@@ -63,8 +64,12 @@ fn two_queues_on_one_state_dir_claim_each_job_once() {
                 let mut got = Vec::new();
                 while let Some(c) = q.claim_now().unwrap() {
                     got.push(c.job.id.clone());
-                    q.finish_now(c, made_up_result("x", "succeeded", ""))
-                        .unwrap();
+                    q.finish_now(
+                        c,
+                        Outcome::Succeeded,
+                        made_up_result("x", Outcome::Succeeded, ""),
+                    )
+                    .unwrap();
                 }
                 got
             })
@@ -166,4 +171,47 @@ fn cancel_dequeues_and_gc_removes_old_jobs() {
     assert_eq!(q.gc(Duration::ZERO).unwrap(), vec!["c".to_string()]);
     assert!(!dir.path().join("jobs/c").exists());
     assert_eq!(q.find_state("c"), None);
+}
+
+/// A finished job's listing reads its stored result as what it is: a run's (with its model
+/// use), a made-up one (outcome and message only), or a run's whose other fields this
+/// version cannot read (outcome and message still shown).
+#[test]
+fn the_listing_reads_each_kind_of_stored_result() {
+    let (_dir, q) = queue();
+    let mut ran =
+        crate::run::JobResult::new(&spec(Some("a")).validate(Duration::from_secs(60)).unwrap());
+    ran.end(Outcome::Failed, "it failed".into());
+    ran.usage = Some(crate::gateway::Usage {
+        requests: 3,
+        ..Default::default()
+    });
+    let ran = serde_json::to_value(&ran).unwrap();
+    let mut unreadable = ran.clone();
+    unreadable["devshell"] = serde_json::json!("from a later version");
+    let results = [
+        ("a", Outcome::Failed, ran),
+        (
+            "b",
+            Outcome::CANCELLED_ON_REQUEST,
+            made_up_result("b", Outcome::CANCELLED_ON_REQUEST, "cancelled"),
+        ),
+        ("c", Outcome::Failed, unreadable),
+    ];
+    for (id, outcome, result) in results {
+        q.submit(spec(Some(id)), &config()).unwrap();
+        let c = q.claim_now().unwrap().unwrap();
+        q.finish_now(c, outcome, result).unwrap();
+    }
+    let listed = q.list();
+    let row = |id: &str| listed.iter().find(|l| l.id == id).unwrap();
+    assert_eq!(row("a").outcome.as_deref(), Some("failed"));
+    assert_eq!(row("a").message.as_deref(), Some("it failed"));
+    assert_eq!(row("a").usage.as_ref().map(|u| u.requests), Some(3));
+    assert_eq!(row("b").state, JobState::Cancelled);
+    assert_eq!(row("b").outcome.as_deref(), Some("cancelled"));
+    assert_eq!(row("b").message.as_deref(), Some("cancelled"));
+    assert!(row("b").usage.is_none());
+    assert_eq!(row("c").outcome.as_deref(), Some("failed"));
+    assert_eq!(row("c").message.as_deref(), Some("it failed"));
 }
