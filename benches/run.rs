@@ -29,8 +29,9 @@ use quest_runner::agent::{self, AgentInputs};
 use quest_runner::config::{Account, OpencodeAccount};
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::jobshell::host::Prepared;
-use quest_runner::sandbox::{self, Platform, PolicyInputs, WorkspacePaths};
+use quest_runner::sandbox::{self, Platform, PolicyInputs};
 use quest_runner::selftest::model_server::{ModelServer, Served, Step};
+use quest_runner::workspace::WorkspacePaths;
 
 mod support;
 

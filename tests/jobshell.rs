@@ -17,7 +17,8 @@ use quest_runner::agent::{self, AgentInputs, Launch};
 use quest_runner::config::{Account, OpencodeAccount};
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::jobshell::host::{JobSandbox, Prepared};
-use quest_runner::sandbox::{self, Platform, PolicyInputs, WorkspacePaths};
+use quest_runner::sandbox::{self, Platform, PolicyInputs};
+use quest_runner::workspace::WorkspacePaths;
 
 fn pinned(var: &str, name: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use crate::config::Account;
 use crate::job::Job;
-use crate::sandbox::{SandboxPolicy, WorkspacePaths};
+use crate::sandbox::SandboxPolicy;
+use crate::workspace::WorkspacePaths;
 
 /// Everything needed to start one agent run.
 #[derive(Debug, Clone, Serialize)]

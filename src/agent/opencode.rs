@@ -138,7 +138,7 @@ pub fn plugin(policy: &SandboxPolicy, dirs: &Dirs) -> String {
         .replace("__QUEST_DENY_WRITE__", &lit(json!(policy.deny_write)))
         .replace(
             "__QUEST_PROTECTED_NAMES__",
-            &lit(json!(crate::sandbox::policy::SRT_PROTECTED_NAMES)),
+            &lit(json!(crate::workspace::SRT_PROTECTED_NAMES)),
         )
 }
 

@@ -5,19 +5,21 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
-use crate::devshell::{self, DevShell, DevShellError, DevShells, GcPolicy};
+use crate::devshell::DevShellError;
 use crate::exit::Exit;
 use crate::state::StateDir;
 
 mod deploy;
 mod doctor;
+mod env;
+mod policy;
 mod queue;
+mod run;
 mod runtime;
 mod selftest;
 
@@ -254,7 +256,7 @@ pub fn main() -> ExitCode {
         }) = EnvOnlyCli::try_parse_from(&args)
         {
             init_logging(globals.log_format);
-            return exit(context(&globals, true).and_then(|ctx| env(&ctx, env_args)));
+            return exit(context(&globals, true).and_then(|ctx| env::env(&ctx, env_args)));
         }
     }
     let cli = Cli::parse_from(args);
@@ -364,8 +366,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         _ => context(&cli.globals, true)?,
     };
     match cli.command {
-        Command::Env(args) => env(&ctx, args),
-        Command::Cache { command } => cache(&ctx, command),
+        Command::Env(args) => env::env(&ctx, args),
+        Command::Cache { command } => env::cache(&ctx, command),
         Command::Selftest(args) => {
             use crate::job::AgentKind;
             let agents = match args.agent.as_deref() {
@@ -390,8 +392,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             )
         }
         Command::SystemdUnit(_) | Command::ApparmorProfile => Ok(()), // answered above
-        Command::Run(args) => run_job(ctx, args),
-        Command::Policy(args) => policy(ctx, args),
+        Command::Run(args) => run::run_job(ctx, args),
+        Command::Policy(args) => policy::policy(ctx, args),
         Command::Doctor => Ok(()), // answered above
         Command::Serve(args) => queue::serve(ctx, cli.globals.config.clone(), args),
         Command::Submit(args) => queue::submit(ctx, args),
@@ -431,156 +433,6 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     let default_timeout = humantime::parse_duration(&ctx.config.default_timeout)
         .map_err(|e| Failure::new(Exit::BadInput, format!("config default_timeout: {e}")))?;
     spec.validate(default_timeout).map_err(bad)
-}
-
-fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
-    use crate::run::{Cancel, Runner};
-    let job = job_from(args, &ctx)?;
-    let mut runner = Runner::new(ctx.state, ctx.config);
-    runner.config_file = Some(ctx.config_path);
-    let runtime = runtime::runtime(Some(2))?;
-    let result = runtime.block_on(async {
-        let stop = runtime::stop_signal()?;
-        let cancel = async move {
-            match stop.await {
-                runtime::Stop::Interrupt => Cancel::Interrupt,
-                runtime::Stop::Terminate => Cancel::Terminate,
-            }
-        };
-        Ok::<_, Failure>(runner.run(&job, cancel).await)
-    })?;
-    // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
-    // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the
-    // job, so it is reported and the exit code stays the job's.
-    if let Err(e) = out(serde_json::to_string_pretty(&result).unwrap_or_default()) {
-        let kept = crate::workspace::job_root(&runner.state, &result.job_id).join("result.json");
-        let kept = match kept.is_file() {
-            true => format!("the result is kept in {}", kept.display()),
-            false => "the job got no directory, so no result file".to_string(),
-        };
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "quest-runner: {}; {kept}", e.message);
-    }
-    match result.outcome.exit() {
-        Exit::Success => Ok(()),
-        code => Err(Failure::new(code, result.message.unwrap_or_default())),
-    }
-}
-
-fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
-    let job = job_from(args, &ctx)?;
-    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
-    runner.config_file = Some(ctx.config_path.clone());
-    // The paths a run would use; the temp dir's random suffix is shown as XXXXXX.
-    let job_root = crate::workspace::job_root(&ctx.state, &job.id);
-    let bare = crate::workspace::bare_clone_path(&ctx.state, &job.repo);
-    let git = crate::workspace::job_git::JobGit::at(&job_root);
-    let paths = crate::sandbox::WorkspacePaths {
-        checkout: git.checkout,
-        git_store: git.store,
-        worktree_admin: git.admin,
-        bare_clone: bare,
-        temp_dir: runner
-            .temp_parent
-            .path
-            .join(format!("{}XXXXXX", crate::workspace::TEMP_PREFIX)),
-        job_dir: job_root.join("runner"),
-        helper_tmp: runner.temp_parent.path.join("quest-srt-XXXXXX"),
-        devshell_script: (job.trust == crate::job::Trust::Trusted)
-            .then(|| job_root.join("runner/devshell.sh")),
-    };
-    let policy = runner
-        .policy(&job, &paths)
-        .map_err(|e| Failure::new(Exit::BadInput, e))?;
-    let rendered = match ctx.config.accounts.get(&job.account) {
-        Some(crate::config::Account::Claude(_)) => {
-            let token = crate::agent::claude::token_file(&paths.job_dir);
-            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token)})
-        }
-        Some(crate::config::Account::Opencode(_)) => {
-            let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
-            let package = srt
-                .as_deref()
-                .and_then(crate::agent::opencode::srt_package_dir);
-            let runner = crate::jobshell::runner_binary()
-                .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
-            serde_json::json!({
-                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref(), &runner)
-            })
-        }
-        None => serde_json::json!(null),
-    };
-    let shown = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
-    out(serde_json::to_string_pretty(&shown).unwrap_or_default())
-}
-
-fn env(ctx: &Context, args: EnvArgs) -> Result<(), Failure> {
-    let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
-    let req = devshell::Request {
-        repo: args.repo,
-        rev: args.rev,
-        git_ref: args.git_ref,
-        attr: args.attr,
-    };
-    // The hit path: no runtime, no child process.
-    let shell = match shells.lookup(&req)? {
-        Some(hit) => hit,
-        None => block_on_interruptible(async { shells.get(&req).await.map_err(Failure::from) })?,
-    };
-    print_shell(&shell, args.format)
-}
-
-pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failure> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let written = match format {
-        Format::Json => writeln!(stdout, "{}", shell_json(shell)),
-        Format::Script => match (&shell.env, &shell.script_bytes) {
-            (None, _) => writeln!(stdout, "# no devShell: {} has no flake.nix", shell.rev),
-            (Some(_), Some(bytes)) => stdout.write_all(bytes),
-            (Some(env), None) => std::fs::read(&env.script).and_then(|b| stdout.write_all(&b)),
-        },
-    };
-    written.map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
-}
-
-pub(crate) fn shell_json(shell: &DevShell) -> serde_json::Value {
-    let env = shell.env.as_ref();
-    serde_json::json!({
-        "cache": shell.cache,
-        "key": shell.key,
-        "rev": shell.rev,
-        "attr": shell.attr,
-        "system": shell.system,
-        "nix_version": shell.nix_version,
-        "devshell": if env.is_some() { "present" } else { "none" },
-        "script": env.map(|e| &e.script),
-        "gcroot": env.map(|e| &e.gcroot),
-        "store_path": env.map(|e| &e.store_path),
-        "url": env.map(|e| &e.url),
-    })
-}
-
-fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure> {
-    let shells = DevShells::new(&ctx.state, &ctx.config);
-    match command {
-        CacheCommand::Ls => {
-            for entry in shells.list()? {
-                out(serde_json::to_string(&entry).unwrap_or_default())?;
-            }
-        }
-        CacheCommand::Gc {
-            max_entries,
-            older_than,
-        } => {
-            let report = shells.gc(&GcPolicy {
-                max_entries,
-                older_than,
-            })?;
-            out(serde_json::to_string(&report).unwrap_or_default())?;
-        }
-    }
-    Ok(())
 }
 
 /// Runs `work` on a single-threaded runtime until it finishes or the process gets SIGINT or

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{block_on_interruptible, print_shell, shell_json, Context, Failure, Format};
+use super::env::{print_shell, shell_json};
+use super::{block_on_interruptible, Context, Failure, Format};
 use crate::devshell::{self, DevShells};
 use crate::exit::Exit;
 use crate::selftest::{fixture_git, registries, static_bash};

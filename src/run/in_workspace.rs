@@ -17,8 +17,8 @@ use crate::config::Account;
 use crate::devshell;
 use crate::job::{AgentKind, Job, Trust};
 use crate::netproxy::JobProxy;
-use crate::sandbox::{SandboxPolicy, WorkspacePaths};
-use crate::workspace::{self, Workspace};
+use crate::sandbox::SandboxPolicy;
+use crate::workspace::{self, Workspace, WorkspacePaths};
 
 /// One job in its workspace: what every step reads.
 pub(super) struct JobRun<'a> {

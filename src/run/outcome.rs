@@ -6,7 +6,7 @@ use std::fmt::Display;
 use super::agent_process::AgentEnd;
 use super::result::{JobResult, Outcome};
 use crate::job::Job;
-use crate::sandbox::WorkspacePaths;
+use crate::workspace::WorkspacePaths;
 
 /// Why a job stops before its agent has run to an end: how it ends, and the result's
 /// message. Every step before the agent's end returns one.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::procfs::Stopping;
-use crate::sandbox::WorkspacePaths;
+use crate::workspace::WorkspacePaths;
 
 /// The agent's process group and every descendant that left it; all are stopped when this
 /// is dropped.

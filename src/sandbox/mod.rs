@@ -3,5 +3,5 @@
 pub mod policy;
 pub mod private;
 
-pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy, WorkspacePaths};
+pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy};
 pub use private::{HiddenFile, PrivateKind};

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::private::HiddenFile;
 use crate::job::Trust;
+use crate::workspace::{WorkspacePaths, AGENT_CONFIG};
 
 /// The package registries a trusted revision's commands may reach, so its checks can install
 /// dependencies: npm and yarn, the crates index and download host, PyPI and its file host.
@@ -38,31 +39,6 @@ impl Platform {
             Platform::Linux
         }
     }
-}
-
-/// Where a job's files are. All paths absolute and canonical.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkspacePaths {
-    /// The worktree the agent edits.
-    pub checkout: PathBuf,
-    /// The repository's shared clone: the job reads its objects, and writes none of it.
-    pub bare_clone: PathBuf,
-    /// The job's own git store (`<job>/git`, see `job_git`), the checkout's common dir: its
-    /// objects (the shared clone's through alternates), refs and reflogs.
-    pub git_store: PathBuf,
-    /// The worktree's administrative directory in the store (`<store>/worktrees/checkout`):
-    /// HEAD, index, logs of this checkout.
-    pub worktree_admin: PathBuf,
-    /// The private `/tmp/quest-job-*` directory: HOME and TMPDIR of every command.
-    pub temp_dir: PathBuf,
-    /// The runner's own files for this job (agent config, devShell script); only the
-    /// devShell script in it is readable by commands.
-    pub job_dir: PathBuf,
-    /// The devShell script commands source, if the revision has one.
-    pub devshell_script: Option<PathBuf>,
-    /// A short private directory for the runner's own helpers (srt's sockets must have short
-    /// paths); commands cannot read it.
-    pub helper_tmp: PathBuf,
 }
 
 /// What the policy is computed from besides the workspace.
@@ -342,37 +318,6 @@ pub struct EnvPolicy {
 
 /// A directory srt makes available to every sandbox when it exists (`doctor` warns).
 pub const SRT_SHARED_TMP: &str = "/tmp/claude";
-
-/// The names srt denies commands to write in every writable tree (its "mandatory deny
-/// paths", listed in its README). The opencode plugin refuses its file tools the same names,
-/// and the workspace has git ignore the stubs srt mounts for them.
-pub const SRT_PROTECTED_NAMES: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".zshrc",
-    ".zprofile",
-    ".profile",
-    ".gitconfig",
-    ".gitmodules",
-    ".ripgreprc",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
-];
-
-/// Files in a checkout through which an agent run on it later would execute code.
-///
-/// `.claude` is protected by its settings files rather than as a whole: srt mounts its own
-/// stubs for `.claude/commands` and `.claude/agents` inside it, which a read-only `.claude`
-/// would make impossible (and the sandbox would not start).
-pub const AGENT_CONFIG: &[&str] = &[
-    ".claude/settings.json",
-    ".claude/settings.local.json",
-    ".mcp.json",
-    ".opencode",
-    "opencode.json",
-    "opencode.jsonc",
-];
 
 /// Variables a command may inherit from the runner: locale, the search path, and the
 /// proxy and CA settings a package manager needs to reach a registry.

@@ -24,12 +24,8 @@ pub fn markers(state: &StateDir, id: &str) -> Vec<String> {
 
 /// The temp dir named by the job's `workspace.json`, if it is still there.
 fn recorded_temp_dir(job_root: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(job_root.join("workspace.json")).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    value
-        .get("temp_dir")
-        .and_then(|v| v.as_str())
-        .map(PathBuf::from)
+    let record = crate::workspace::WorkspaceRecord::read(job_root).ok()??;
+    Some(record.temp_dir)
         // Only what the runner makes: an absolute `…/quest-job-*` (a damaged record must not
         // make a marker such as `/` that every process matches).
         .filter(|p| {

@@ -26,8 +26,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::{io, WorkspaceError};
 use crate::git::Git;
-use crate::workspace::WorkspaceError;
 
 /// How long the runner's git may take over what a job wrote (its HEAD, index, objects): long
 /// enough for the status of a large checkout, bounded because a FIFO where git expects a ref
@@ -81,15 +81,6 @@ const STAGING_CONFIG: &str = "\
 [uploadpack]
 \tallowAnySHA1InWant = true
 ";
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
-    let path = path.to_path_buf();
-    move |source| WorkspaceError::Io {
-        action,
-        path,
-        source,
-    }
-}
 
 /// Makes an empty bare repository at `dir` with `config`, reading `bare`'s objects through its
 /// alternates (by their real path: the sandbox allows reading that, not a link on the way).
@@ -189,7 +180,7 @@ impl JobGit {
             ])
             .await?;
         // Git writes real paths.
-        let named = crate::workspace::worktree_admin_of(&self.checkout)?;
+        let named = worktree_admin_of(&self.checkout)?;
         let admin = std::fs::canonicalize(&self.admin).map_err(io("resolving", &self.admin))?;
         if named != admin {
             return Err(WorkspaceError::Io {
@@ -311,4 +302,25 @@ pub fn with_cut_mark(entries: impl Iterator<Item = String>, cut: bool) -> Vec<St
         list.push(LISTING_CUT.to_string());
     }
     list
+}
+
+/// The administrative directory git made for the worktree, from its `.git` file (read right
+/// after `worktree add`, before any command of the job ran).
+fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
+    let dotgit = checkout.join(".git");
+    let text = std::fs::read_to_string(&dotgit).map_err(io("reading", &dotgit))?;
+    let dir = text
+        .trim()
+        .strip_prefix("gitdir: ")
+        .map(PathBuf::from)
+        .ok_or_else(|| WorkspaceError::Io {
+            action: "parsing",
+            path: dotgit.clone(),
+            source: std::io::Error::other("not a gitdir file"),
+        })?;
+    Ok(if dir.is_absolute() {
+        dir
+    } else {
+        checkout.join(dir)
+    })
 }

@@ -95,7 +95,7 @@ pub(super) fn stop_local_leftovers(state: &StateDir) {
         let Some(id) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        if check_id(&id).is_err() || !entry.path().join("workspace.json").exists() {
+        if check_id(&id).is_err() || !crate::workspace::has_record(&entry.path()) {
             continue;
         }
         any = true;

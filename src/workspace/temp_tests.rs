@@ -1,4 +1,5 @@
 use super::*;
+use std::path::Path;
 
 #[test]
 fn the_temp_parent_is_tmpdir_when_claude_code_accepts_a_temp_dir_in_it() {

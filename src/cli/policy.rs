@@ -1,0 +1,40 @@
+//! `quest-runner policy`: the sandbox policy a job would run under, and its rendering for the
+//! job's agent, printed for audit before anything runs.
+
+use super::{job_from, out, Context, Failure, JobArgs};
+use crate::config::Account;
+use crate::exit::Exit;
+use crate::job::Trust;
+use crate::workspace::JobLayout;
+
+pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
+    let job = job_from(args, &ctx)?;
+    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
+    runner.config_file = Some(ctx.config_path.clone());
+    // The paths a run would use; the temp dirs' random suffix is shown as XXXXXX.
+    let paths = JobLayout::of(&ctx.state, &job.id, &job.repo)
+        .planned(&runner.temp_parent.path, job.trust == Trust::Trusted);
+    let policy = runner
+        .policy(&job, &paths)
+        .map_err(|e| Failure::new(Exit::BadInput, e))?;
+    let rendered = match ctx.config.accounts.get(&job.account) {
+        Some(Account::Claude(_)) => {
+            let token = crate::agent::claude::token_file(&paths.job_dir);
+            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token)})
+        }
+        Some(Account::Opencode(_)) => {
+            let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
+            let package = srt
+                .as_deref()
+                .and_then(crate::agent::opencode::srt_package_dir);
+            let runner = crate::jobshell::runner_binary()
+                .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
+            serde_json::json!({
+                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref(), &runner)
+            })
+        }
+        None => serde_json::json!(null),
+    };
+    let shown = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
+    out(serde_json::to_string_pretty(&shown).unwrap_or_default())
+}

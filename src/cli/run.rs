@@ -1,0 +1,39 @@
+//! `quest-runner run`: one job, in the foreground, until it ends or the runner gets SIGINT or
+//! SIGTERM; its result on stdout and its outcome as the exit code.
+
+use super::{job_from, out, runtime, Context, Failure, JobArgs};
+use crate::exit::Exit;
+
+pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
+    use crate::run::{Cancel, Runner};
+    let job = job_from(args, &ctx)?;
+    let mut runner = Runner::new(ctx.state, ctx.config);
+    runner.config_file = Some(ctx.config_path);
+    let runtime = runtime::runtime(Some(2))?;
+    let result = runtime.block_on(async {
+        let stop = runtime::stop_signal()?;
+        let cancel = async move {
+            match stop.await {
+                runtime::Stop::Interrupt => Cancel::Interrupt,
+                runtime::Stop::Terminate => Cancel::Terminate,
+            }
+        };
+        Ok::<_, Failure>(runner.run(&job, cancel).await)
+    })?;
+    // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
+    // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the
+    // job, so it is reported and the exit code stays the job's.
+    if let Err(e) = out(serde_json::to_string_pretty(&result).unwrap_or_default()) {
+        let kept = crate::workspace::job_root(&runner.state, &result.job_id).join("result.json");
+        let kept = match kept.is_file() {
+            true => format!("the result is kept in {}", kept.display()),
+            false => "the job got no directory, so no result file".to_string(),
+        };
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "quest-runner: {}; {kept}", e.message);
+    }
+    match result.outcome.exit() {
+        Exit::Success => Ok(()),
+        code => Err(Failure::new(code, result.message.unwrap_or_default())),
+    }
+}
