@@ -1,5 +1,8 @@
 //! The sandbox of a job's commands: one policy, rendered per agent.
 
+mod env;
+mod files;
+mod network;
 pub mod policy;
 pub mod private;
 

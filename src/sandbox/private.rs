@@ -256,10 +256,25 @@ pub fn hide(
             })
         }
     };
-    let place = |link: &Option<PathBuf>| match link {
+    let found = dirs_reaching(what, file, parent)?;
+    Ok(HiddenFile {
+        what: what.to_string(),
+        file: file.to_path_buf(),
+        dirs: hideable(what, file, kind, platform, found)?,
+    })
+}
+
+/// How an error names a directory of `file`: its own, or one a link on its way points into.
+fn place(link: &Option<PathBuf>) -> String {
+    match link {
         None => "its directory".to_string(),
         Some(l) => format!("the directory its link {} points into,", l.display()),
-    };
+    }
+}
+
+/// Every directory through which `file` can be reached, resolved: its own (`parent`), and the
+/// one each link on its way points into.
+fn dirs_reaching(what: &str, file: &Path, parent: &Path) -> Result<Vec<HiddenDir>, PlacementError> {
     let resolve = |dir: &Path, link: Option<PathBuf>| -> Result<HiddenDir, PlacementError> {
         std::fs::canonicalize(dir)
             .map(|dir| HiddenDir {
@@ -290,7 +305,19 @@ pub fn hide(
     })? {
         found.push(resolve(&target_dir, Some(link))?);
     }
+    Ok(found)
+}
 
+/// The directories of `found` to hide, none inside another; an error when one is needed by
+/// every command, or is in the Nix store and `file` holds a secret (a config file there is
+/// public anyway, and left out).
+fn hideable(
+    what: &str,
+    file: &Path,
+    kind: PrivateKind,
+    platform: Platform,
+    found: Vec<HiddenDir>,
+) -> Result<Vec<HiddenDir>, PlacementError> {
     let mut dirs: Vec<HiddenDir> = Vec::new();
     for d in found {
         if in_store(&d.dir) {
@@ -322,11 +349,7 @@ pub fn hide(
         dirs.retain(|k| !k.dir.starts_with(&d.dir));
         dirs.push(d);
     }
-    Ok(HiddenFile {
-        what: what.to_string(),
-        file: file.to_path_buf(),
-        dirs,
-    })
+    Ok(dirs)
 }
 
 /// What config loading checks: [`hide`], except that a file or directory that does not exist
