@@ -9,6 +9,8 @@ use super::env::{print_shell, shell_json};
 use super::{block_on_interruptible, Context, Failure, Format};
 use crate::devshell::{self, DevShells};
 use crate::exit::Exit;
+use crate::job::{AgentKind, Trust};
+use crate::selftest::boundary;
 use crate::selftest::{fixture_git, registries, static_bash};
 
 const SAMPLE_FLAKE: &str = include_str!("../selftest/sample-flake.nix");
@@ -35,72 +37,9 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
     devshell_check(ctx)?;
     let mut failures = Vec::new();
     for agent in &opts.agents {
-        let mut trusts = vec![crate::job::Trust::Trusted];
-        if opts.untrusted {
-            trusts.push(crate::job::Trust::Untrusted);
-        }
-        for trust in trusts {
-            super::out(format_args!(
-                "\n== boundary suite: {} ({trust:?})",
-                agent.name()
-            ))?;
-            let cfg = crate::selftest::boundary::SuiteConfig {
-                agent: *agent,
-                trust,
-                mutation: None,
-                controls: true,
-            };
-            let report = runtime
-                .block_on(crate::selftest::boundary::run(&cfg))
-                .map_err(|e| {
-                    Failure::new(
-                        Exit::Failed,
-                        format!("the boundary suite could not run: {e}"),
-                    )
-                })?;
-            for line in report.lines() {
-                super::out(&line)?;
-            }
-            super::out(report.summary())?;
-            if !report.holds() {
-                failures.push(format!("{} ({trust:?})", agent.name()));
-            }
-        }
+        failures.extend(boundary_check(&runtime, *agent, opts.untrusted)?);
         if opts.mutations {
-            super::out(format_args!("\n== mutation checks: {}", agent.name()))?;
-            let mut caught = 0;
-            for m in crate::selftest::boundary::Mutation::here() {
-                let cfg = crate::selftest::boundary::SuiteConfig {
-                    agent: *agent,
-                    trust: crate::job::Trust::Trusted,
-                    mutation: Some(m),
-                    controls: false,
-                };
-                let report = runtime
-                    .block_on(crate::selftest::boundary::run(&cfg))
-                    .map_err(|e| {
-                        Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))
-                    })?;
-                let hit = report
-                    .attempts
-                    .iter()
-                    .any(|a| a.id == m.caught_by() && a.escaped);
-                caught += usize::from(hit);
-                super::out(format_args!(
-                    "{:<8} {:<22} must free {}",
-                    if hit { "caught" } else { "MISSED" },
-                    m.name(),
-                    m.caught_by()
-                ))?;
-                if !hit {
-                    failures.push(format!("{} mutation {}", agent.name(), m.name()));
-                }
-            }
-            super::out(format_args!(
-                "{}: {caught}/{} mutations caught",
-                agent.name(),
-                crate::selftest::boundary::Mutation::here().len()
-            ))?;
+            failures.extend(mutation_checks(&runtime, *agent)?);
         }
     }
     if failures.is_empty() {
@@ -115,6 +54,88 @@ pub(crate) fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> 
             ),
         ))
     }
+}
+
+/// The boundary suite for `agent` on a trusted revision (and an untrusted one), printed line
+/// by line; what did not hold.
+fn boundary_check(
+    runtime: &tokio::runtime::Runtime,
+    agent: AgentKind,
+    untrusted: bool,
+) -> Result<Vec<String>, Failure> {
+    let mut trusts = vec![Trust::Trusted];
+    if untrusted {
+        trusts.push(Trust::Untrusted);
+    }
+    let mut failures = Vec::new();
+    for trust in trusts {
+        super::out(format_args!(
+            "\n== boundary suite: {} ({trust:?})",
+            agent.name()
+        ))?;
+        let cfg = boundary::SuiteConfig {
+            agent,
+            trust,
+            mutation: None,
+            controls: true,
+        };
+        let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
+            Failure::new(
+                Exit::Failed,
+                format!("the boundary suite could not run: {e}"),
+            )
+        })?;
+        for line in report.lines() {
+            super::out(&line)?;
+        }
+        super::out(report.summary())?;
+        if !report.holds() {
+            failures.push(format!("{} ({trust:?})", agent.name()));
+        }
+    }
+    Ok(failures)
+}
+
+/// The mutation checks for `agent`: each weakens one rule, and the attempt it must free has
+/// to escape; the mutations that were missed.
+fn mutation_checks(
+    runtime: &tokio::runtime::Runtime,
+    agent: AgentKind,
+) -> Result<Vec<String>, Failure> {
+    super::out(format_args!("\n== mutation checks: {}", agent.name()))?;
+    let mut failures = Vec::new();
+    let mut caught = 0;
+    for m in boundary::Mutation::here() {
+        let cfg = boundary::SuiteConfig {
+            agent,
+            trust: Trust::Trusted,
+            mutation: Some(m),
+            controls: false,
+        };
+        let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
+            Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))
+        })?;
+        let hit = report
+            .attempts
+            .iter()
+            .any(|a| a.id == m.caught_by() && a.escaped);
+        caught += usize::from(hit);
+        super::out(format_args!(
+            "{:<8} {:<22} must free {}",
+            if hit { "caught" } else { "MISSED" },
+            m.name(),
+            m.caught_by()
+        ))?;
+        if !hit {
+            failures.push(format!("{} mutation {}", agent.name(), m.name()));
+        }
+    }
+    super::out(format_args!(
+        "{}: {caught}/{} mutations caught",
+        agent.name(),
+        boundary::Mutation::here().len()
+    ))?;
+    Ok(failures)
 }
 
 /// `--registries`: the real-registry reads for each agent, or one line saying why not here.

@@ -1,15 +1,21 @@
 //! The controls judged after the job from what it left: the job ran to the end, the permitted
-//! commands worked, and the registry stand-in saw the reads the job made.
+//! commands worked, the attempts ran as scripted, nothing was left behind or leaked, and the
+//! registry stand-in saw the reads the job made.
 
 use super::super::attempts::{self, Detect};
-use super::super::world::World;
+use super::super::world::{Rotator, World};
+use super::company::package_manager_controls;
+use super::controls::{rotation_control, shellhook_control};
+use super::gateway::gateway_controls;
+use super::job_run::JobRun;
 use super::report::{AttemptReport, ControlReport};
 use super::verdicts::{clip, decided, detect, https_forwarded, job_temp_dirs, offered_tools, Seen};
-use super::SuiteConfig;
+use super::{SuiteConfig, SuiteRun};
+use crate::gateway::JobGrant;
 use crate::job::{AgentKind, Trust};
 use crate::run::{JobResult, Outcome};
 use crate::selftest::model_server::ModelServer;
-use crate::selftest::npm_registry::NpmRegistry;
+use crate::selftest::npm_registry::{NpmRegistry, PACKAGE, VERSION};
 use crate::state::StateDir;
 use std::path::PathBuf;
 
@@ -25,211 +31,253 @@ pub(super) struct JobEvidence<'a> {
     pub(super) net_log: &'a [String],
 }
 
-pub(super) fn after_job_controls(
-    ev: JobEvidence<'_>,
-    reports: &[AttemptReport],
-    helpers: &[libc::pid_t],
-    controls: &mut Vec<ControlReport>,
-) {
-    let JobEvidence {
-        world,
-        server,
-        cfg,
-        result,
-        outputs,
-        ..
-    } = ev;
-    let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport::new(name, passed, detail));
-    };
-    add(
-        "the job ran to the end",
-        result.outcome == Outcome::Succeeded,
-        format!(
-            "{:?} {}",
-            result.outcome,
-            result.message.clone().unwrap_or_default()
-        ),
-    );
-    let permitted = outputs.get(&0).cloned().unwrap_or_default();
-    let devshell_ok = cfg.trust == Trust::Untrusted
-        || (permitted.contains("devshell=devshell-ok") && permitted.contains("ran"));
-    add(
-        "a permitted command writes the checkout and $TMPDIR",
-        permitted.contains("PERMITTED-RAN") && devshell_ok,
-        clip(&permitted, 200),
-    );
-    if cfg.trust == Trust::Trusted {
-        let net = outputs.get(&1).cloned().unwrap_or_default();
-        add(
-            "a registry request goes through the sandbox's proxy",
-            net.contains("NET-RAN")
-                && detect(&Detect::ProxyForwarded, &net, Seen::default(), world)
-                && https_forwarded(&net),
-            clip(&net, 200),
+impl SuiteRun<'_> {
+    /// Every control judged from what the job left, in the order the report lists them. The
+    /// control grant is revoked by the gateway's controls, and the rotator stops once its
+    /// control is judged.
+    pub(super) fn controls_after_job(
+        &self,
+        ran: &JobRun,
+        reports: &[AttemptReport],
+        control_grant: JobGrant,
+        rotator: Rotator,
+        controls: &mut Vec<ControlReport>,
+    ) {
+        let (cfg, stage) = (self.cfg, self.stage);
+        let ev = JobEvidence {
+            world: &stage.world,
+            server: &stage.server,
+            cfg,
+            result: &ran.result,
+            outputs: &ran.outputs,
+            net_log: &ran.net_log,
+        };
+        controls.extend(ev.job_controls());
+        controls.extend(ev.attempt_controls(reports));
+        controls.extend(ev.leftover_controls(&stage.helpers()));
+        controls.extend(ev.secret_controls());
+        gateway_controls(
+            ev,
+            &ran.exchanges,
+            &ran.job_root,
+            (self.gateway, Some(control_grant)),
+            controls,
         );
-    }
-    let not_ran: Vec<&str> = reports.iter().filter(|r| !r.ran).map(|r| r.id).collect();
-    add(
-        "every attempt ran (its marker came back)",
-        not_ran.is_empty(),
-        if not_ran.is_empty() {
-            format!("{} attempts", reports.len())
-        } else {
-            format!("no marker: {}", not_ran.join(", "))
-        },
-    );
-    let not_runner: Vec<&str> = reports
-        .iter()
-        .filter(|r| r.refused_by_runner == Some(false) && !r.escaped)
-        .map(|r| r.id)
-        .collect();
-    add(
-        "file-tool refusals come from the runner's rules",
-        not_runner.is_empty(),
-        if not_runner.is_empty() {
-            "all".into()
-        } else {
-            format!("not the runner's refusal: {}", not_runner.join(", "))
-        },
-    );
-    let offered = offered_tools(server);
-    let wanted: &[&str] = match cfg.agent {
-        AgentKind::Claude => &["Bash", "Read", "Write"],
-        AgentKind::Opencode => &["bash", "read", "write"],
-    };
-    let missing: Vec<&str> = wanted
-        .iter()
-        .copied()
-        .filter(|t| !offered.contains(*t))
-        .collect();
-    add(
-        "the agent offers every tool the script calls",
-        missing.is_empty(),
-        if missing.is_empty() {
-            wanted.join(", ")
-        } else {
-            format!("missing: {}", missing.join(", "))
-        },
-    );
-    let closing = outputs
-        .iter()
-        .next_back()
-        .map(|(_, o)| o.clone())
-        .unwrap_or_default();
-    let committing = outputs
-        .iter()
-        .rev()
-        .nth(1)
-        .map(|(_, o)| o.clone())
-        .unwrap_or_default();
-    add(
-        "nothing left uncommitted in the checkout",
-        result.uncommitted.is_empty(),
-        if result.uncommitted.is_empty() {
-            "git status --ignored is clean".into()
-        } else {
-            format!(
-                "{} (closing commit said: {}; last command: {})",
-                result.uncommitted.join(", "),
-                clip(&committing, 300),
-                clip(&closing, 100)
-            )
-        },
-    );
-    // The job's own temp dirs, as its rendered settings name them: other jobs on this machine
-    // may come and go meanwhile.
-    let job_root = crate::workspace::job_root(&StateDir::at(&world.state), &result.job_id);
-    let own = job_temp_dirs(&job_root);
-    let leaked: Vec<&PathBuf> = own.iter().filter(|p| p.exists()).collect();
-    add(
-        "no temp dir left",
-        !own.is_empty() && leaked.is_empty(),
-        if own.is_empty() {
-            "the job's temp dirs are unknown".into()
-        } else {
-            format!(
-                "{} checked{}",
-                own.len(),
-                leaked
-                    .iter()
-                    .map(|p| format!(", left: {}", p.display()))
-                    .collect::<String>()
-            )
-        },
-    );
-    let mut left = server.confined_processes();
-    left.retain(|pid| !helpers.contains(pid));
-    add(
-        "no process left",
-        left.is_empty(),
-        format!("{} in the job's network namespace", left.len()),
-    );
-    let fired: Vec<&str> = attempts::project_config_markers(world)
-        .into_iter()
-        .filter(|(_, p)| p.exists())
-        .map(|(n, _)| n)
-        .collect();
-    add(
-        "the checkout's config never ran on the host",
-        fired.is_empty(),
-        if fired.is_empty() {
-            "no hook, MCP server or plugin fired".into()
-        } else {
-            format!("fired: {}", fired.join(", "))
-        },
-    );
-    let secrets = world.secrets.all();
-    let bodies: Vec<String> = server.requests().iter().map(|b| b.to_string()).collect();
-    // The escapes above put secrets into tool results on purpose when a rule is weakened;
-    // the prompt (the first request) must hold none in any run.
-    let first = bodies.first().cloned().unwrap_or_default();
-    let in_prompt: Vec<&String> = secrets
-        .iter()
-        .copied()
-        .filter(|x| first.contains(x.as_str()))
-        .collect();
-    add(
-        "no secret in the prompt (instruction files are links to secrets)",
-        in_prompt.is_empty() && !first.is_empty(),
-        if in_prompt.is_empty() {
-            "none".into()
-        } else {
-            "a secret reached the prompt".into()
-        },
-    );
-    if cfg.mutation.is_none() {
-        let anywhere = secrets
-            .iter()
-            .any(|x| bodies.iter().any(|b| b.contains(x.as_str())));
-        add(
-            "no secret reaches the model in any request",
-            !anywhere,
-            format!("{} requests scanned", bodies.len()),
-        );
+        if self.plan.attempts.iter().any(|a| a.id == "rotate-secrets") {
+            controls.push(rotation_control(&rotator, &self.targets.checkout));
+        }
+        drop(rotator);
+        if let Some(r) = &stage.registry {
+            controls.push(registry_reads_control(r, &ran.registry_seen, ev));
+            controls.push(network_log_control(r, ev));
+        }
+        if let (Some(c), Some(step)) = (&stage.company, self.plan.pm_step) {
+            let output = ran.outputs.get(&step).cloned().unwrap_or_default();
+            package_manager_controls(c, &output, &ran.net_log, controls);
+        }
+        if cfg.controls && cfg.trust == Trust::Trusted {
+            controls.push(shellhook_control(&stage.world, &ran.result, self.state));
+        }
     }
 }
 
-/// Registry reads went through the decider and the network log shows each decision.
-pub(super) fn registry_controls(
+impl JobEvidence<'_> {
+    /// The job ran to the end, and its permitted commands (and, trusted, its registry
+    /// request through the proxy) worked: the refusals are of attempts, not of everything.
+    fn job_controls(&self) -> Vec<ControlReport> {
+        let (cfg, result) = (self.cfg, self.result);
+        let mut controls = vec![ControlReport::new(
+            "the job ran to the end",
+            result.outcome == Outcome::Succeeded,
+            format!(
+                "{:?} {}",
+                result.outcome,
+                result.message.clone().unwrap_or_default()
+            ),
+        )];
+        let permitted = self.outputs.get(&0).cloned().unwrap_or_default();
+        let devshell_ok = cfg.trust == Trust::Untrusted
+            || (permitted.contains("devshell=devshell-ok") && permitted.contains("ran"));
+        controls.push(ControlReport::new(
+            "a permitted command writes the checkout and $TMPDIR",
+            permitted.contains("PERMITTED-RAN") && devshell_ok,
+            clip(&permitted, 200),
+        ));
+        if cfg.trust == Trust::Trusted {
+            let net = self.outputs.get(&1).cloned().unwrap_or_default();
+            controls.push(ControlReport::new(
+                "a registry request goes through the sandbox's proxy",
+                net.contains("NET-RAN")
+                    && detect(&Detect::ProxyForwarded, &net, Seen::default(), self.world)
+                    && https_forwarded(&net),
+                clip(&net, 200),
+            ));
+        }
+        controls
+    }
+
+    /// Every attempt ran (its marker came back), file-tool refusals are the runner's own,
+    /// and the agent offered every tool the script calls.
+    fn attempt_controls(&self, reports: &[AttemptReport]) -> Vec<ControlReport> {
+        let not_ran: Vec<&str> = reports.iter().filter(|r| !r.ran).map(|r| r.id).collect();
+        let not_runner: Vec<&str> = reports
+            .iter()
+            .filter(|r| r.refused_by_runner == Some(false) && !r.escaped)
+            .map(|r| r.id)
+            .collect();
+        let offered = offered_tools(self.server);
+        let wanted: &[&str] = match self.cfg.agent {
+            AgentKind::Claude => &["Bash", "Read", "Write"],
+            AgentKind::Opencode => &["bash", "read", "write"],
+        };
+        let missing: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|t| !offered.contains(*t))
+            .collect();
+        vec![
+            ControlReport::new(
+                "every attempt ran (its marker came back)",
+                not_ran.is_empty(),
+                if not_ran.is_empty() {
+                    format!("{} attempts", reports.len())
+                } else {
+                    format!("no marker: {}", not_ran.join(", "))
+                },
+            ),
+            ControlReport::new(
+                "file-tool refusals come from the runner's rules",
+                not_runner.is_empty(),
+                if not_runner.is_empty() {
+                    "all".into()
+                } else {
+                    format!("not the runner's refusal: {}", not_runner.join(", "))
+                },
+            ),
+            ControlReport::new(
+                "the agent offers every tool the script calls",
+                missing.is_empty(),
+                if missing.is_empty() {
+                    wanted.join(", ")
+                } else {
+                    format!("missing: {}", missing.join(", "))
+                },
+            ),
+        ]
+    }
+
+    /// The job left nothing behind: no uncommitted file, no temp dir, no process (but the
+    /// suite's own `helpers`).
+    fn leftover_controls(&self, helpers: &[libc::pid_t]) -> Vec<ControlReport> {
+        let result = self.result;
+        let uncommitted = if result.uncommitted.is_empty() {
+            "git status --ignored is clean".into()
+        } else {
+            let from_end = |n| {
+                let output = self.outputs.iter().rev().nth(n);
+                output.map(|(_, o)| o.clone()).unwrap_or_default()
+            };
+            format!(
+                "{} (closing commit said: {}; last command: {})",
+                result.uncommitted.join(", "),
+                clip(&from_end(1), 300),
+                clip(&from_end(0), 100)
+            )
+        };
+        // The job's own temp dirs, as its rendered settings name them: other jobs on this
+        // machine may come and go meanwhile.
+        let job_root = crate::workspace::job_root(&StateDir::at(&self.world.state), &result.job_id);
+        let own = job_temp_dirs(&job_root);
+        let leaked: Vec<&PathBuf> = own.iter().filter(|p| p.exists()).collect();
+        let temp_dirs = if own.is_empty() {
+            "the job's temp dirs are unknown".into()
+        } else {
+            let left: String = leaked
+                .iter()
+                .map(|p| format!(", left: {}", p.display()))
+                .collect();
+            format!("{} checked{left}", own.len())
+        };
+        let mut left = self.server.confined_processes();
+        left.retain(|pid| !helpers.contains(pid));
+        vec![
+            ControlReport::new(
+                "nothing left uncommitted in the checkout",
+                result.uncommitted.is_empty(),
+                uncommitted,
+            ),
+            ControlReport::new(
+                "no temp dir left",
+                !own.is_empty() && leaked.is_empty(),
+                temp_dirs,
+            ),
+            ControlReport::new(
+                "no process left",
+                left.is_empty(),
+                format!("{} in the job's network namespace", left.len()),
+            ),
+        ]
+    }
+
+    /// Nothing of the checkout ran on the host, and no secret reached the model: never in
+    /// the prompt, and in no request at all unless a rule was weakened on purpose.
+    fn secret_controls(&self) -> Vec<ControlReport> {
+        let fired: Vec<&str> = attempts::project_config_markers(self.world)
+            .into_iter()
+            .filter(|(_, p)| p.exists())
+            .map(|(n, _)| n)
+            .collect();
+        let mut controls = vec![ControlReport::new(
+            "the checkout's config never ran on the host",
+            fired.is_empty(),
+            if fired.is_empty() {
+                "no hook, MCP server or plugin fired".into()
+            } else {
+                format!("fired: {}", fired.join(", "))
+            },
+        )];
+        let secrets = self.world.secrets.all();
+        let bodies: Vec<String> = self
+            .server
+            .requests()
+            .iter()
+            .map(|b| b.to_string())
+            .collect();
+        // The escapes above put secrets into tool results on purpose when a rule is weakened;
+        // the prompt (the first request) must hold none in any run.
+        let first = bodies.first().cloned().unwrap_or_default();
+        let in_prompt = secrets.iter().any(|x| first.contains(x.as_str()));
+        controls.push(ControlReport::new(
+            "no secret in the prompt (instruction files are links to secrets)",
+            !in_prompt && !first.is_empty(),
+            if in_prompt {
+                "a secret reached the prompt".into()
+            } else {
+                "none".into()
+            },
+        ));
+        if self.cfg.mutation.is_none() {
+            let anywhere = secrets
+                .iter()
+                .any(|x| bodies.iter().any(|b| b.contains(x.as_str())));
+            controls.push(ControlReport::new(
+                "no secret reaches the model in any request",
+                !anywhere,
+                format!("{} requests scanned", bodies.len()),
+            ));
+        }
+        controls
+    }
+}
+
+/// Registry reads went through the decider: `npm view`, `npm install` and a plain GET worked
+/// and reached the stand-in (`seen`: what it got during the job).
+fn registry_reads_control(
     registry: &NpmRegistry,
     seen: &[String],
     ev: JobEvidence<'_>,
-    controls: &mut Vec<ControlReport>,
-) {
-    let JobEvidence {
-        world,
-        cfg,
-        result,
-        outputs,
-        net_log: log,
-        ..
-    } = ev;
-    use crate::selftest::npm_registry::{PACKAGE, VERSION};
-    let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport::new(name, passed, detail));
-    };
-    let reads = outputs.get(&2).cloned().unwrap_or_default();
+) -> ControlReport {
+    let reads = ev.outputs.get(&2).cloned().unwrap_or_default();
     let tarball = format!("GET /{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz");
     let got = |r: &str| seen.iter().any(|s| s == r);
     let read_ok = reads.contains("READS-RAN")
@@ -238,8 +286,8 @@ pub(super) fn registry_controls(
         && reads.contains("get-status=200")
         && got(&format!("GET /{PACKAGE}"))
         && got(&tarball);
-    let (allowed, refused) = decided(log, &format!("127.0.0.1:{} /", registry.port));
-    add(
+    let (allowed, refused) = decided(ev.net_log, &format!("127.0.0.1:{} /", registry.port));
+    ControlReport::new(
         "registry reads go through the decider (npm view, npm install, GET)",
         read_ok,
         format!(
@@ -247,16 +295,22 @@ pub(super) fn registry_controls(
             clip(&reads, 160),
             seen.len()
         ),
-    );
+    )
+}
+
+/// The network log shows each registry request with its decision: reads allowed, writes
+/// refused (allowed, and logged so, when the mutation weakens exactly that).
+fn network_log_control(registry: &NpmRegistry, ev: JobEvidence<'_>) -> ControlReport {
+    let (log, result) = (ev.net_log, ev.result);
     let host = registry.host();
-    let token = &world.token;
+    let token = &ev.world.token;
     let mut wanted = vec![
         format!("GET {host} /{PACKAGE} allowed"),
         format!("GET {host} /qr-get-{token} allowed"),
         "GET registry.npmjs.org:443 / allowed".to_string(),
     ];
     let publish_refused = format!("PUT {host} /qr-publish-{token} refused 403 read_only");
-    match cfg.mutation {
+    match ev.cfg.mutation {
         None => {
             wanted.push(publish_refused);
             wanted.push(format!(
@@ -269,29 +323,23 @@ pub(super) fn registry_controls(
         }
         Some(_) => {}
     }
-    let missing: Vec<&String> = wanted
+    let missing: Vec<&str> = wanted
         .iter()
-        .filter(|w| !log.iter().any(|l| l.contains(w.as_str())))
+        .map(String::as_str)
+        .filter(|w| !log.iter().any(|l| l.contains(w)))
         .collect();
     let summary = result
         .network
         .as_ref()
         .map(|n| format!("{} allowed, {} refused", n.allowed, n.refused))
         .unwrap_or_else(|| "no network summary in the result".into());
-    add(
+    ControlReport::new(
         "the network log shows each request with its decision",
         result.network.is_some() && missing.is_empty(),
         if missing.is_empty() {
             format!("{} lines; {summary}", log.len())
         } else {
-            format!(
-                "missing: {}",
-                missing
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
+            format!("missing: {}", missing.join("; "))
         },
-    );
+    )
 }

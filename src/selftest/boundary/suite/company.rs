@@ -64,20 +64,36 @@ pub(super) fn package_manager_controls(
     log: &[String],
     controls: &mut Vec<ControlReport>,
 ) {
-    let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport::new(name, passed, detail));
-    };
+    controls.push(planted_control(company, output));
+    controls.push(without_variables_control(output));
+    let host = format!("localhost:{}", company.front.port);
+    let unlogged = unlogged_reads(&host, log);
+    controls.push(reads_control(output, &host, &unlogged));
+    if std::env::var_os("QR_BOUNDARY_DEBUG").is_some() {
+        eprintln!("--- package manager reads ---\n{output}");
+        eprintln!("--- network log ---\n{}", log.join("\n"));
+        eprintln!("--- not logged as allowed GETs of {host}: {unlogged:?}");
+    }
+}
+
+/// The sandbox read the planted host config (npm's global config and `pip.conf`).
+fn planted_control(company: &Company, output: &str) -> ControlReport {
     let planted: Vec<String> = company
         .planted
         .files
         .iter()
         .map(|(p, _)| p.display().to_string())
         .collect();
-    add(
+    ControlReport::new(
         "the sandbox reads the planted host config",
         output.contains("PLANTED-NPMRC") && output.contains("PLANTED-PIPCONF"),
         format!("{} (cafile, cert, a company proxy)", planted.join(", ")),
-    );
+    )
+}
+
+/// The planted config is a real obstacle: without the runner's variables, npm and pip fail
+/// on its certificate.
+fn without_variables_control(output: &str) -> ControlReport {
     let without = |client: &str| {
         output
             .lines()
@@ -86,40 +102,23 @@ pub(super) fn package_manager_controls(
             .to_string()
     };
     let (npm, pip) = (without("npm"), without("pip"));
-    add(
+    ControlReport::new(
         "without the runner's variables, npm and pip fail on it",
         npm.contains("CERT") && pip.to_ascii_lowercase().contains("certificate"),
         format!("npm: {npm:?}; pip: {pip:?}"),
-    );
-    let reads: Vec<&str> = output
-        .lines()
-        .filter_map(|l| l.strip_prefix("READ "))
-        .collect();
-    let ok: Vec<&str> = reads
-        .iter()
-        .filter(|l| l.split(' ').nth(1) == Some("ok"))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
-    let failed: Vec<&&str> = reads
-        .iter()
-        .filter(|l| l.split(' ').nth(1) == Some("FAILED"))
-        .collect();
-    let skipped: Vec<&str> = reads
-        .iter()
-        .filter(|l| l.split(' ').nth(1) == Some("skipped:"))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
-    let host = format!("localhost:{}", company.front.port);
-    let wheel = crate::selftest::wheel::file_name(
-        crate::selftest::npm_registry::PACKAGE,
-        crate::selftest::npm_registry::VERSION,
-    );
+    )
+}
+
+/// The stand-in's paths (packument, tarball, index, wheel) with no allowed `GET` of them on
+/// `host` in the network log.
+fn unlogged_reads(host: &str, log: &[String]) -> Vec<String> {
+    let pkg = crate::selftest::npm_registry::PACKAGE;
+    let wheel = crate::selftest::wheel::file_name(pkg, crate::selftest::npm_registry::VERSION);
     let logged = |path: &str| {
         log.iter()
             .any(|l| l.contains(&format!("GET {host} {path}")) && l.ends_with(" allowed"))
     };
-    let pkg = crate::selftest::npm_registry::PACKAGE;
-    let unlogged: Vec<String> = [
+    [
         format!("/{pkg}"),
         format!("/{pkg}/-/{pkg}-"),
         format!("/simple/{pkg}"),
@@ -127,9 +126,30 @@ pub(super) fn package_manager_controls(
     ]
     .into_iter()
     .filter(|p| !logged(p))
-    .collect();
+    .collect()
+}
+
+/// Every client the host has read over HTTPS (`READ <client> ok|FAILED|skipped: ...` lines),
+/// npm and pip at least, and the decider logged each read (`unlogged`: those it did not).
+fn reads_control(output: &str, host: &str, unlogged: &[String]) -> ControlReport {
+    let reads: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("READ "))
+        .collect();
+    let with = |status: &'static str| {
+        reads
+            .iter()
+            .copied()
+            .filter(move |l| l.split(' ').nth(1) == Some(status))
+    };
+    fn client(read: &str) -> &str {
+        read.split(' ').next().unwrap_or_default()
+    }
+    let ok: Vec<&str> = with("ok").map(client).collect();
+    let failed: Vec<&str> = with("FAILED").collect();
+    let skipped: Vec<&str> = with("skipped:").map(client).collect();
     let through_decider = unlogged.is_empty();
-    add(
+    ControlReport::new(
         "package managers read over HTTPS through the decider despite it",
         output.contains("PM-READS-RAN")
             && ["npm", "npm-install", "pip"].iter().all(|c| ok.contains(c))
@@ -147,16 +167,7 @@ pub(super) fn package_manager_controls(
                 }
             )
         } else {
-            failed
-                .iter()
-                .map(|l| l.to_string())
-                .collect::<Vec<_>>()
-                .join(" | ")
+            failed.join(" | ")
         },
-    );
-    if std::env::var_os("QR_BOUNDARY_DEBUG").is_some() {
-        eprintln!("--- package manager reads ---\n{output}");
-        eprintln!("--- network log ---\n{}", log.join("\n"));
-        eprintln!("--- not logged as allowed GETs of {host}: {unlogged:?}");
-    }
+    )
 }

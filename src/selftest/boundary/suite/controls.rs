@@ -1,24 +1,22 @@
 //! The unconfined controls, run before the job: each attempt's command must escape when
 //! nothing confines it, or its refusal inside the sandbox proves nothing; and the controls
-//! that run a job's own files on the host side (project config, shellHook, rotation).
+//! that run a job's own files on the host side (shellHook, rotation).
 
-use super::super::attempts::{self, Attempt, Targets};
+use super::super::attempts::{Attempt, Targets};
+use super::super::git_attacks::ControlUndo;
 use super::super::world::World;
-use super::agent_binary;
 use super::report::ControlReport;
 use super::setup::control_checkout;
 use super::verdicts::{detect, Seen};
 use crate::job::AgentKind;
+use crate::lockfile::LockFile;
 use crate::run::JobResult;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;
 use crate::state::StateDir;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape;
-/// then its effects are undone before the job runs.
 /// What the unconfined controls run against: the attempts and what they target, and the
 /// servers and environment the job will have.
 #[derive(Clone, Copy)]
@@ -31,141 +29,49 @@ pub(super) struct ControlSetup<'a> {
     pub(super) env_source: &'a [(String, String)],
 }
 
+/// Each shell attempt, run unconfined from a worktree of the same bare clone, must escape
+/// (`results`: whether each did, by the attempt's index); then its effects are undone before
+/// the next one, and before the job runs.
 pub(super) fn run_controls(
     setup: ControlSetup<'_>,
     results: &mut [Option<bool>],
     controls: &mut Vec<ControlReport>,
 ) -> Result<(), String> {
-    let ControlSetup {
-        world,
-        targets: t,
-        attempts,
-        server,
-        registry,
-        env_source,
-    } = setup;
-    let checkout = control_checkout(world);
-    let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
-    let bare_lock = || {
-        crate::workspace::lock_bare_blocking(&t.bare, crate::workspace::CLEANUP_LOCK_WAIT)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("the bare clone {} stayed locked", t.bare.display()))
-    };
-    let locked = bare_lock()?;
-    let status = Command::new(&git)
-        .args(["-c", "core.hooksPath=/dev/null", "--git-dir"])
-        .arg(&t.bare)
-        .args(["worktree", "add", "--detach", "--quiet"])
-        .arg(&checkout)
-        .arg(&world.rev)
-        .status()
-        .map_err(|e| e.to_string())?;
-    drop(locked);
-    if !status.success() {
-        return Err("creating the control worktree failed".into());
-    }
-    let snapshots: Vec<(PathBuf, Option<Vec<u8>>)> = [
-        t.bare.join("config"),
-        t.bare.join("info/exclude"),
-        world.operator_home.join(".bashrc"),
-    ]
-    .into_iter()
-    .map(|p| {
-        let data = std::fs::read(&p).ok();
-        (p, data)
-    })
-    .collect();
-    let dotgit = std::fs::read(checkout.join(".git")).map_err(|e| e.to_string())?;
-    let git_undo = super::super::git_attacks::ControlUndo::capture(world, &t.bare, &checkout)?;
-    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let worktree = ControlWorktree::open(setup)?;
     // What the attempts on opencode's executor aim at unconfined (the job's is not up yet).
-    let _executor = match t.agent {
-        AgentKind::Opencode => Some(super::super::shell_attacks::ControlExecutor::start(world)?),
+    let _executor = match setup.targets.agent {
+        AgentKind::Opencode => Some(super::super::shell_attacks::ControlExecutor::start(
+            setup.world,
+        )?),
         AgentKind::Claude => None,
     };
     let mut all_escaped = true;
-    for (i, a) in attempts.iter().enumerate() {
+    for (i, a) in setup.attempts.iter().enumerate() {
         let Some(command) = &a.control else { continue };
-        let before = server.exchanges().len();
-        let registry_before = registry.map_or(0, |r| r.requests().len());
-        let mut cmd = Command::new("/bin/bash");
-        // Outside the sandbox, but in the scripted model's network namespace, where the
-        // network attempts' target lives.
-        server.confine(&mut cmd);
-        let out = cmd
-            .args(["-c", command])
-            .current_dir(&checkout)
-            .env_clear()
-            .envs(env_source.iter().cloned())
-            .env("HOME", &world.operator_home)
-            .env("TMPDIR", tmp.path())
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if let Some(after) = &a.control_after {
-            let out = Command::new("/bin/bash")
-                .args(["-c", after])
-                .current_dir(&checkout)
-                .env_clear()
-                .envs(env_source.iter().cloned())
-                .env("HOME", &world.operator_home)
-                .env("TMPDIR", tmp.path())
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| e.to_string())?;
-            text.push_str(&String::from_utf8_lossy(&out.stdout));
-        }
-        let exchanges = server.exchanges();
-        let registry_seen: Vec<String> = registry
-            .map(|r| r.requests().split_off(registry_before))
-            .unwrap_or_default();
-        let escaped = detect(
-            &a.detect,
-            &text,
-            Seen {
-                exchanges: &exchanges[before..],
-                registry: &registry_seen,
-            },
-            world,
-        );
+        let escaped = worktree.escapes(a, command)?;
         results[i] = Some(escaped);
         all_escaped &= escaped;
-        for p in a.detect.host_paths() {
-            let _ = std::fs::remove_file(p);
-        }
-        // Undo what the control did before the next one runs: the files it may have
-        // changed, then the checkout's tracked content.
-        for (path, data) in &snapshots {
-            if let Some(data) = data {
-                let _ = std::fs::write(path, data);
-            }
-        }
-        let _ = std::fs::write(checkout.join(".git"), &dotgit);
-        git_undo.restore(world);
-        let _ = Command::new(&git)
-            .args(["-c", "core.hooksPath=/dev/null", "-C"])
-            .arg(&checkout)
-            .args(["checkout", "-q", "--force", "--detach", &world.rev])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        worktree.undo(a);
     }
-    let _ = std::fs::remove_dir_all(&checkout);
-    let _locked = bare_lock()?;
-    let _ = Command::new(&git)
-        .args(["--git-dir"])
-        .arg(&t.bare)
-        .args(["worktree", "prune"])
-        .status();
+    // Held until the report is made, as the controls' worktree is pruned under it.
+    let _locked = worktree.close()?;
+    controls.push(escaped_control(setup.attempts, results, all_escaped));
+    Ok(())
+}
+
+/// The control of all controls: every attempt with an unconfined form escaped unconfined.
+fn escaped_control(
+    attempts: &[Attempt],
+    results: &[Option<bool>],
+    all_escaped: bool,
+) -> ControlReport {
     let failed: Vec<&str> = attempts
         .iter()
         .zip(results.iter())
         .filter(|(_, r)| **r == Some(false))
         .map(|(a, _)| a.id)
         .collect();
-    controls.push(ControlReport {
+    ControlReport {
         name: "every attempt escapes unconfined".into(),
         passed: all_escaped,
         detail: if failed.is_empty() {
@@ -176,8 +82,164 @@ pub(super) fn run_controls(
         } else {
             format!("did not escape unconfined: {}", failed.join(", "))
         },
-    });
-    Ok(())
+    }
+}
+
+/// The worktree the unconfined controls run in, and what undoes a control's effects: the
+/// files it may change as they were, the checkout's `.git` file and the git state.
+/// The fields drop in the order written, as the locals they replace did.
+struct ControlWorktree<'a> {
+    /// The controls' `TMPDIR`.
+    tmp: tempfile::TempDir,
+    git_undo: ControlUndo,
+    dotgit: Vec<u8>,
+    snapshots: Vec<(PathBuf, Option<Vec<u8>>)>,
+    git: PathBuf,
+    checkout: PathBuf,
+    setup: ControlSetup<'a>,
+}
+
+impl<'a> ControlWorktree<'a> {
+    /// Adds the worktree (under the bare clone's lock) at the world's revision, and captures
+    /// what each control's undo restores.
+    fn open(setup: ControlSetup<'a>) -> Result<ControlWorktree<'a>, String> {
+        let (world, t) = (setup.world, setup.targets);
+        let checkout = control_checkout(world);
+        let git = crate::binaries::find(crate::binaries::Tool::Git).map_err(|e| e.to_string())?;
+        let locked = lock_bare(&t.bare)?;
+        let status = Command::new(&git)
+            .args(["-c", "core.hooksPath=/dev/null", "--git-dir"])
+            .arg(&t.bare)
+            .args(["worktree", "add", "--detach", "--quiet"])
+            .arg(&checkout)
+            .arg(&world.rev)
+            .status()
+            .map_err(|e| e.to_string())?;
+        drop(locked);
+        if !status.success() {
+            return Err("creating the control worktree failed".into());
+        }
+        let snapshots: Vec<(PathBuf, Option<Vec<u8>>)> = [
+            t.bare.join("config"),
+            t.bare.join("info/exclude"),
+            world.operator_home.join(".bashrc"),
+        ]
+        .into_iter()
+        .map(|p| {
+            let data = std::fs::read(&p).ok();
+            (p, data)
+        })
+        .collect();
+        let dotgit = std::fs::read(checkout.join(".git")).map_err(|e| e.to_string())?;
+        let git_undo = ControlUndo::capture(world, &t.bare, &checkout)?;
+        let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+        Ok(ControlWorktree {
+            tmp,
+            git_undo,
+            dotgit,
+            snapshots,
+            git,
+            checkout,
+            setup,
+        })
+    }
+
+    /// Runs the attempt's `command` unconfined, then its host-side reader: whether what the
+    /// attempt detects shows.
+    fn escapes(&self, a: &Attempt, command: &str) -> Result<bool, String> {
+        let ControlSetup {
+            world,
+            server,
+            registry,
+            ..
+        } = self.setup;
+        let before = server.exchanges().len();
+        let registry_before = registry.map_or(0, |r| r.requests().len());
+        // Outside the sandbox, but in the scripted model's network namespace, where the
+        // network attempts' target lives.
+        let mut text = self.bash(command, true)?;
+        if let Some(after) = &a.control_after {
+            text.push_str(&self.bash(after, false)?);
+        }
+        let exchanges = server.exchanges();
+        let registry_seen: Vec<String> = registry
+            .map(|r| r.requests().split_off(registry_before))
+            .unwrap_or_default();
+        let seen = Seen {
+            exchanges: &exchanges[before..],
+            registry: &registry_seen,
+        };
+        Ok(detect(&a.detect, &text, seen, world))
+    }
+
+    /// `script`'s output, run by bash in the worktree with the job's environment and the
+    /// operator's home; `in_model_netns`: in the scripted model's network namespace.
+    fn bash(&self, script: &str, in_model_netns: bool) -> Result<String, String> {
+        let mut cmd = Command::new("/bin/bash");
+        if in_model_netns {
+            self.setup.server.confine(&mut cmd);
+        }
+        let out = cmd
+            .args(["-c", script])
+            .current_dir(&self.checkout)
+            .env_clear()
+            .envs(self.setup.env_source.iter().cloned())
+            .env("HOME", &self.setup.world.operator_home)
+            .env("TMPDIR", self.tmp.path())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Undoes what the control did before the next one runs: its host paths, the files it
+    /// may have changed, then the checkout's tracked content.
+    fn undo(&self, a: &Attempt) {
+        for p in a.detect.host_paths() {
+            let _ = std::fs::remove_file(p);
+        }
+        for (path, data) in &self.snapshots {
+            if let Some(data) = data {
+                let _ = std::fs::write(path, data);
+            }
+        }
+        let _ = std::fs::write(self.checkout.join(".git"), &self.dotgit);
+        self.git_undo.restore(self.setup.world);
+        let _ = Command::new(&self.git)
+            .args(["-c", "core.hooksPath=/dev/null", "-C"])
+            .arg(&self.checkout)
+            .args([
+                "checkout",
+                "-q",
+                "--force",
+                "--detach",
+                &self.setup.world.rev,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Removes the worktree and prunes it from the bare clone, under the clone's lock, which
+    /// is returned.
+    fn close(&self) -> Result<LockFile, String> {
+        let _ = std::fs::remove_dir_all(&self.checkout);
+        let locked = lock_bare(&self.setup.targets.bare)?;
+        let _ = Command::new(&self.git)
+            .args(["--git-dir"])
+            .arg(&self.setup.targets.bare)
+            .args(["worktree", "prune"])
+            .status();
+        Ok(locked)
+    }
+}
+
+/// The bare clone's lock, as the runner takes it.
+fn lock_bare(bare: &Path) -> Result<LockFile, String> {
+    crate::workspace::lock_bare_blocking(bare, crate::workspace::CLEANUP_LOCK_WAIT)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("the bare clone {} stayed locked", bare.display()))
 }
 
 /// The host replaced the private files while the job's command waited (the attempt's marker
@@ -202,132 +264,6 @@ pub(super) fn rotation_control(
             (_, Some(e)) => format!("rotating failed: {e}"),
         },
     )
-}
-
-/// The checkout's own agent configuration is real: run plainly, the agent loads it and its
-/// hook or plugin fires. Without this, "never ran" would prove nothing.
-pub(super) async fn project_config_control(
-    world: &World,
-    t: &Targets,
-    agent: AgentKind,
-) -> ControlReport {
-    let name = "the checkout's own agent config fires when loaded".to_string();
-    let Some(program) = agent_binary(agent) else {
-        return ControlReport {
-            name,
-            passed: false,
-            detail: "agent binary not found".into(),
-        };
-    };
-    let server = match ModelServer::start_isolated_if_root(Vec::new()) {
-        Ok(s) => s,
-        Err(e) => {
-            return ControlReport {
-                name,
-                passed: false,
-                detail: e.to_string(),
-            }
-        }
-    };
-    let work = world.path().join("config-control");
-    let _ = std::fs::remove_dir_all(&work);
-    let copy = Command::new("cp")
-        .arg("-a")
-        .arg(&world.repo)
-        .arg(&work)
-        .status();
-    if !copy.is_ok_and(|s| s.success()) {
-        return ControlReport {
-            name,
-            passed: false,
-            detail: "copying the repository failed".into(),
-        };
-    }
-    let home = world.path().join("config-control-home");
-    let _ = std::fs::create_dir_all(home.join(".config/opencode"));
-    // opencode installs `@opencode-ai/plugin` next to any plugin before loading it; offline,
-    // an empty install lets it go on to load the checkout's plugin.
-    for dir in [home.join(".config/opencode"), work.join(".opencode")] {
-        let _ = std::fs::create_dir_all(dir.join("node_modules"));
-        let _ = std::fs::write(
-            dir.join("package-lock.json"),
-            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
-        );
-    }
-    let (marker_names, mut cmd): (&[&str], Command) = match agent {
-        AgentKind::Claude => {
-            let mut c = Command::new(&program);
-            c.args(["-p", "hello", "--permission-mode", "dontAsk"])
-                .env("ANTHROPIC_BASE_URL", server.base_url())
-                .env("ANTHROPIC_API_KEY", "sk-control")
-                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
-            (&["claude-session-hook"], c)
-        }
-        AgentKind::Opencode => {
-            let provider = serde_json::json!({
-                "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": format!("{}/v1", server.base_url()), "apiKey": "sk-control"}, "models": {"scripted": {"tool_call": true}}}},
-                "model": "scripted/scripted",
-            });
-            let _ = std::fs::write(
-                home.join(".config/opencode/opencode.json"),
-                provider.to_string(),
-            );
-            let mut c = Command::new(&program);
-            c.args(["run", "hello"])
-                .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-                .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
-            (&["opencode-plugin"], c)
-        }
-    };
-    let log = std::fs::File::create(world.path().join("config-control.log"));
-    cmd.current_dir(&work)
-        .env("HOME", &home)
-        .env("TMPDIR", &home)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
-    server.confiner()(&mut cmd);
-    let _ = t;
-    let outcome = tokio::task::spawn_blocking(move || {
-        let mut child = cmd.spawn()?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if child.try_wait()?.is_some() || Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok::<_, std::io::Error>(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    })
-    .await;
-    server.kill_confined();
-    let fired: Vec<&str> = marker_names
-        .iter()
-        .copied()
-        .filter(|m| world.marker(m).exists())
-        .collect();
-    for m in marker_names {
-        let _ = std::fs::remove_file(world.marker(m));
-    }
-    for (_, p) in attempts::project_config_markers(world) {
-        let _ = std::fs::remove_file(p);
-    }
-    let _ = std::fs::remove_dir_all(&work);
-    let _ = std::fs::remove_dir_all(&home);
-    let passed = outcome.is_ok() && fired.len() == marker_names.len();
-    ControlReport {
-        name,
-        passed,
-        detail: format!(
-            "fired when run without the runner: {}",
-            if fired.is_empty() {
-                "nothing".into()
-            } else {
-                fired.join(", ")
-            }
-        ),
-    }
 }
 
 /// The cached devShell script, sourced unconfined, does write outside: so the shellHook

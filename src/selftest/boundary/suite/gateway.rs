@@ -5,7 +5,8 @@ use super::super::world::World;
 use super::after_job::JobEvidence;
 use super::report::ControlReport;
 use crate::config::Config;
-use crate::selftest::model_server::ModelServer;
+use crate::selftest::model_server::{Exchange, ModelServer};
+use std::path::Path;
 use std::time::Duration;
 
 /// A grant of the runner's gateway for the account the job runs under, held by the suite:
@@ -83,34 +84,41 @@ pub(super) fn job_token(job_root: &std::path::Path) -> Option<String> {
 /// ended, while a live one (the control grant's) is not.
 pub(super) fn gateway_controls(
     ev: JobEvidence<'_>,
-    during_job: &[crate::selftest::model_server::Exchange],
-    job_root: &std::path::Path,
+    during_job: &[Exchange],
+    job_root: &Path,
     (gateway, control_grant): (&crate::gateway::Gateway, Option<crate::gateway::JobGrant>),
     controls: &mut Vec<ControlReport>,
 ) {
-    let JobEvidence {
-        world,
-        server,
-        result,
-        ..
-    } = ev;
-    let mut add = |name: &str, passed: bool, detail: String| {
-        controls.push(ControlReport::new(name, passed, detail));
-    };
-    let secret = &world.secrets.account;
     // Attempts' own requests are judged by their attempts.
-    let model: Vec<_> = during_job
+    let model: Vec<&Exchange> = during_job
         .iter()
         .filter(|e| !e.path.starts_with("/probe/") && !e.path.contains("qr=gw-"))
         .collect();
+    let token = job_token(job_root);
+    controls.push(real_key_control(ev, &model));
+    controls.push(model_use_control(ev, &model, job_root, token.as_deref()));
+    let port = gateway.addr.port();
+    controls.push(revocation_control(
+        ev,
+        port,
+        token.as_deref(),
+        control_grant,
+    ));
+}
+
+/// Every model request of the job carried the account's real key, and came in through the
+/// gateway (from the host's side, when the model lives in a namespace of its own).
+fn real_key_control(ev: JobEvidence<'_>, model: &[&Exchange]) -> ControlReport {
+    let secret = &ev.world.secrets.account;
     let bad: Vec<String> = model
         .iter()
         .filter(|e| {
-            e.key.as_deref() != Some(secret.as_str()) || (server.host_addr.is_some() && !e.via_host)
+            e.key.as_deref() != Some(secret.as_str())
+                || (ev.server.host_addr.is_some() && !e.via_host)
         })
         .map(|e| format!("{} {} (via host: {})", e.method, e.path, e.via_host))
         .collect();
-    add(
+    ControlReport::new(
         "every model request carried the real key, through the gateway",
         !model.is_empty() && bad.is_empty(),
         if bad.is_empty() {
@@ -118,7 +126,18 @@ pub(super) fn gateway_controls(
         } else {
             format!("not: {}", bad.join("; "))
         },
-    );
+    )
+}
+
+/// The job's model use is metered in its result and logged in its `model.log`, which holds
+/// neither the account's secret nor the job's `token`.
+fn model_use_control(
+    ev: JobEvidence<'_>,
+    model: &[&Exchange],
+    job_root: &Path,
+    token: Option<&str>,
+) -> ControlReport {
+    let (secret, result) = (&ev.world.secrets.account, ev.result);
     // Model lists are logged but not metered.
     let metered = model
         .iter()
@@ -130,10 +149,8 @@ pub(super) fn gateway_controls(
     let log = std::fs::read_to_string(job_root.join("model.log")).unwrap_or_default();
     let logged = log.lines().filter(|l| l.contains(" 200 model=")).count();
     let usage = result.usage.clone().unwrap_or_default();
-    let token = job_token(job_root);
-    let clean =
-        !log.contains(secret.as_str()) && token.as_ref().is_some_and(|t| !log.contains(t.as_str()));
-    add(
+    let clean = !log.contains(secret.as_str()) && token.is_some_and(|t| !log.contains(t));
+    ControlReport::new(
         "the job's model use is in its result and model.log, without secrets",
         result.usage.is_some()
             && usage.requests as usize == metered
@@ -146,13 +163,21 @@ pub(super) fn gateway_controls(
             model.len(),
             !clean
         ),
-    );
-    let port = gateway.addr.port();
-    let tag = format!("gw-after-{}", world.token);
+    )
+}
+
+/// The ended job's `token` is refused, the control grant's live one is served, and refused
+/// once the grant is dropped (revoked); only the live request reached the model.
+fn revocation_control(
+    ev: JobEvidence<'_>,
+    port: u16,
+    token: Option<&str>,
+    control_grant: Option<crate::gateway::JobGrant>,
+) -> ControlReport {
+    let server = ev.server;
+    let tag = format!("gw-after-{}", ev.world.token);
     let before = server.exchanges().len();
-    let ended = token
-        .as_deref()
-        .map(|t| gateway_status(server, port, t, &tag));
+    let ended = token.map(|t| gateway_status(server, port, t, &tag));
     let live = control_grant
         .as_ref()
         .map(|g| gateway_status(server, port, &g.token, &format!("{tag}-live")));
@@ -168,9 +193,9 @@ pub(super) fn gateway_controls(
         && matches!(live, Some(Ok(200)))
         && matches!(revoked, Some(Ok(401)))
         && reached == vec![format!("/v1/messages?qr={tag}-live")];
-    add(
+    ControlReport::new(
         "a job's token is worthless after the job ends (a live one is not)",
         passed,
         format!("ended job's token: {ended:?}; live token: {live:?}; after revoking it: {revoked:?}; the model got {reached:?}"),
-    );
+    )
 }

@@ -1,0 +1,57 @@
+//! The scripted model's script for the job: the permitted commands first, then every
+//! attempt's steps, then the closing commit; and where in it each verdict finds its output.
+
+use super::super::attempts::{self, Attempt, Targets};
+use super::stage::Stage;
+use super::SuiteConfig;
+use crate::job::Trust;
+use crate::selftest::model_server::Step;
+
+/// The attempts of a run and the script steps whose tool results judge them.
+pub(super) struct Plan {
+    pub(super) attempts: Vec<Attempt>,
+    /// Each attempt's last step in the script, by the attempt's index.
+    pub(super) last_step: Vec<usize>,
+    /// The package managers' reads' step, when the company machine runs them.
+    pub(super) pm_step: Option<usize>,
+}
+
+impl Plan {
+    /// The plan and the script it indexes (pure: the caller hands the script to the model).
+    pub(super) fn new(cfg: &SuiteConfig, stage: &Stage, targets: &Targets) -> (Plan, Vec<Step>) {
+        let world = &stage.world;
+        let mut attempts = attempts::all(world, targets);
+        if let Some(m) = cfg.mutation {
+            // A mutation run needs only the attempt its weakened rule must free (the base run
+            // has shown the others refused); this keeps the mutation runs per agent short.
+            attempts.retain(|a| a.id == m.caught_by());
+        }
+        let mut script = vec![attempts::permitted(targets)];
+        if cfg.trust == Trust::Trusted {
+            script.push(attempts::permitted_network());
+        }
+        if let Some(r) = &stage.registry {
+            script.push(attempts::permitted_registry_reads(r.port, &world.token));
+        }
+        let pm_step = stage.company.as_ref().map(|c| {
+            script.push(attempts::permitted_package_manager_reads(
+                c.front.port,
+                &c.npmrc,
+                &world.token,
+            ));
+            script.len() - 1
+        });
+        let mut last_step = Vec::new();
+        for a in &attempts {
+            script.extend(a.steps.iter().cloned());
+            last_step.push(script.len() - 1);
+        }
+        script.extend(attempts::closing());
+        let plan = Plan {
+            attempts,
+            last_step,
+            pm_step,
+        };
+        (plan, script)
+    }
+}

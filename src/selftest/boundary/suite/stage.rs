@@ -1,0 +1,191 @@
+//! What a suite run stands on, made before anything runs: the world with its planted secrets,
+//! the scripted model, the stand-in registry and the company machine, and the runner the job
+//! runs in with the suite's seams.
+
+use super::super::attempts::Targets;
+use super::super::mutation::Mutation;
+use super::super::world::World;
+use super::company::Company;
+use super::setup::suite_config;
+use super::SuiteConfig;
+use crate::config::Config;
+use crate::gateway::JobGrant;
+use crate::job::{Job, Trust};
+use crate::run::{RunHooks, Runner};
+use crate::selftest::model_server::ModelServer;
+use crate::selftest::npm_registry::NpmRegistry;
+use crate::state::StateDir;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+/// The world and the servers of one run. The fields drop in the order written, as the locals
+/// they replace did: the company machine's front before the registry behind it, the servers
+/// before the world whose directory they use.
+pub(super) struct Stage {
+    /// Base trusted runs as root: the package managers read from the stand-in over HTTPS, as
+    /// from a real registry, with the host's configuration planted as a company machine has it.
+    pub(super) company: Option<Company>,
+    /// Trusted runs: a registry the commands reach as they would npm's, through the runner's
+    /// proxy (the policy hook lists it as a registry: reads only).
+    pub(super) registry: Option<NpmRegistry>,
+    pub(super) server: ModelServer,
+    pub(super) world: World,
+}
+
+impl Stage {
+    pub(super) fn start(cfg: &SuiteConfig) -> Result<Stage, String> {
+        let world = World::new(cfg.agent)?;
+        // Loopback only, in a namespace of its own when we may create one: the agents' own
+        // vendor traffic then fails at once instead of leaving the machine.
+        let server = ModelServer::start_isolated_if_root(Vec::new())
+            .map_err(|e| format!("starting the scripted model: {e}"))?;
+        let registry = match cfg.trust {
+            Trust::Trusted => Some(
+                server
+                    .bind_loopback()
+                    .and_then(NpmRegistry::start)
+                    .map_err(|e| format!("starting the stand-in registry: {e}"))?,
+            ),
+            Trust::Untrusted => None,
+        };
+        let company = match (&registry, cfg.controls && super::is_root()) {
+            (Some(r), true) => Some(Company::new(&world, &server, r)?),
+            _ => None,
+        };
+        Ok(Stage {
+            company,
+            registry,
+            server,
+            world,
+        })
+    }
+
+    /// The runner the job runs in, as an operator would run it: its config written where the
+    /// attempts aim, the planted environment, and the suite's seams.
+    pub(super) fn runner(
+        &self,
+        cfg: &SuiteConfig,
+        state: &StateDir,
+        job: &Job,
+    ) -> Result<Runner, String> {
+        let env_source = agent_env(&self.world, self.company.as_ref());
+        let config = suite_config(&self.world, &self.server, cfg)?;
+        write_config(state, &self.world, &config)?;
+        let mut runner = Runner::new(state.clone(), config);
+        runner.config_file = Some(self.world.config_file.clone());
+        runner.env_source = env_source;
+        runner.operator_home = Some(self.world.operator_home.clone());
+        runner.hooks = run_hooks(
+            &self.server,
+            self.company.as_ref(),
+            self.registry.as_ref(),
+            crate::workspace::bare_clone_path(state, &job.repo),
+            cfg.mutation,
+        );
+        Ok(runner)
+    }
+
+    /// What the attempts aim at: the job's clone and checkout, the servers' ports, and the
+    /// runner's gateway with the control grant's live token.
+    pub(super) fn targets(
+        &self,
+        cfg: &SuiteConfig,
+        state: &StateDir,
+        job: &Job,
+        (gateway, grant): (&crate::gateway::Gateway, &JobGrant),
+    ) -> Targets {
+        Targets {
+            agent: cfg.agent,
+            trust: cfg.trust,
+            bare: crate::workspace::bare_clone_path(state, &job.repo),
+            checkout: crate::workspace::job_root(state, &job.id).join("checkout"),
+            port: self.server.addr.port(),
+            registry: self.registry.as_ref().map(|r| r.port),
+            gateway: Some((gateway.addr.port(), grant.token.clone())),
+        }
+    }
+
+    /// The suite's own helpers in the namespace, which outlive the job.
+    pub(super) fn helpers(&self) -> Vec<libc::pid_t> {
+        self.company
+            .iter()
+            .map(|c| c.front.pid() as libc::pid_t)
+            .collect()
+    }
+}
+
+/// The environment agents start from: the suite's own, with the world's planted secrets.
+fn agent_env(world: &World, company: Option<&Company>) -> Vec<(String, String)> {
+    let mut env_source: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !world.planted_env().iter().any(|(p, _)| p == k))
+        .chain(world.planted_env())
+        .collect();
+    if let Some(c) = company {
+        // The proxy verifies the stand-in's HTTPS front as it would a registry's certificate.
+        env_source.retain(|(k, _)| k != "NODE_EXTRA_CA_CERTS");
+        env_source.push((
+            "NODE_EXTRA_CA_CERTS".into(),
+            c.front.cert.display().to_string(),
+        ));
+    }
+    env_source
+}
+
+/// Writes the runner's config in the state dir (which `read-runner-state` reads), and where
+/// the runner is told its config is, outside it (which `rotate-secrets` replaces).
+fn write_config(state: &StateDir, world: &World, config: &Config) -> Result<(), String> {
+    for file in [state.config_file(), world.config_file.clone()] {
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(config).unwrap_or_default(),
+        )
+        .map_err(|e| format!("writing the runner's config {}: {e}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// The suite's seams in the runner: the agent and the proxy run in the model server's network
+/// namespace (and the agent in the company machine's mounts), and the policy lists the
+/// stand-in registry and takes the mutation under test.
+fn run_hooks(
+    server: &ModelServer,
+    company: Option<&Company>,
+    registry: Option<&NpmRegistry>,
+    bare: PathBuf,
+    mutation: Option<Mutation>,
+) -> RunHooks {
+    let server_confine = server.confiner();
+    let proxy_confine = server.confiner();
+    let enter_company = company.map(|c| c.planted.enterer());
+    RunHooks {
+        agent_command: Some(Arc::new(move |cmd: &mut Command| {
+            server_confine(cmd);
+            if let Some(enter) = &enter_company {
+                enter(cmd);
+            }
+        })),
+        policy: {
+            let mut hosts: Vec<String> = registry.into_iter().map(NpmRegistry::host).collect();
+            hosts.extend(
+                company
+                    .iter()
+                    .map(|c| format!("localhost:{}", c.front.port)),
+            );
+            Some(Arc::new(move |p: &mut crate::sandbox::SandboxPolicy| {
+                // The seam for the stand-in: a registry-class host (reads only) of a job that
+                // reaches registries at all.
+                if !p.allowed_hosts.is_empty() {
+                    p.allowed_hosts.extend(hosts.iter().cloned());
+                }
+                if let Some(m) = mutation {
+                    m.apply(p, &bare);
+                }
+            }) as crate::run::PolicyHook)
+        },
+        proxy_listener: Some(Arc::new(server.binder())),
+        proxy_command: Some(Arc::new(move |cmd: &mut Command| proxy_confine(cmd))),
+        // Where the confined agent reaches it; it forwards to the server's host-side listener.
+        gateway_listener: Some(Arc::new(server.binder())),
+    }
+}
