@@ -235,6 +235,8 @@ fn step(token: &str) -> Step {
     ))
 }
 
+/// Runs one pair on a small file system of its own: the runner of the pair, its two jobs,
+/// the race between them, then what they left.
 async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<Pair, String> {
     let token = format!("{}{label}", s.world.token);
     let dir = s.world.path().join(format!("disk-{label}"));
@@ -242,6 +244,24 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
     let fs = Tmpfs::mount(&dir, FS_SIZE)?;
     let state = StateDir::at(dir.join("state"));
     std::fs::create_dir_all(state.root()).map_err(|e| e.to_string())?;
+    let runner = pair_runner(s, &state, limited);
+
+    s.server.set_script(vec![step(&token), step(&token)]);
+    let before = s.server.exchanges().len();
+    let jobs = PairJobs {
+        filler: pair_job(s, revs, "disk-fill", &revs.fill, &token),
+        beside: pair_job(s, revs, "disk-beside", &revs.beside, &token),
+        state,
+    };
+    let raced = race(&runner, &jobs, &dir, &token).await;
+    let pair = collect(s, &jobs, raced, before, &token);
+    drop(fs);
+    Ok(pair)
+}
+
+/// A runner on the pair's state directory, with the suite's environment and hooks, and the
+/// disk limit and its reserve on (`limited`) or off.
+fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: bool) -> Runner {
     let mut config = s.config.clone();
     let off = || Some(Size::Text("off".into()));
     config.limits.disk = if limited {
@@ -254,10 +274,11 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
     runner.env_source = s.env_source.clone();
     runner.operator_home = Some(s.world.operator_home.clone());
     runner.hooks = s.hooks.clone();
+    runner
+}
 
-    s.server.set_script(vec![step(&token), step(&token)]);
-    let before = s.server.exchanges().len();
-    let job = |name: &str, rev: &str| Job {
+fn pair_job(s: &Setup<'_>, revs: &Revs, name: &str, rev: &str, token: &str) -> Job {
+    Job {
         id: format!("{name}-{token}"),
         repo: revs.repo.display().to_string(),
         rev: rev.to_string(),
@@ -267,12 +288,35 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
         account: "main".into(),
         prompt: "Do the step.".into(),
         timeout: Duration::from_secs(180),
-    };
-    let (filler_job, beside_job) = (
-        job("disk-fill", &revs.fill),
-        job("disk-beside", &revs.beside),
-    );
-    let checkout = |j: &Job| crate::workspace::job_root(&state, &j.id).join("checkout");
+    }
+}
+
+/// The pair's two jobs, on the pair's state directory.
+struct PairJobs {
+    filler: Job,
+    beside: Job,
+    state: StateDir,
+}
+
+impl PairJobs {
+    fn checkout(&self, job: &Job) -> PathBuf {
+        crate::workspace::job_root(&self.state, &job.id).join("checkout")
+    }
+}
+
+/// How the race between the two jobs ended.
+struct Raced {
+    filler: JobResult,
+    beside: Option<JobResult>,
+    filler_started: bool,
+    filled: bool,
+}
+
+/// Runs both jobs at once. The job beside starts once the filler waits for its `go`; the
+/// filler gets its `go` once the job beside waits for its own, and the job beside once the
+/// filler has filled the file system or was stopped; the filler is cancelled once the job
+/// beside is done.
+async fn race(runner: &Runner, jobs: &PairJobs, dir: &Path, token: &str) -> Raced {
     let (filler_done, beside_done) = (AtomicBool::new(false), AtomicBool::new(false));
     let filler_started = AtomicBool::new(false);
     let (stop_filler, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -282,7 +326,7 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
             let _ = stopped.await;
             Cancel::Terminate
         };
-        let result = runner.run(&filler_job, cancel).await;
+        let result = runner.run(&jobs.filler, cancel).await;
         filler_done.store(true, Ordering::SeqCst);
         result
     };
@@ -295,7 +339,7 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
         let result = match ready && !filler_done.load(Ordering::SeqCst) {
             true => {
                 filler_started.store(true, Ordering::SeqCst);
-                Some(runner.run(&beside_job, std::future::pending()).await)
+                Some(runner.run(&jobs.beside, std::future::pending()).await)
             }
             false => None,
         };
@@ -308,17 +352,17 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
             beside_done.load(Ordering::SeqCst) || running(&waiting)
         })
         .await;
-        let _ = std::fs::write(checkout(&filler_job).join("go"), "");
+        let _ = std::fs::write(jobs.checkout(&jobs.filler).join("go"), "");
         // Until the filler is stopped, or has filled the file system.
         let mut filled = false;
         wait_until(Duration::from_secs(60), || {
-            filled |= is_full(&dir);
+            filled |= is_full(dir);
             filler_done.load(Ordering::SeqCst) || filled
         })
         .await;
-        let _ = std::fs::write(checkout(&beside_job).join("go"), "");
+        let _ = std::fs::write(jobs.checkout(&jobs.beside).join("go"), "");
         wait_until(Duration::from_secs(150), || {
-            filled |= is_full(&dir);
+            filled |= is_full(dir);
             beside_done.load(Ordering::SeqCst)
         })
         .await;
@@ -326,7 +370,17 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
         filled
     };
     let (filler, beside, filled) = tokio::join!(filler, beside, drive);
+    Raced {
+        filler,
+        beside,
+        filler_started: filler_started.load(Ordering::SeqCst),
+        filled,
+    }
+}
 
+/// The pair's end: what the job beside printed, and the processes and workspaces left
+/// (read before the file system is unmounted).
+fn collect(s: &Setup<'_>, jobs: &PairJobs, raced: Raced, before: usize, token: &str) -> Pair {
     let beside_output = s
         .server
         .tool_results_since(before)
@@ -340,22 +394,21 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
         .iter()
         .filter(|p| !s.helpers.contains(p))
         .count();
-    let leftovers = [&filler_job, &beside_job]
+    let leftovers = [&jobs.filler, &jobs.beside]
         .into_iter()
-        .map(checkout)
+        .map(|j| jobs.checkout(j))
         .filter(|c| c.exists())
         .collect();
-    drop(fs);
-    Ok(Pair {
-        filler,
-        beside,
+    Pair {
+        filler: raced.filler,
+        beside: raced.beside,
         beside_output,
-        filler_started: filler_started.load(Ordering::SeqCst),
-        filled,
+        filler_started: raced.filler_started,
+        filled: raced.filled,
         marker: format!("BESIDE-RAN-{token}"),
         left,
         leftovers,
-    })
+    }
 }
 
 /// Polls `done` every 20 ms for at most `limit`; says whether it came true.
