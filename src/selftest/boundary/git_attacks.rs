@@ -32,10 +32,21 @@ pub fn victim_text(file: &str) -> String {
 const RUNNER_STATUS_BEFORE: &str =
     "git status --porcelain --ignored --untracked-files=all >/dev/null 2>&1; true";
 
+/// The attempts, by class, in the order the suite has always made them: filters the
+/// runner's git on the host would run, a worktree admin dir that breaks a later worktree,
+/// the shared clone's objects and refs rewritten for later jobs, and git configuration in
+/// HOME that the agent's own git reads.
 pub fn attempts(world: &World, t: &Targets) -> Vec<Attempt> {
-    let token = &world.token;
-    let rev = &world.rev;
-    let bare = t.bare.display();
+    let mut list = runner_git_filters(world);
+    list.push(gitdir_redirect(world));
+    list.extend(shared_clone_rewrites(world, t));
+    list.push(home_git_config(world));
+    list
+}
+
+/// Filters that the runner's `git status` would run on the host: a submodule's own config,
+/// and a config reached through a rewritten `commondir`.
+fn runner_git_filters(world: &World) -> Vec<Attempt> {
     let marker = |name: &str| world.marker(name).display().to_string();
     let identity = "-c user.name=qr -c user.email=qr@qr.invalid";
 
@@ -79,7 +90,11 @@ pub fn attempts(world: &World, t: &Targets) -> Vec<Attempt> {
         ]),
     );
     commondir.control_after = Some(RUNNER_STATUS_BEFORE.into());
+    vec![submodule, commondir]
+}
 
+fn gitdir_redirect(world: &World) -> Attempt {
+    let rev = &world.rev;
     // A worktree registered later at the path the rewritten gitdir names is refused ("missing
     // but already registered"): with one worktree list per clone, the next job's checkout.
     let victim = later_checkout(world);
@@ -102,7 +117,14 @@ pub fn attempts(world: &World, t: &Targets) -> Vec<Attempt> {
         "git worktree add --detach --quiet {v} {rev} >/dev/null 2>&1 && echo LATER-WORKTREE-MADE || echo LATER-WORKTREE-REFUSED",
         v = victim.display()
     ));
+    gitdir
+}
 
+/// The shared clone's loose objects and replace refs, rewritten under the old names.
+fn shared_clone_rewrites(world: &World, t: &Targets) -> Vec<Attempt> {
+    let token = &world.token;
+    let rev = &world.rev;
+    let bare = t.bare.display();
     // Git does not check a loose object's hash when it reads it: a rewritten file is what every
     // later reader of the clone gets under the old name.
     let loose = shell(
@@ -143,6 +165,11 @@ pub fn attempts(world: &World, t: &Targets) -> Vec<Attempt> {
     replace.control_after = Some(format!(
         "git --git-dir {bare} cat-file blob {rev}:{REPLACE_VICTIM} | grep -q EVIL-REPLACE-{token} && echo REPLACE-HONOURED"
     ));
+    vec![loose, replace]
+}
+
+fn home_git_config(world: &World) -> Attempt {
+    let marker = |name: &str| world.marker(name).display().to_string();
     // The agent itself runs outside the sandbox with the commands' HOME, and runs git in the
     // checkout: git reads `$HOME/.config/git/config` (and `attributes`) as global configuration.
     let hook = marker("agent-git-config");
@@ -162,7 +189,7 @@ pub fn attempts(world: &World, t: &Targets) -> Vec<Attempt> {
         ]),
     );
     agent_config.control_after = Some(RUNNER_STATUS_BEFORE.into());
-    vec![submodule, commondir, gitdir, loose, replace, agent_config]
+    agent_config
 }
 
 /// Where the gitdir attempt points: a checkout some later registration would use.
