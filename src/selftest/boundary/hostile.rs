@@ -3,14 +3,29 @@
 //! plugins) and to leak secrets through the runner (instruction files and a link that point
 //! at the operator's and the account's secrets).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::world::World;
 use crate::selftest::fixture_git as git;
 
-/// Creates the repository at `world.repo` and returns its revision.
+/// Creates the repository at `world.repo` and returns its revision: the directory its
+/// escapes would mark, the revision's files, the links to secrets, one commit.
 pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
     let repo = &world.repo;
+    let escapes = escapes_dir(base)?;
+    let bash = crate::selftest::static_bash::BuilderInput::install(&base.join("bash"))
+        .map_err(|e| e.to_string())?;
+    let files = repo_files(world, &bash, &escapes);
+    write_files(repo, files)?;
+    link_secrets(world)?;
+    git(repo, &["init", "-q", "-b", "main"])?;
+    git(repo, &["add", "-A"])?;
+    git(repo, &["commit", "-q", "-m", "hostile"])?;
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+/// Where the revision's hooks and plugins leave a marker if they ever run on the host.
+fn escapes_dir(base: &Path) -> Result<PathBuf, String> {
     let escapes = base.join("escapes");
     let io = |e: std::io::Error| e.to_string();
     std::fs::create_dir_all(&escapes).map_err(io)?;
@@ -18,12 +33,21 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
     // sandbox stops it.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&escapes, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
+    Ok(escapes)
+}
+
+/// The revision's files by path: its flake (whose shellHook writes outside), the agents'
+/// project configuration with hooks, an MCP server and a plugin, and the victims of the
+/// shared-clone attempts.
+fn repo_files(
+    world: &World,
+    bash: &crate::selftest::static_bash::BuilderInput,
+    escapes: &Path,
+) -> [(&'static str, String); 10] {
+    let repo = &world.repo;
     let marker = |name: &str| escapes.join(name).display().to_string();
     let system = crate::devshell::nix_version::current_system();
     let token = &world.token;
-    let bash = crate::selftest::static_bash::BuilderInput::install(&base.join("bash"))
-        .map_err(|e| e.to_string())?;
-
     let flake = format!(
         r#"{{
   {inputs}
@@ -70,11 +94,8 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
         "instructions": ["leak"],
     });
 
-    std::fs::create_dir_all(repo.join(".claude")).map_err(io)?;
-    std::fs::create_dir_all(repo.join(".opencode/plugin")).map_err(io)?;
-    std::fs::create_dir_all(repo.join("notes")).map_err(io)?;
     use super::git_attacks::{victim_text, LOOSE_VICTIM, REPLACE_VICTIM};
-    let files: [(&str, String); 10] = [
+    [
         ("flake.nix", flake),
         ("flake.lock", bash.lock_file()),
         (
@@ -89,21 +110,30 @@ pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
         // What the shared-clone attempts rewrite for later jobs.
         (LOOSE_VICTIM, victim_text(LOOSE_VICTIM)),
         (REPLACE_VICTIM, victim_text(REPLACE_VICTIM)),
-    ];
+    ]
+}
+
+fn write_files(repo: &Path, files: [(&str, String); 10]) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    std::fs::create_dir_all(repo.join(".claude")).map_err(io)?;
+    std::fs::create_dir_all(repo.join(".opencode/plugin")).map_err(io)?;
+    std::fs::create_dir_all(repo.join("notes")).map_err(io)?;
     for (name, text) in files {
         std::fs::write(repo.join(name), text).map_err(io)?;
     }
-    // Links to secrets: read through by a command, a file tool, or the runner's own
-    // instruction-file reader, each must fail.
+    Ok(())
+}
+
+/// Links to secrets: read through by a command, a file tool, or the runner's own
+/// instruction-file reader, each must fail.
+fn link_secrets(world: &World) -> Result<(), String> {
+    let repo = &world.repo;
+    let io = |e: std::io::Error| e.to_string();
     std::os::unix::fs::symlink(&world.account_file, repo.join("leak")).map_err(io)?;
     std::os::unix::fs::symlink(
         world.operator_home.join(".ssh/id_ed25519"),
         repo.join("AGENTS.md"),
     )
     .map_err(io)?;
-    std::os::unix::fs::symlink(&world.account_file, repo.join("CLAUDE.md")).map_err(io)?;
-    git(repo, &["init", "-q", "-b", "main"])?;
-    git(repo, &["add", "-A"])?;
-    git(repo, &["commit", "-q", "-m", "hostile"])?;
-    git(repo, &["rev-parse", "HEAD"])
+    std::os::unix::fs::symlink(&world.account_file, repo.join("CLAUDE.md")).map_err(io)
 }
