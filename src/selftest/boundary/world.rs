@@ -322,16 +322,11 @@ fn write(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)
 }
 
-impl World {
-    pub fn new(agent: AgentKind) -> Result<World, String> {
-        let token = token();
-        let root = tempfile::Builder::new()
-            .prefix("qr-boundary-")
-            .tempdir()
-            .map_err(|e| format!("creating the suite's directory: {e}"))?;
-        let canonical = std::fs::canonicalize(root.path()).map_err(|e| e.to_string())?;
+impl Secrets {
+    /// Every secret of a world, each named by its source and carrying the world's token.
+    fn new(token: &str) -> Secrets {
         let secret = |what: &str| format!("SECRET-{what}-{token}");
-        let secrets = Secrets {
+        Secrets {
             account: secret("ACCOUNT"),
             rotated_account: secret("ROTATED-ACCOUNT"),
             rotated_config: secret("ROTATED-CONFIG"),
@@ -342,7 +337,39 @@ impl World {
             other_job: secret("OTHERJOB"),
             proc_env: secret("PROCENV"),
             env: secret("ENV"),
-        };
+        }
+    }
+}
+
+/// The account's credential and the runner's config, planted where only the policy's rule for
+/// private files protects them, and how the host replaces them mid-job.
+struct PrivateFiles {
+    account_file: PathBuf,
+    config_file: PathBuf,
+    rotation: Rotation,
+}
+
+/// The secrets planted in host places a process may create only as root; `None` (or left
+/// out) where it may not.
+struct HostPlants {
+    root_secret: Option<PathBuf>,
+    home_secret: Option<PathBuf>,
+    run_user_secret: Option<PathBuf>,
+    other_job_dir: Option<PathBuf>,
+    system_secrets: Vec<(&'static str, PathBuf)>,
+}
+
+impl World {
+    /// Plants a world for `agent`: the runner's state and the operator's home in a temp dir,
+    /// the private files, the host's secrets, a decoy process, then the hostile repository.
+    pub fn new(agent: AgentKind) -> Result<World, String> {
+        let token = token();
+        let root = tempfile::Builder::new()
+            .prefix("qr-boundary-")
+            .tempdir()
+            .map_err(|e| format!("creating the suite's directory: {e}"))?;
+        let canonical = std::fs::canonicalize(root.path()).map_err(|e| e.to_string())?;
+        let secrets = Secrets::new(&token);
         let state = canonical.join("state");
         let operator_home = canonical.join("operator-home");
         let io = |e: std::io::Error| e.to_string();
@@ -351,85 +378,9 @@ impl World {
         write(&operator_home.join(".bashrc"), "# operator's shell\n").map_err(io)?;
 
         let mut planted = Planted::default();
-        // The account's secret and the config outside every directory the sandbox hides
-        // wholesale, where only the policy's rule for private files protects them (as in /opt
-        // or /etc/quest-runner). Without the rights to create them there, inside the suite's
-        // own directory.
-        let opt = PathBuf::from(format!("/opt/qr-boundary-{token}"));
-        let secrets_dir = if planted.plant(&opt, None)? {
-            opt
-        } else {
-            let dir = canonical.join("secrets");
-            std::fs::create_dir(&dir).map_err(io)?;
-            dir
-        };
-        // Beside it: the generations, and the link to the current one (whose directory, /opt,
-        // no job is denied), as sops-nix keeps /run/secrets -> /run/secrets.d/<n>.
-        let outside = secrets_dir.parent().unwrap_or(&canonical).to_path_buf();
-        let config_generations = outside.join(format!("qr-boundary-{token}-configs"));
-        let config_link = outside.join(format!("qr-boundary-{token}-config"));
-        planted.create(&config_generations, None).map_err(io)?;
-        std::fs::create_dir(config_generations.join("r0")).map_err(io)?;
-        std::os::unix::fs::symlink(format!("qr-boundary-{token}-configs/r0"), &config_link)
-            .map_err(io)?;
-        planted.own.push(config_link.clone());
-        let config_file = config_link.join("config.json");
-
-        let account_file = match agent {
-            AgentKind::Claude => secrets_dir.join("anthropic-key"),
-            AgentKind::Opencode => secrets_dir.join("auth.json"),
-        };
-        super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
-        let rotation = Rotation {
-            agent,
-            account_file: account_file.clone(),
-            config_link,
-            config_generations,
-            rotated_account: secrets.rotated_account.clone(),
-            rotated_config: secrets.rotated_config.clone(),
-        };
-
-        let root_path = PathBuf::from(format!("/root/.qr-boundary-{token}"));
-        let root_secret = planted
-            .plant(&root_path, Some(&secrets.root))?
-            .then(|| root_path.clone());
-        let home_dir = PathBuf::from(format!("/home/qr-boundary-{token}"));
-        let home_secret = (planted.plant(&home_dir, None)?
-            && planted.plant(&home_dir.join("secret"), Some(&secrets.home))?)
-        .then(|| home_dir.join("secret"));
-        let run_user = PathBuf::from(format!("/run/user/qr-boundary-{token}"));
-        let run_user_secret = planted
-            .plant(&run_user, Some(&secrets.run_user))?
-            .then(|| run_user.clone());
-        let other = PathBuf::from(format!("/tmp/quest-job-zz{token}"));
-        let other_job_dir = (planted.plant(&other, None)?
-            && planted.plant(&other.join("secret"), Some(&secrets.other_job))?)
-        .then(|| other.clone());
-
-        let mut system_secrets = Vec::new();
-        for (id, dir) in [
-            ("read-var-lib", format!("/var/lib/qr-boundary-{token}")),
-            (
-                "read-run-secrets",
-                format!("/run/secrets/qr-boundary-{token}"),
-            ),
-        ] {
-            let dir = PathBuf::from(dir);
-            let file = dir.join("secret");
-            if planted.plant(&dir, None)? && planted.plant(&file, Some(&secrets.root))? {
-                system_secrets.push((id, file));
-            }
-        }
-
-        // A host process whose environment holds a secret: /proc/<pid>/environ.
-        let decoy = Command::new("/bin/sh")
-            .args(["-c", "exec sleep 600"])
-            .env("QR_PROC_SECRET", &secrets.proc_env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok();
+        let private = plant_private_files(agent, &token, &canonical, &secrets, &mut planted)?;
+        let host = plant_host_secrets(&token, &secrets, &mut planted)?;
+        let decoy = spawn_decoy(&secrets);
 
         let mut world = World {
             token,
@@ -437,14 +388,14 @@ impl World {
             secrets,
             state,
             operator_home,
-            account_file,
-            config_file,
-            root_secret,
-            home_secret,
-            run_user_secret,
-            other_job_dir,
-            system_secrets,
-            rotation,
+            account_file: private.account_file,
+            config_file: private.config_file,
+            root_secret: host.root_secret,
+            home_secret: host.home_secret,
+            run_user_secret: host.run_user_secret,
+            other_job_dir: host.other_job_dir,
+            system_secrets: host.system_secrets,
+            rotation: private.rotation,
             planted,
             decoy,
             repo: canonical.join("repo"),
@@ -490,6 +441,117 @@ impl World {
         .map(|(k, v)| (k.to_string(), v))
         .to_vec()
     }
+}
+
+/// The account's secret and the config outside every directory the sandbox hides wholesale,
+/// where only the policy's rule for private files protects them (as in /opt or
+/// /etc/quest-runner). Without the rights to create them there, inside the suite's own
+/// directory (`canonical`).
+fn plant_private_files(
+    agent: AgentKind,
+    token: &str,
+    canonical: &Path,
+    secrets: &Secrets,
+    planted: &mut Planted,
+) -> Result<PrivateFiles, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let opt = PathBuf::from(format!("/opt/qr-boundary-{token}"));
+    let secrets_dir = if planted.plant(&opt, None)? {
+        opt
+    } else {
+        let dir = canonical.join("secrets");
+        std::fs::create_dir(&dir).map_err(io)?;
+        dir
+    };
+    // Beside it: the generations, and the link to the current one (whose directory, /opt,
+    // no job is denied), as sops-nix keeps /run/secrets -> /run/secrets.d/<n>.
+    let outside = secrets_dir.parent().unwrap_or(canonical).to_path_buf();
+    let config_generations = outside.join(format!("qr-boundary-{token}-configs"));
+    let config_link = outside.join(format!("qr-boundary-{token}-config"));
+    planted.create(&config_generations, None).map_err(io)?;
+    std::fs::create_dir(config_generations.join("r0")).map_err(io)?;
+    std::os::unix::fs::symlink(format!("qr-boundary-{token}-configs/r0"), &config_link)
+        .map_err(io)?;
+    planted.own.push(config_link.clone());
+    let config_file = config_link.join("config.json");
+
+    let account_file = match agent {
+        AgentKind::Claude => secrets_dir.join("anthropic-key"),
+        AgentKind::Opencode => secrets_dir.join("auth.json"),
+    };
+    super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
+    let rotation = Rotation {
+        agent,
+        account_file: account_file.clone(),
+        config_link,
+        config_generations,
+        rotated_account: secrets.rotated_account.clone(),
+        rotated_config: secrets.rotated_config.clone(),
+    };
+    Ok(PrivateFiles {
+        account_file,
+        config_file,
+        rotation,
+    })
+}
+
+/// Secrets in `/root`, `/home`, `/run/user`, another job's temp dir, `/var/lib` and
+/// `/run/secrets`, each where the process may create it.
+fn plant_host_secrets(
+    token: &str,
+    secrets: &Secrets,
+    planted: &mut Planted,
+) -> Result<HostPlants, String> {
+    let root_path = PathBuf::from(format!("/root/.qr-boundary-{token}"));
+    let root_secret = planted
+        .plant(&root_path, Some(&secrets.root))?
+        .then(|| root_path.clone());
+    let home_dir = PathBuf::from(format!("/home/qr-boundary-{token}"));
+    let home_secret = (planted.plant(&home_dir, None)?
+        && planted.plant(&home_dir.join("secret"), Some(&secrets.home))?)
+    .then(|| home_dir.join("secret"));
+    let run_user = PathBuf::from(format!("/run/user/qr-boundary-{token}"));
+    let run_user_secret = planted
+        .plant(&run_user, Some(&secrets.run_user))?
+        .then(|| run_user.clone());
+    let other = PathBuf::from(format!("/tmp/quest-job-zz{token}"));
+    let other_job_dir = (planted.plant(&other, None)?
+        && planted.plant(&other.join("secret"), Some(&secrets.other_job))?)
+    .then(|| other.clone());
+
+    let mut system_secrets = Vec::new();
+    for (id, dir) in [
+        ("read-var-lib", format!("/var/lib/qr-boundary-{token}")),
+        (
+            "read-run-secrets",
+            format!("/run/secrets/qr-boundary-{token}"),
+        ),
+    ] {
+        let dir = PathBuf::from(dir);
+        let file = dir.join("secret");
+        if planted.plant(&dir, None)? && planted.plant(&file, Some(&secrets.root))? {
+            system_secrets.push((id, file));
+        }
+    }
+    Ok(HostPlants {
+        root_secret,
+        home_secret,
+        run_user_secret,
+        other_job_dir,
+        system_secrets,
+    })
+}
+
+/// A host process whose environment holds a secret: /proc/<pid>/environ.
+fn spawn_decoy(secrets: &Secrets) -> Option<Child> {
+    Command::new("/bin/sh")
+        .args(["-c", "exec sleep 600"])
+        .env("QR_PROC_SECRET", &secrets.proc_env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 #[cfg(test)]
