@@ -87,13 +87,26 @@ fn read(registry: Option<Registry>, body: &str) -> Read {
     }
 }
 
-/// The job's commands, for the registries this host reaches.
+/// The job's commands, for the registries this host reaches: the main clients' reads, the
+/// other package managers' (when the host has them), then the refusal probes.
 fn reads(reachable: &[Registry]) -> Vec<Read> {
+    let mut out = main_client_reads();
+    out.extend(other_client_reads());
+    out.push(refusal_probes());
+    out.retain(|r| r.registry.map_or(true, |reg| reachable.contains(&reg)));
+    out
+}
+
+/// npm's flags for reads: nothing but the read itself reaches the registry.
+const NPM_FLAGS: &str = "--no-audit --no-fund --no-update-notifier --ignore-scripts";
+
+/// npm, pip and cargo (or curl): each registry read by its own client.
+fn main_client_reads() -> Vec<Read> {
     let (np, nv) = (NPM_PACKAGE, NPM_VERSION);
     let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
     let (cr, cv) = (CRATE, CRATE_VERSION);
-    let npm_flags = "--no-audit --no-fund --no-update-notifier --ignore-scripts";
-    let mut out = vec![
+    let npm_flags = NPM_FLAGS;
+    vec![
         // npm: the packument, then the tarball.
         read(
             Some(Registry::Npm),
@@ -126,7 +139,14 @@ fi"#,
                 ix = sparse_index_dir(cr),
             ),
         ),
-        // Other package managers, when the host has them.
+    ]
+}
+
+/// Other package managers, when the host has them.
+fn other_client_reads() -> Vec<Read> {
+    let (np, nv) = (NPM_PACKAGE, NPM_VERSION);
+    let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
+    vec![
         read(
             Some(Registry::Npm),
             &format!(
@@ -179,16 +199,20 @@ EOF
 qr java 'GET /{np}/{nv} (HttpsURLConnection)' java -Xshare:auto Fetch.java https://registry.npmjs.org/{np}/{nv}; else echo 'QR java skipped: not installed'; fi"#
             ),
         ),
-        // Refused requests must fail fast, with a message that says so.
-        read(
-            None,
-            &format!(
-                "qr_refused npm 'view from an unlisted host' npm view {npm_flags} {np} version --registry https://{UNLISTED}/ ; qr_refused pip 'download from an unlisted index' python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d pip-refused --index-url https://{UNLISTED}/simple {pp}=={pv} ; qr_refused curl 'GET an unlisted host' curl -fsS --max-time 60 https://{UNLISTED}/"
-            ),
+    ]
+}
+
+/// Refused requests must fail fast, with a message that says so.
+fn refusal_probes() -> Read {
+    let np = NPM_PACKAGE;
+    let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
+    let npm_flags = NPM_FLAGS;
+    read(
+        None,
+        &format!(
+            "qr_refused npm 'view from an unlisted host' npm view {npm_flags} {np} version --registry https://{UNLISTED}/ ; qr_refused pip 'download from an unlisted index' python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d pip-refused --index-url https://{UNLISTED}/simple {pp}=={pv} ; qr_refused curl 'GET an unlisted host' curl -fsS --max-time 60 https://{UNLISTED}/"
         ),
-    ];
-    out.retain(|r| r.registry.map_or(true, |reg| reachable.contains(&reg)));
-    out
+    )
 }
 
 /// The directory of a crate's entry in a sparse index (crate names of 4 or more characters:
@@ -297,9 +321,8 @@ pub async fn run(agent: AgentKind, reachable: &[Registry]) -> Result<RegistriesR
         .tempdir()
         .map_err(|e| format!("creating the check's directory: {e}"))?;
     let root = std::fs::canonicalize(work.path()).map_err(|e| e.to_string())?;
-    let io = |e: std::io::Error| e.to_string();
     let state = StateDir::at(root.join("state"));
-    std::fs::create_dir_all(state.root()).map_err(io)?;
+    std::fs::create_dir_all(state.root()).map_err(|e| e.to_string())?;
     let repo = sample_repo(&root)?;
     let rev = crate::selftest::fixture_git(&repo, &["rev-parse", "HEAD"])?;
 
@@ -312,48 +335,8 @@ pub async fn run(agent: AgentKind, reachable: &[Registry]) -> Result<RegistriesR
     }
     .map_err(|e| format!("starting the scripted model: {e}"))?;
 
-    let account_file = root.join(match agent {
-        AgentKind::Claude => "anthropic-key",
-        AgentKind::Opencode => "auth.json",
-    });
-    crate::selftest::boundary::suite::write_scripted_account(agent, &account_file, "sk-selftest")
-        .map_err(io)?;
-    let config =
-        crate::selftest::boundary::suite::scripted_config(agent, &account_file, &server, false);
-    std::fs::write(
-        state.config_file(),
-        serde_json::to_string_pretty(&config).unwrap_or_default(),
-    )
-    .map_err(io)?;
-    let job = Job {
-        id: format!(
-            "registries-{}-{}",
-            agent.name(),
-            crate::selftest::boundary::world::token()
-        ),
-        repo: repo.display().to_string(),
-        rev,
-        git_ref: Some("main".into()),
-        trust: Trust::Trusted,
-        agent,
-        account: "main".into(),
-        prompt: "Read the packages with each client, one command at a time.".into(),
-        timeout: JOB_TIMEOUT,
-    };
-
-    let mut runner = Runner::new(state.clone(), config);
-    let confine = server.confiner();
-    runner.hooks = RunHooks {
-        agent_command: Some(Arc::new(move |cmd: &mut std::process::Command| {
-            confine(cmd)
-        })),
-        policy: None,
-        // Where the agent's sandbox reaches it; the proxy itself is not confined.
-        proxy_listener: Some(Arc::new(server.binder())),
-        proxy_command: None,
-        // Where the confined agent reaches it; it forwards to the model's host-side listener.
-        gateway_listener: Some(Arc::new(server.binder())),
-    };
+    let runner = scripted_runner(agent, &root, &state, &server)?;
+    let job = registries_job(agent, &repo, rev);
     let result = runner.run(&job, std::future::pending::<Cancel>()).await;
     let network_log = crate::selftest::boundary::suite::network_log(&result);
     let outputs: Vec<String> = server.tool_results().into_iter().map(|r| r.text).collect();
@@ -372,6 +355,63 @@ pub async fn run(agent: AgentKind, reachable: &[Registry]) -> Result<RegistriesR
         problems,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A runner whose config is the scripted model's, with the account's file under `root`, its
+/// agent confined beside the model and its proxy listening where the sandbox reaches it.
+fn scripted_runner(
+    agent: AgentKind,
+    root: &Path,
+    state: &StateDir,
+    server: &ModelServer,
+) -> Result<Runner, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let account_file = root.join(match agent {
+        AgentKind::Claude => "anthropic-key",
+        AgentKind::Opencode => "auth.json",
+    });
+    crate::selftest::boundary::suite::write_scripted_account(agent, &account_file, "sk-selftest")
+        .map_err(io)?;
+    let config =
+        crate::selftest::boundary::suite::scripted_config(agent, &account_file, server, false);
+    std::fs::write(
+        state.config_file(),
+        serde_json::to_string_pretty(&config).unwrap_or_default(),
+    )
+    .map_err(io)?;
+    let mut runner = Runner::new(state.clone(), config);
+    let confine = server.confiner();
+    runner.hooks = RunHooks {
+        agent_command: Some(Arc::new(move |cmd: &mut std::process::Command| {
+            confine(cmd)
+        })),
+        policy: None,
+        // Where the agent's sandbox reaches it; the proxy itself is not confined.
+        proxy_listener: Some(Arc::new(server.binder())),
+        proxy_command: None,
+        // Where the confined agent reaches it; it forwards to the model's host-side listener.
+        gateway_listener: Some(Arc::new(server.binder())),
+    };
+    Ok(runner)
+}
+
+/// The check's trusted job on the sample repository.
+fn registries_job(agent: AgentKind, repo: &Path, rev: String) -> Job {
+    Job {
+        id: format!(
+            "registries-{}-{}",
+            agent.name(),
+            crate::selftest::boundary::world::token()
+        ),
+        repo: repo.display().to_string(),
+        rev,
+        git_ref: Some("main".into()),
+        trust: Trust::Trusted,
+        agent,
+        account: "main".into(),
+        prompt: "Read the packages with each client, one command at a time.".into(),
+        timeout: JOB_TIMEOUT,
+    }
 }
 
 /// What is wrong with a run: a client that failed, a refusal that did not come, a request
