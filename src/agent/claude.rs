@@ -10,11 +10,12 @@
 //! `.mcp.json`. The devShell is sourced before each command, inside the sandbox, through
 //! `CLAUDE_ENV_FILE`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{devshell_hook, AgentError, AgentInputs, Contents, Launch, PlannedFile};
+use super::{devshell_hook, AgentError, AgentInputs, Contents, GatewayAccess, Launch, PlannedFile};
 use crate::config::ClaudeAccount;
 use crate::sandbox::SandboxPolicy;
 
@@ -102,6 +103,8 @@ fn paths(list: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
+/// The launch of a Claude Code job: its config dir, settings, devShell hook and gateway token
+/// as files, then its environment and its arguments.
 pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch, AgentError> {
     if account.api_key_file.is_none() && account.credentials_file.is_none() {
         return Err(AgentError::NoCredentials(inputs.job.account.clone()));
@@ -138,6 +141,27 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         },
     ];
 
+    Ok(Launch {
+        program: inputs.program.to_path_buf(),
+        args: launch_args(inputs, account),
+        env: launch_env(inputs, gateway, &config_dir, &hook),
+        cwd: policy.checkout.clone(),
+        stdin: inputs.job.prompt.clone(),
+        files,
+        transcript: job_dir.join("transcript.jsonl"),
+        companion: None,
+    })
+}
+
+/// The policy's environment, with Claude Code's own directories and the gateway as its
+/// model's base URL, and no credential but the job's token.
+fn launch_env(
+    inputs: &AgentInputs<'_>,
+    gateway: &GatewayAccess,
+    config_dir: &Path,
+    hook: &Path,
+) -> BTreeMap<String, String> {
+    let policy = inputs.policy;
     let mut env = policy.environment(inputs.host_env.clone());
     let temp = policy.tmpdir.to_string_lossy().into_owned();
     for (k, v) in [
@@ -164,7 +188,11 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     ] {
         env.remove(k);
     }
+    env
+}
 
+/// Headless, streaming, user settings only, no MCP config of the checkout's, no WebFetch.
+fn launch_args(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Vec<String> {
     let mut args: Vec<String> = [
         "-p",
         "--output-format",
@@ -187,15 +215,5 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         args.push("--model".to_string());
         args.push(model.clone());
     }
-
-    Ok(Launch {
-        program: inputs.program.to_path_buf(),
-        args,
-        env,
-        cwd: policy.checkout.clone(),
-        stdin: inputs.job.prompt.clone(),
-        files,
-        transcript: job_dir.join("transcript.jsonl"),
-        companion: None,
-    })
+    args
 }
