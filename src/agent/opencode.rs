@@ -13,6 +13,7 @@
 //! the file tools off and the plugin turns them back on, so a plugin that fails to load
 //! leaves them off rather than unconfined.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -247,6 +248,9 @@ pub fn host_plan(
     }
 }
 
+/// The launch of an opencode job: its files (the shell link, srt's and the executor's
+/// settings, opencode's config, its private directories), its environment and arguments, and
+/// the host side that runs its commands (the companion).
 pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launch, AgentError> {
     let srt = inputs.srt.ok_or(AgentError::NoSrt)?;
     let node = inputs.node.ok_or(AgentError::NoNode)?;
@@ -258,10 +262,84 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
     let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let dirs = Dirs::new(job_dir);
-    let shell = job_dir.join(crate::jobshell::client::NAME);
-    let opencode_config = dirs.config.join("opencode");
+    let written = Written {
+        inputs,
+        account,
+        dirs: &dirs,
+        shell: job_dir.join(crate::jobshell::client::NAME),
+        runner,
+        srt_package: &srt_package,
+    };
+    Ok(Launch {
+        program: inputs.program.to_path_buf(),
+        args: launch_args(account),
+        env: launch_env(inputs, &dirs),
+        cwd: dirs.cwd.clone(),
+        stdin: inputs.job.prompt.clone(),
+        files: planned_files(&written),
+        transcript: job_dir.join("transcript.jsonl"),
+        companion: Some(host_plan(policy, inputs, node, &srt_package)),
+    })
+}
 
-    let mut files = vec![
+/// What the job's files are made from.
+struct Written<'a> {
+    inputs: &'a AgentInputs<'a>,
+    account: &'a OpencodeAccount,
+    dirs: &'a Dirs,
+    /// opencode's shell: a link to the runner's binary in the job dir.
+    shell: PathBuf,
+    runner: &'a Path,
+    srt_package: &'a Path,
+}
+
+/// The written files, then the private directories, the file tools' plugin (when the policy
+/// confines them) and the link to the account's login (without the gateway).
+fn planned_files(w: &Written<'_>) -> Vec<PlannedFile> {
+    let (policy, dirs, account) = (w.inputs.policy, w.dirs, w.account);
+    let opencode_config = dirs.config.join("opencode");
+    let mut files = written_files(w);
+    for dir in [
+        &dirs.cwd,
+        &dirs.home,
+        &dirs.tmp,
+        &dirs.state,
+        &dirs.cache,
+        &opencode_config.join("node_modules"),
+        &dirs.data.join("opencode"),
+    ] {
+        files.push(PlannedFile {
+            path: dir.clone(),
+            contents: Contents::Dir,
+        });
+    }
+    if policy.confine_file_tools {
+        files.push(file(
+            &opencode_config.join("plugin/quest-runner.js"),
+            plugin(policy, dirs),
+            0o600,
+        ));
+    }
+    // Through the gateway, opencode holds no login at all; otherwise (OAuth entries, which
+    // opencode refreshes itself) it reads the account's auth.json through a link.
+    if let (Some(auth), None) = (&account.auth_file, w.inputs.gateway) {
+        files.push(PlannedFile {
+            path: dirs.data.join("opencode/auth.json"),
+            contents: Contents::Symlink(auth.clone()),
+        });
+    }
+    files
+}
+
+/// The shell link, srt's and the executor's settings, the host script, and opencode's config
+/// directory (its config, global instructions, and the lock that keeps npm away).
+fn written_files(w: &Written<'_>) -> Vec<PlannedFile> {
+    let (inputs, account, dirs) = (w.inputs, w.account, w.dirs);
+    let (shell, runner, srt_package) = (&w.shell, w.runner, w.srt_package);
+    let policy = inputs.policy;
+    let job_dir = &inputs.workspace.job_dir;
+    let opencode_config = dirs.config.join("opencode");
+    vec![
         // opencode's shell: the runner's binary, which knows the job by the link's directory.
         PlannedFile {
             path: shell.clone(),
@@ -269,18 +347,18 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         },
         file(
             &job_dir.join("srt.json"),
-            pretty(&srt_settings(policy, Some(&srt_package), runner)),
+            pretty(&srt_settings(policy, Some(srt_package), runner)),
             0o600,
         ),
         file(
             &job_dir.join("executor.json"),
-            pretty(&executor_settings(policy, &dirs)),
+            pretty(&executor_settings(policy, dirs)),
             0o600,
         ),
         file(&job_dir.join(HOST_SCRIPT), HOST.to_string(), 0o600),
         file(
             &opencode_config.join("opencode.json"),
-            pretty(&config(policy, account, &shell, inputs.gateway)),
+            pretty(&config(policy, account, shell, inputs.gateway)),
             0o600,
         ),
         // Global instructions: opencode reads them from its config directory.
@@ -299,37 +377,13 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
             r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#.to_string(),
             0o600,
         ),
-    ];
-    for dir in [
-        &dirs.cwd,
-        &dirs.home,
-        &dirs.tmp,
-        &dirs.state,
-        &dirs.cache,
-        &opencode_config.join("node_modules"),
-        &dirs.data.join("opencode"),
-    ] {
-        files.push(PlannedFile {
-            path: dir.clone(),
-            contents: Contents::Dir,
-        });
-    }
-    if policy.confine_file_tools {
-        files.push(file(
-            &opencode_config.join("plugin/quest-runner.js"),
-            plugin(policy, &dirs),
-            0o600,
-        ));
-    }
-    // Through the gateway, opencode holds no login at all; otherwise (OAuth entries, which
-    // opencode refreshes itself) it reads the account's auth.json through a link.
-    if let (Some(auth), None) = (&account.auth_file, inputs.gateway) {
-        files.push(PlannedFile {
-            path: dirs.data.join("opencode/auth.json"),
-            contents: Contents::Symlink(auth.clone()),
-        });
-    }
+    ]
+}
 
+/// The policy's environment, with opencode's directories the job's own and its project
+/// config, Claude Code compatibility, downloads and git's global config off.
+fn launch_env(inputs: &AgentInputs<'_>, dirs: &Dirs) -> BTreeMap<String, String> {
+    let policy = inputs.policy;
     let mut env = policy.environment(inputs.host_env.clone());
     let s = |p: &Path| p.to_string_lossy().into_owned();
     for (k, v) in [
@@ -359,6 +413,10 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         env.remove(k);
     }
 
+    env
+}
+
+fn launch_args(account: &OpencodeAccount) -> Vec<String> {
     let mut args: Vec<String> = ["run", "--format", "json", "--print-logs"]
         .iter()
         .map(|s| s.to_string())
@@ -367,16 +425,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         args.push("--model".into());
         args.push(model.clone());
     }
-    Ok(Launch {
-        program: inputs.program.to_path_buf(),
-        args,
-        env,
-        cwd: dirs.cwd.clone(),
-        stdin: inputs.job.prompt.clone(),
-        files,
-        transcript: job_dir.join("transcript.jsonl"),
-        companion: Some(host_plan(policy, inputs, node, &srt_package)),
-    })
+    args
 }
 
 fn file(path: &Path, text: String, mode: u32) -> PlannedFile {
