@@ -3,7 +3,7 @@
 //! Runs only while holding the key's lock, so it may clear anything a crashed builder of the
 //! same key left behind before starting.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokio::process::Command;
 
@@ -97,6 +97,38 @@ async fn build_shell(
         armed: true,
     };
 
+    let what = format!("nix print-dev-env {installable}");
+    let stdout = print_dev_env(shells, p, &root, &installable, &what).await?;
+    let header = format!(
+        "devShell {} of {} (quest-runner format {FORMAT_VERSION}).\n\
+         Sourced inside a job's sandbox; never run on the host.",
+        p.attr, p.rev
+    );
+    let script = render::render_json(&stdout, &header).map_err(|e| DevShellError::Nix {
+        what: what.clone(),
+        message: e.to_string(),
+    })?;
+    let store_path = profile_store_path(&root, what)?;
+    entry::write_file(staged, entry::SCRIPT, script.as_bytes())
+        .map_err(|e| DevShellError::io("writing", staged, e))?;
+    let mut guard = root_guard;
+    guard.armed = false;
+    Ok(ShellMeta {
+        url,
+        store_path,
+        script_sha256: entry::sha256_hex(script.as_bytes()),
+    })
+}
+
+/// Runs `nix print-dev-env --json --profile <root> <installable>` and returns its output: no
+/// flake config accepted, a scratch TMPDIR, no replace refs read.
+async fn print_dev_env(
+    shells: &DevShells,
+    p: &Prepared,
+    root: &Path,
+    installable: &str,
+    what: &str,
+) -> Result<Vec<u8>, DevShellError> {
     let mut cmd = Command::new(&p.nix.path);
     cmd.args(["--extra-experimental-features", "nix-command flakes"])
         // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
@@ -110,8 +142,8 @@ async fn build_shell(
         "--no-update-lock-file",
         "--profile",
     ])
-    .arg(&root)
-    .arg(&installable);
+    .arg(root)
+    .arg(installable);
     // Removed when this returns, however nix ended (see `scratch`).
     let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
@@ -120,7 +152,6 @@ async fn build_shell(
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
     cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
     tracing::info!(%installable, "nix print-dev-env");
-    let what = format!("nix print-dev-env {installable}");
     let out = process::run_captured(cmd, "nix")
         .await
         .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
@@ -131,21 +162,16 @@ async fn build_shell(
             stop_orphaned_builders();
         }
         return Err(DevShellError::Nix {
-            what,
+            what: what.to_string(),
             message: out.error_message(),
         });
     }
+    Ok(out.stdout)
+}
 
-    let header = format!(
-        "devShell {} of {} (quest-runner format {FORMAT_VERSION}).\n\
-         Sourced inside a job's sandbox; never run on the host.",
-        p.attr, p.rev
-    );
-    let script = render::render_json(&out.stdout, &header).map_err(|e| DevShellError::Nix {
-        what: what.clone(),
-        message: e.to_string(),
-    })?;
-    let store_path = std::fs::canonicalize(&root).map_err(|e| DevShellError::Nix {
+/// Where the profile link Nix made at `root` points: a store path, or the build failed.
+fn profile_store_path(root: &Path, what: String) -> Result<PathBuf, DevShellError> {
+    let store_path = std::fs::canonicalize(root).map_err(|e| DevShellError::Nix {
         what: what.clone(),
         message: format!("no profile link at {}: {e}", root.display()),
     })?;
@@ -158,15 +184,7 @@ async fn build_shell(
             ),
         });
     }
-    entry::write_file(staged, entry::SCRIPT, script.as_bytes())
-        .map_err(|e| DevShellError::io("writing", staged, e))?;
-    let mut guard = root_guard;
-    guard.armed = false;
-    Ok(ShellMeta {
-        url,
-        store_path,
-        script_sha256: entry::sha256_hex(script.as_bytes()),
-    })
+    Ok(store_path)
 }
 
 /// Stops Nix builders whose `nix` is gone: processes with `NIX_BUILD_TOP` in their environment
