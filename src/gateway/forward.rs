@@ -140,90 +140,20 @@ pub(super) fn endpoint(method: &Method, path: &str, base_path: &str) -> Option<E
     }
 }
 
+/// One request: admitted (a running job's token, a model endpoint, caps not spent), sent
+/// upstream with the account's credential, and answered with a body that meters and logs.
 async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> OutResponse {
     let started = Instant::now();
-    let Some((token, form)) = job_token(req.headers()) else {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "quest-runner gateway: no job token (x-api-key or Authorization: Bearer)",
-        );
-    };
-    let gate = lock(&inner.jobs).get(&token).cloned();
-    let Some(gate) = gate else {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "quest-runner gateway: this token belongs to no running job",
-        );
+    let (gate, form, endpoint) = match admit(inner, &req).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let Some(endpoint) = endpoint(&method, &path, &gate.spec.upstream.base_path) else {
-        let message = format!(
-            "quest-runner gateway: {method} {path} is not a model endpoint this job may use"
-        );
-        gate.log_line(&method, &path, "refused 403 not_a_model_endpoint", None);
-        lock(&gate.usage).refused += 1;
-        return error(StatusCode::FORBIDDEN, "permission_error", &message);
+    let upstream_req = match upstream_request(inner, &gate, form, req).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
     };
-    if endpoint == Endpoint::Generate {
-        if let Some(why) = gate.over_cap().await {
-            gate.log_line(&method, &path, "refused 400 token_limit", None);
-            lock(&gate.usage).refused += 1;
-            gate.fired.send_if_modified(|f| {
-                let first = f.is_none();
-                if first {
-                    *f = Some(why.clone());
-                }
-                first
-            });
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &format!("quest-runner gateway: {why}"),
-            );
-        }
-    }
-
-    let (parts, body) = req.into_parts();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or(path.as_str(), |p| p.as_str())
-        .to_string();
-    let uri = match gate.spec.upstream.uri(&path_and_query) {
-        Ok(u) => u,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &e.to_string(),
-            )
-        }
-    };
-    let mut headers = parts.headers;
-    strip_hop_by_hop(&mut headers);
-    headers.remove(HOST);
-    headers.remove("x-api-key");
-    headers.remove(AUTHORIZATION);
-    if let Err(e) = gate
-        .spec
-        .credential
-        .apply(&mut headers, form, &inner.client)
-        .await
-    {
-        gate.log_line(&method, &path, "error 502 credential", None);
-        return error(
-            StatusCode::BAD_GATEWAY,
-            "api_error",
-            &format!("quest-runner gateway: account {}: {e}", gate.spec.account),
-        );
-    }
-    let mut upstream_req = Request::new(body.boxed());
-    *upstream_req.method_mut() = method.clone();
-    *upstream_req.uri_mut() = uri;
-    *upstream_req.headers_mut() = headers;
     let sent = Instant::now();
     let response = match inner.client.request(upstream_req).await {
         Ok(r) => r,
@@ -268,6 +198,109 @@ async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> OutResponse {
         }),
     };
     Response::from_parts(parts, metered.boxed())
+}
+
+/// The job a request belongs to, how it sent its token, and the endpoint it asks for; or the
+/// refusal: no token, a token of no running job, not a model endpoint, a spent cap.
+async fn admit(
+    inner: &Arc<Inner>,
+    req: &Request<Incoming>,
+) -> Result<(Arc<JobGate>, AuthForm, Endpoint), OutResponse> {
+    let Some((token, form)) = job_token(req.headers()) else {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "quest-runner gateway: no job token (x-api-key or Authorization: Bearer)",
+        ));
+    };
+    let gate = lock(&inner.jobs).get(&token).cloned();
+    let Some(gate) = gate else {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "quest-runner gateway: this token belongs to no running job",
+        ));
+    };
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let Some(endpoint) = endpoint(&method, &path, &gate.spec.upstream.base_path) else {
+        let message = format!(
+            "quest-runner gateway: {method} {path} is not a model endpoint this job may use"
+        );
+        gate.log_line(&method, &path, "refused 403 not_a_model_endpoint", None);
+        lock(&gate.usage).refused += 1;
+        return Err(error(StatusCode::FORBIDDEN, "permission_error", &message));
+    };
+    if endpoint == Endpoint::Generate {
+        if let Some(why) = gate.over_cap().await {
+            gate.log_line(&method, &path, "refused 400 token_limit", None);
+            lock(&gate.usage).refused += 1;
+            gate.fired.send_if_modified(|f| {
+                let first = f.is_none();
+                if first {
+                    *f = Some(why.clone());
+                }
+                first
+            });
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &format!("quest-runner gateway: {why}"),
+            ));
+        }
+    }
+    Ok((gate, form, endpoint))
+}
+
+/// The request as the upstream gets it: its URI under the account's base, no hop-by-hop
+/// headers, no job token, and the account's credential in the form the agent used.
+async fn upstream_request(
+    inner: &Arc<Inner>,
+    gate: &JobGate,
+    form: AuthForm,
+    req: Request<Incoming>,
+) -> Result<Request<BoxBody<Bytes, hyper::Error>>, OutResponse> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let (parts, body) = req.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or(path.as_str(), |p| p.as_str())
+        .to_string();
+    let uri = match gate.spec.upstream.uri(&path_and_query) {
+        Ok(u) => u,
+        Err(e) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &e.to_string(),
+            ))
+        }
+    };
+    let mut headers = parts.headers;
+    strip_hop_by_hop(&mut headers);
+    headers.remove(HOST);
+    headers.remove("x-api-key");
+    headers.remove(AUTHORIZATION);
+    if let Err(e) = gate
+        .spec
+        .credential
+        .apply(&mut headers, form, &inner.client)
+        .await
+    {
+        gate.log_line(&method, &path, "error 502 credential", None);
+        return Err(error(
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            &format!("quest-runner gateway: account {}: {e}", gate.spec.account),
+        ));
+    }
+    let mut upstream_req = Request::new(body.boxed());
+    *upstream_req.method_mut() = method;
+    *upstream_req.uri_mut() = uri;
+    *upstream_req.headers_mut() = headers;
+    Ok(upstream_req)
 }
 
 impl JobGate {
