@@ -182,52 +182,21 @@ impl JobProxy {
             .local_addr()
             .map_err(io("reading the proxy's port"))?
             .port();
-        let (ours, theirs) =
-            std::os::unix::net::UnixStream::pair().map_err(io("creating the decider's socket"))?;
-        let (lifeline_r, lifeline_w) = pipe().map_err(io("creating the lifeline"))?;
-        let (ca_r, ca_w) = pipe().map_err(io("creating the CA pipe"))?;
-        // A few KiB: fits the pipe's buffer, so it is written whole before the proxy runs.
-        {
-            let mut w = std::fs::File::from(ca_w);
-            w.write_all(spec.ca.proxy_pem().as_bytes())
-                .map_err(io("handing over the CA"))?;
-        }
-
-        let listen_fd = spec.listener.as_raw_fd();
-        let decider_fd = theirs.as_raw_fd();
-        let lifeline_fd = lifeline_r.as_raw_fd();
-        let ca_fd = ca_r.as_raw_fd();
-        let mut cmd = std::process::Command::new(spec.srt);
-        cmd.arg("proxy")
-            .args(["--listen-fd", &listen_fd.to_string()])
-            .args(["--decider-fd", &decider_fd.to_string()])
-            .args(["--lifeline-fd", &lifeline_fd.to_string()])
-            .args(["--ca-fd", &ca_fd.to_string()])
-            .env_clear()
-            .envs(
-                spec.env_source
-                    .iter()
-                    .filter(|(k, _)| PROXY_ENV.contains(&k.as_str()))
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            )
-            .env("TMPDIR", spec.temp_dir)
-            // Only with it does the proxy report the requests it refuses without asking the
-            // decider (hosts off the allowlist); see `copy_stderr`.
-            .env("SRT_DEBUG", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        inherit(&mut cmd, [listen_fd, decider_fd, lifeline_fd, ca_fd]);
-        if let Some(adjust) = spec.adjust {
-            adjust(&mut cmd);
-        }
-        let mut cmd = tokio::process::Command::from(cmd);
+        let ends = Ends::open(spec.ca)?;
+        let mut cmd = tokio::process::Command::from(proxy_command(&spec, &ends));
         cmd.kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|source| ProxyError::Spawn {
             program: spec.srt.to_path_buf(),
             source,
         })?;
         // The proxy holds these now; the runner keeps only its ends.
+        let Ends {
+            ours,
+            theirs,
+            lifeline_r,
+            lifeline_w,
+            ca_r,
+        } = ends;
         drop((spec.listener, theirs, lifeline_r, ca_r));
 
         let log = Arc::new(NetLog::create(&spec.log).map_err(io("creating the network log"))?);
@@ -251,22 +220,7 @@ impl JobProxy {
             served_tx,
             (log, counts.clone()),
         ));
-        // Serving means: hellos exchanged, CA accepted, listening. `served` fails when the
-        // proxy's stderr ends, that is when it exited, with all of its stderr in the log.
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let stderr_log = spec.stderr_log.clone();
-        tokio::spawn(async move {
-            let serving = async {
-                let _ = hello_rx.await;
-                served_rx.await.is_ok()
-            };
-            let outcome = match tokio::time::timeout(START_TIMEOUT, serving).await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(ProxyError::Exited(tail(&stderr_log))),
-                Err(_) => Err(ProxyError::Timeout(tail(&stderr_log))),
-            };
-            let _ = started_tx.send(outcome);
-        });
+        let started = watch_startup(hello_rx, served_rx, spec.stderr_log.clone());
         Ok(JobProxy {
             port,
             child,
@@ -275,7 +229,7 @@ impl JobProxy {
             stderr,
             counts,
             log: spec.log,
-            started: Some(started_rx),
+            started: Some(started),
         })
     }
 
@@ -322,6 +276,95 @@ impl Drop for JobProxy {
         // killed by kill_on_drop, and the decider task must not outlive it.
         self.decider.abort();
     }
+}
+
+/// The runner's ends and the proxy's of the descriptors it inherits (the listener aside): the
+/// decider's socket pair, the lifeline pipe, and the CA pipe, already written and closed.
+struct Ends {
+    ours: std::os::unix::net::UnixStream,
+    theirs: std::os::unix::net::UnixStream,
+    lifeline_r: OwnedFd,
+    lifeline_w: OwnedFd,
+    ca_r: OwnedFd,
+}
+
+impl Ends {
+    fn open(ca: &JobCa) -> Result<Ends, ProxyError> {
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(io("creating the decider's socket"))?;
+        let (lifeline_r, lifeline_w) = pipe().map_err(io("creating the lifeline"))?;
+        let (ca_r, ca_w) = pipe().map_err(io("creating the CA pipe"))?;
+        // A few KiB: fits the pipe's buffer, so it is written whole before the proxy runs.
+        {
+            let mut w = std::fs::File::from(ca_w);
+            w.write_all(ca.proxy_pem().as_bytes())
+                .map_err(io("handing over the CA"))?;
+        }
+        Ok(Ends {
+            ours,
+            theirs,
+            lifeline_r,
+            lifeline_w,
+            ca_r,
+        })
+    }
+}
+
+/// `srt proxy` with its four descriptors, the runner's variables it needs upstream, its own
+/// TMPDIR, and debug output (the refusals it makes alone).
+fn proxy_command(spec: &ProxySpec<'_>, ends: &Ends) -> std::process::Command {
+    let listen_fd = spec.listener.as_raw_fd();
+    let decider_fd = ends.theirs.as_raw_fd();
+    let lifeline_fd = ends.lifeline_r.as_raw_fd();
+    let ca_fd = ends.ca_r.as_raw_fd();
+    let mut cmd = std::process::Command::new(spec.srt);
+    cmd.arg("proxy")
+        .args(["--listen-fd", &listen_fd.to_string()])
+        .args(["--decider-fd", &decider_fd.to_string()])
+        .args(["--lifeline-fd", &lifeline_fd.to_string()])
+        .args(["--ca-fd", &ca_fd.to_string()])
+        .env_clear()
+        .envs(
+            spec.env_source
+                .iter()
+                .filter(|(k, _)| PROXY_ENV.contains(&k.as_str()))
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .env("TMPDIR", spec.temp_dir)
+        // Only with it does the proxy report the requests it refuses without asking the
+        // decider (hosts off the allowlist); see `copy_stderr`.
+        .env("SRT_DEBUG", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    inherit(&mut cmd, [listen_fd, decider_fd, lifeline_fd, ca_fd]);
+    if let Some(adjust) = spec.adjust {
+        adjust(&mut cmd);
+    }
+    cmd
+}
+
+/// Serving means: hellos exchanged, CA accepted, listening. `served` fails when the proxy's
+/// stderr ends, that is when it exited, with all of its stderr in the log.
+fn watch_startup(
+    hello: tokio::sync::oneshot::Receiver<()>,
+    served: tokio::sync::oneshot::Receiver<()>,
+    stderr_log: PathBuf,
+) -> tokio::sync::oneshot::Receiver<Result<(), ProxyError>> {
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let serving = async {
+            let _ = hello.await;
+            served.await.is_ok()
+        };
+        let outcome = match tokio::time::timeout(START_TIMEOUT, serving).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ProxyError::Exited(tail(&stderr_log))),
+            Err(_) => Err(ProxyError::Timeout(tail(&stderr_log))),
+        };
+        let _ = started_tx.send(outcome);
+    });
+    started_rx
 }
 
 /// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
