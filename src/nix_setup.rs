@@ -235,45 +235,7 @@ fn store_check(f: &Facts) -> Check {
             ),
             None,
         ),
-        Store::Daemon(socket) => match &f.ping {
-            Some(Ok(())) | None => check(
-                name,
-                true,
-                format!(
-                    "nix-daemon at {}, which answers {}",
-                    socket.display(),
-                    f.user
-                ),
-                None,
-            ),
-            Some(Err(e)) if e.contains("cannot connect") || e.contains("Connection refused") => {
-                check(
-                    name,
-                    false,
-                    format!("no nix-daemon answers at {}: {e}", socket.display()),
-                    Some(
-                        "start nix-daemon (systemctl start nix-daemon; NixOS and the official \
-                         multi-user installer run it)"
-                            .into(),
-                    ),
-                )
-            }
-            Some(Err(e)) => check(
-                name,
-                false,
-                format!(
-                    "the nix-daemon at {} refused {}: {e}{}",
-                    socket.display(),
-                    f.user,
-                    allowed_users_note(f)
-                ),
-                Some(format!(
-                    "add {} (or @group) to allowed-users in the daemon's nix.conf \
-                     (NixOS: nix.settings.allowed-users) and restart nix-daemon",
-                    f.user
-                )),
-            ),
-        },
+        Store::Daemon(socket) => daemon_check(f, &socket),
         Store::Unreachable => check(
             name,
             false,
@@ -303,6 +265,48 @@ fn store_check(f: &Facts) -> Check {
             true,
             format!("store = {url} (not checked by the runner)"),
             None,
+        ),
+    }
+}
+
+/// A store through nix-daemon: it answers this user, it is not running, or it refuses them.
+fn daemon_check(f: &Facts, socket: &Path) -> Check {
+    let name = "nix store";
+    match &f.ping {
+        Some(Ok(())) | None => check(
+            name,
+            true,
+            format!(
+                "nix-daemon at {}, which answers {}",
+                socket.display(),
+                f.user
+            ),
+            None,
+        ),
+        Some(Err(e)) if e.contains("cannot connect") || e.contains("Connection refused") => check(
+            name,
+            false,
+            format!("no nix-daemon answers at {}: {e}", socket.display()),
+            Some(
+                "start nix-daemon (systemctl start nix-daemon; NixOS and the official \
+                     multi-user installer run it)"
+                    .into(),
+            ),
+        ),
+        Some(Err(e)) => check(
+            name,
+            false,
+            format!(
+                "the nix-daemon at {} refused {}: {e}{}",
+                socket.display(),
+                f.user,
+                allowed_users_note(f)
+            ),
+            Some(format!(
+                "add {} (or @group) to allowed-users in the daemon's nix.conf \
+                 (NixOS: nix.settings.allowed-users) and restart nix-daemon",
+                f.user
+            )),
         ),
     }
 }
