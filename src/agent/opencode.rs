@@ -262,7 +262,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
     let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let dirs = Dirs::new(job_dir);
-    let written = Written {
+    let file_inputs = FileInputs {
         inputs,
         account,
         dirs: &dirs,
@@ -276,14 +276,14 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         env: launch_env(inputs, &dirs),
         cwd: dirs.cwd.clone(),
         stdin: inputs.job.prompt.clone(),
-        files: planned_files(&written),
+        files: planned_files(&file_inputs),
         transcript: job_dir.join("transcript.jsonl"),
         companion: Some(host_plan(policy, inputs, node, &srt_package)),
     })
 }
 
 /// What the job's files are made from.
-struct Written<'a> {
+struct FileInputs<'a> {
     inputs: &'a AgentInputs<'a>,
     account: &'a OpencodeAccount,
     dirs: &'a Dirs,
@@ -295,7 +295,7 @@ struct Written<'a> {
 
 /// The written files, then the private directories, the file tools' plugin (when the policy
 /// confines them) and the link to the account's login (without the gateway).
-fn planned_files(w: &Written<'_>) -> Vec<PlannedFile> {
+fn planned_files(w: &FileInputs<'_>) -> Vec<PlannedFile> {
     let (policy, dirs, account) = (w.inputs.policy, w.dirs, w.account);
     let opencode_config = dirs.config.join("opencode");
     let mut files = written_files(w);
@@ -333,7 +333,7 @@ fn planned_files(w: &Written<'_>) -> Vec<PlannedFile> {
 
 /// The shell link, srt's and the executor's settings, the host script, and opencode's config
 /// directory (its config, global instructions, and the lock that keeps npm away).
-fn written_files(w: &Written<'_>) -> Vec<PlannedFile> {
+fn written_files(w: &FileInputs<'_>) -> Vec<PlannedFile> {
     let (inputs, account, dirs) = (w.inputs, w.account, w.dirs);
     let (shell, runner, srt_package) = (&w.shell, w.runner, w.srt_package);
     let policy = inputs.policy;
