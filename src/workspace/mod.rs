@@ -101,9 +101,9 @@ pub struct Workspace {
     pub nix_ref: String,
     pub job_root: PathBuf,
     /// The network proxy's TMPDIR (srt writes its trust bundle there and never removes it).
-    /// Not one of the directories that mark a process as the job's (see `run::job_markers`
-    /// and `serve::procs::markers`): the runner stops those with the agent, before it stops
-    /// the proxy through its lifeline.
+    /// Not one of the directories that mark a process as the job's (see
+    /// `run::tree::job_markers` and `serve::procs::markers`): the runner stops those with the
+    /// agent, before it stops the proxy through its lifeline.
     pub proxy_tmp: PathBuf,
     git: JobGit,
     _lock: LockFile,
