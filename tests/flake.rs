@@ -17,11 +17,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use quest_runner::config::{
-    Account, ClaudeAccount, Config, LimitsConfig, NetworkConfig, NixConfig, OpencodeAccount,
-    QueueConfig, Size,
+    Account, ClaudeAccount, Config, LimitsConfig, MilliCpus, NetworkConfig, NixConfig,
+    OpencodeAccount, QueueConfig,
 };
+use quest_runner::disk::{DiskLimits, Reserve};
 use quest_runner::sandbox::{private, Platform};
 
 #[path = "support/nix_eval.rs"]
@@ -115,20 +117,22 @@ fn full_config() -> Config {
             full_access_hosts: vec!["push.example.org".into()],
         },
         allow_untrusted: true,
-        default_timeout: "45m".into(),
+        default_timeout: Duration::from_secs(45 * 60),
         concurrency_setting: Some(3),
         limits: LimitsConfig {
-            memory: Some(Size::Text("4G".into())),
+            memory: Some(4 << 30),
             pids: Some(512),
-            cpus: Some(1.5),
-            disk: Some(Size::Text("20G".into())),
-            disk_reserve: Some(Size::Text("off".into())),
+            cpus: Some(MilliCpus(1500)),
+            disk: DiskLimits {
+                limit: Some(20 << 30),
+                reserve: Reserve::Off,
+            },
             tokens: Some(500_000),
         },
         queue: Some(QueueConfig {
             postgres: "postgresql://runner@db.example.org/quest".into(),
             password_file: Some("/run/keys/quest-runner-db".into()),
-            lease: Some("45s".into()),
+            lease: Some(Duration::from_secs(45)),
         }),
     }
 }

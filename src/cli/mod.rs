@@ -430,9 +430,7 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
         }
     }
     let spec = JobSpec::from_json(&value.to_string()).map_err(bad)?;
-    let default_timeout = humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(Exit::BadInput, format!("config default_timeout: {e}")))?;
-    spec.validate(default_timeout).map_err(bad)
+    spec.validate(ctx.config.default_timeout).map_err(bad)
 }
 
 /// Runs `work` on a single-threaded runtime until it finishes or the process gets SIGINT or

@@ -126,13 +126,8 @@ fn pg_failure(e: PgError) -> Failure {
     )
 }
 
-fn default_timeout(ctx: &Context) -> Result<Duration, Failure> {
-    humantime::parse_duration(&ctx.config.default_timeout)
-        .map_err(|e| Failure::new(Exit::BadInput, format!("config default_timeout: {e}")))
-}
-
 fn open(ctx: &Context) -> Result<FsQueue, Failure> {
-    FsQueue::open(&ctx.state, default_timeout(ctx)?).map_err(failure)
+    FsQueue::open(&ctx.state, ctx.config.default_timeout).map_err(failure)
 }
 
 /// Where the queue commands find the jobs: the config's `queue`.
@@ -178,12 +173,37 @@ impl PgCli {
 
 /// `quest-runner serve`. `config_flag` is `--config`, for SIGHUP to reload the same file.
 pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Result<(), Failure> {
+    let options = serve_options(&ctx, config_flag, &args);
+    // Enough threads that one job's blocking teardown (stopping its process tree) never
+    // holds up another's, whatever the concurrency is reloaded to.
+    let threads = crate::config::default_concurrency()
+        .max(ctx.config.concurrency())
+        .max(2)
+        + 1;
+    let runtime = super::runtime::runtime(Some(threads))?;
+    let runner = job_runner(&ctx, &args);
+    let served = match ctx.config.queue.clone() {
+        None => {
+            let queue = Arc::new(open(&ctx)?);
+            let reload_queue = queue.clone();
+            runtime.block_on(crate::serve::serve(queue, runner, options, move |config| {
+                reload_queue.set_default_timeout(config.default_timeout);
+            }))
+        }
+        Some(settings) => runtime.block_on(serve_pg(&ctx, settings, runner, options))?,
+    };
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    served.map_err(|e| Failure::new(Exit::Failed, e))
+}
+
+/// `serve`'s settings: its flags over the config's limits.
+fn serve_options(ctx: &Context, config_flag: Option<PathBuf>, args: &ServeArgs) -> ServeOptions {
     let (config_path, config_required) = match config_flag {
         Some(path) => (path, true),
         None => (ctx.state.config_file(), false),
     };
     let configured = &ctx.config.limits;
-    let options = ServeOptions {
+    ServeOptions {
         max_attempts: args.max_attempts.max(1),
         poll: args.poll.max(Duration::from_millis(10)),
         recover_every: args.recover_every.max(Duration::from_millis(100)),
@@ -192,29 +212,17 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
             nproc: args.limit_nproc,
             address_space: args.limit_address_space,
             cpu_seconds: args.limit_cpu,
-            memory: match (args.limit_memory, &configured.memory) {
-                (Some(b), _) => Some(b),
-                // Validated when the config was loaded.
-                (None, Some(size)) => size.bytes().ok(),
-                (None, None) => None,
-            },
+            memory: args.limit_memory.or(configured.memory),
             pids: args.limit_pids.or(configured.pids).filter(|n| *n > 0),
-            cpus_milli: args.limit_cpus.or_else(|| {
-                configured
-                    .cpus
-                    .and_then(|c| crate::util::units::parse_cpus(&c.to_string()).ok())
-            }),
+            cpus_milli: args.limit_cpus.or(configured.cpus.map(|c| c.0)),
         },
         config_path,
         config_required,
-    };
-    // Enough threads that one job's blocking teardown (stopping its process tree) never
-    // holds up another's, whatever the concurrency is reloaded to.
-    let threads = crate::config::default_concurrency()
-        .max(ctx.config.concurrency())
-        .max(2)
-        + 1;
-    let runtime = super::runtime::runtime(Some(threads))?;
+    }
+}
+
+/// The runner of `serve`'s jobs, with `--limit-disk` over the config's disk limit.
+fn job_runner(ctx: &Context, args: &ServeArgs) -> crate::run::Runner {
     let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
     runner.config_file = Some(ctx.config_path.clone());
     match args.limit_disk {
@@ -222,43 +230,34 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
         Some(DiskLimit::Bytes(b)) => runner.disk.limit = Some(b),
         None => {}
     }
-    let served = match ctx.config.queue.clone() {
-        None => {
-            let queue = Arc::new(open(&ctx)?);
-            let reload_queue = queue.clone();
-            runtime.block_on(crate::serve::serve(queue, runner, options, move |config| {
-                if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
-                    reload_queue.set_default_timeout(t);
-                }
-            }))
+    runner
+}
+
+/// Serves the PostgreSQL queue `settings` names until a signal ends it; the connection closed
+/// after the last job.
+async fn serve_pg(
+    ctx: &Context,
+    settings: crate::config::QueueConfig,
+    runner: crate::run::Runner,
+    options: ServeOptions,
+) -> Result<Result<(), crate::serve::ServeError>, Failure> {
+    let target = pg::target::PgTarget::from_config(&settings)
+        .map_err(|e| Failure::new(Exit::BadInput, format!("config queue: {e}")))?;
+    let timeout = ctx.config.default_timeout;
+    let queue = pg::PgQueue::open(target, &ctx.state, &ctx.config, settings.lease(), timeout)
+        .await
+        .map_err(pg_failure)?;
+    let queue = Arc::new(queue);
+    let reload_queue = queue.clone();
+    let served = crate::serve::serve(queue.clone(), runner, options, move |config| {
+        if config.queue.as_ref() != Some(&settings) {
+            tracing::warn!("SIGHUP: the queue setting changed; it applies at the next start");
         }
-        Some(settings) => {
-            let target = pg::target::PgTarget::from_config(&settings)
-                .map_err(|e| Failure::new(Exit::BadInput, format!("config queue: {e}")))?;
-            let timeout = default_timeout(&ctx)?;
-            runtime.block_on(async {
-                let queue =
-                    pg::PgQueue::open(target, &ctx.state, &ctx.config, settings.lease(), timeout)
-                        .await
-                        .map_err(pg_failure)?;
-                let queue = Arc::new(queue);
-                let reload_queue = queue.clone();
-                let served = crate::serve::serve(queue.clone(), runner, options, move |config| {
-                    if config.queue.as_ref() != Some(&settings) {
-                        tracing::warn!(
-                            "SIGHUP: the queue setting changed; it applies at the next start"
-                        );
-                    }
-                    reload_queue.reloaded(config);
-                })
-                .await;
-                queue.close().await;
-                Ok::<_, Failure>(served)
-            })?
-        }
-    };
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    served.map_err(|e| Failure::new(Exit::Failed, e))
+        reload_queue.reloaded(config);
+    })
+    .await;
+    queue.close().await;
+    Ok(served)
 }
 
 /// `quest-runner submit FILE`: prints the job's id.
@@ -275,7 +274,7 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
     let job = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue.submit(spec, &ctx.config).map_err(failure)?,
         Queue::Pg(db) => {
-            let timeout = default_timeout(&ctx)?;
+            let timeout = ctx.config.default_timeout;
             let config = &ctx.config;
             db.run(|client| async move { pg::admin::submit(&client, spec, config, timeout).await })?
         }

@@ -17,7 +17,80 @@ use std::time::Duration;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::{Client, Config, NoTls, Socket};
 
-use crate::config::QueueConfig;
+use serde::{Deserialize, Serialize};
+
+/// The shared job queue (`queue` in the config): a PostgreSQL database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueConfig {
+    /// A libpq connection string (`host=db.example.org dbname=quest user=runner`), a
+    /// `postgresql://` URL, or the path of the server's socket directory or socket
+    /// (`/run/postgresql`). Never a password: that is `password_file`'s.
+    pub postgres: String,
+    /// A file holding the database password, read at each connection (so a rotated password
+    /// needs no restart). Jobs' commands are denied it, as account files.
+    pub password_file: Option<PathBuf>,
+    /// How long a claimed job stays this runner's without a renewal (renewed every third of
+    /// it): a runner that dies loses its jobs to the others this long after its last renewal.
+    /// Default 30s.
+    pub lease: Option<Duration>,
+}
+
+impl QueueConfig {
+    /// The default of `lease`.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+    /// `lease`, or its default.
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or(Self::DEFAULT_LEASE)
+    }
+}
+
+/// `queue` as the config file writes it (`lease` a duration such as `"30s"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueFile {
+    pub postgres: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+}
+
+impl QueueFile {
+    /// The typed setting, checked as [`PgTarget::from_config`] checks it: the message names
+    /// what is wrong.
+    pub fn parse(self) -> Result<QueueConfig, String> {
+        let lease = self
+            .lease
+            .as_deref()
+            .map(humantime::parse_duration)
+            .transpose()
+            .map_err(|e| format!("lease: {e}"));
+        let queue = QueueConfig {
+            postgres: self.postgres,
+            password_file: self.password_file,
+            lease: lease.clone().ok().flatten(),
+        };
+        // The connection's settings are checked before the lease, in `from_config`'s order.
+        check(&queue)?;
+        Ok(QueueConfig {
+            lease: lease?,
+            ..queue
+        })
+    }
+}
+
+impl From<QueueConfig> for QueueFile {
+    fn from(queue: QueueConfig) -> QueueFile {
+        QueueFile {
+            postgres: queue.postgres,
+            password_file: queue.password_file,
+            lease: queue
+                .lease
+                .map(|l| humantime::format_duration(l).to_string()),
+        }
+    }
+}
 
 /// The socket directory of a connection string that names no host, as libpq's default on
 /// Debian, Ubuntu and NixOS.
@@ -110,11 +183,11 @@ impl PgTarget {
                 ));
             }
         }
-        if let Some(lease) = &queue.lease {
-            let parsed = humantime::parse_duration(lease).map_err(|e| format!("lease: {e}"))?;
-            if parsed < MIN_LEASE {
-                return Err(format!("lease: {lease} is shorter than 1s"));
-            }
+        if let Some(lease) = queue.lease.filter(|l| *l < MIN_LEASE) {
+            return Err(format!(
+                "lease: {} is shorter than 1s",
+                humantime::format_duration(lease)
+            ));
         }
         if config.get_hosts().is_empty() {
             config.host_path(DEFAULT_SOCKET_DIR);

@@ -65,12 +65,17 @@ fn passwords_tls_and_bad_values_are_refused_naming_the_field() {
     let err = PgTarget::from_config(&q).unwrap_err();
     assert!(err.starts_with("password_file:"), "{err}");
     let mut q = queue("host=db");
-    q.lease = Some("10ms".into());
+    q.lease = Some(Duration::from_millis(10));
     let err = PgTarget::from_config(&q).unwrap_err();
     assert!(err.starts_with("lease:"), "{err}");
-    q.lease = Some("soon".into());
-    assert!(PgTarget::from_config(&q).unwrap_err().starts_with("lease:"));
-    q.lease = Some("45s".into());
+    // The file's text is parsed once, when the config is loaded.
+    let file = |lease: &str| QueueFile {
+        lease: Some(lease.into()),
+        ..QueueFile::from(queue("host=db"))
+    };
+    assert!(file("10ms").parse().unwrap_err().starts_with("lease:"));
+    assert!(file("soon").parse().unwrap_err().starts_with("lease:"));
+    let q = file("45s").parse().unwrap();
     assert_eq!(q.lease(), Duration::from_secs(45));
 }
 

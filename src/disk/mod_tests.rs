@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::{LimitsConfig, Size};
+use crate::config::{LimitsFile, Size};
 
 #[test]
 fn sizes_read_for_people() {
@@ -19,7 +19,7 @@ fn the_default_reserve_is_a_gigabyte_or_five_percent() {
 
 #[test]
 fn limits_come_from_the_config_default_on() {
-    let mut config = LimitsConfig::default();
+    let mut config = LimitsFile::default();
     assert_eq!(config.disk_limits().unwrap(), DiskLimits::default());
     assert_eq!(DiskLimits::default().limit, Some(10 << 30));
     config.disk = Some(Size::Text("off".into()));

@@ -75,8 +75,7 @@ impl Runner {
                 temp_parent.path.display()
             );
         }
-        // Checked when the config was loaded.
-        let disk = config.limits.disk_limits().unwrap_or_default();
+        let disk = config.limits.disk;
         let gateway_options = crate::gateway::GatewayOptions::new(state.root());
         Runner {
             state,

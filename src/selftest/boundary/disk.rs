@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use super::attempts::Rule;
 use super::suite::{AttemptReport, ControlReport};
 use super::world::World;
-use crate::config::{Config, Size};
+use crate::config::Config;
+use crate::disk::{DiskLimits, Reserve};
 use crate::job::{AgentKind, Job, Trust};
 use crate::run::{Cancel, JobResult, Outcome, RunHooks, Runner};
 use crate::selftest::fixture_git as git;
@@ -34,7 +35,7 @@ pub const ID: &str = "disk-fill";
 /// The pair's file system: large enough that a filler going flat out (~2 GB/s here) is
 /// stopped well before it is full, small enough to fill in a second when nothing stops it.
 const FS_SIZE: &str = "size=512m";
-const LIMIT: &str = "64M";
+const LIMIT: u64 = 64 << 20;
 /// What the job beside writes and commits.
 const WORK_BYTES: u64 = 4 << 20;
 
@@ -263,13 +264,17 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
 /// disk limit and its reserve on (`limited`) or off.
 fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: bool) -> Runner {
     let mut config = s.config.clone();
-    let off = || Some(Size::Text("off".into()));
     config.limits.disk = if limited {
-        Some(Size::Text(LIMIT.into()))
+        DiskLimits {
+            limit: Some(LIMIT),
+            reserve: Reserve::Default,
+        }
     } else {
-        off()
+        DiskLimits {
+            limit: None,
+            reserve: Reserve::Off,
+        }
     };
-    config.limits.disk_reserve = if limited { None } else { off() };
     let mut runner = Runner::new(state.clone(), config);
     runner.env_source = s.env_source.clone();
     runner.operator_home = Some(s.world.operator_home.clone());

@@ -76,13 +76,11 @@ impl PgQueue {
     /// The config was reloaded: the timeout of jobs that name none, and the accounts this
     /// runner claims jobs for.
     pub fn reloaded(&self, config: &Config) {
-        if let Ok(t) = humantime::parse_duration(&config.default_timeout) {
-            *self
-                .shared
-                .default_timeout
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = t;
-        }
+        *self
+            .shared
+            .default_timeout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = config.default_timeout;
         *self
             .shared
             .accounts
