@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::config::Account;
 use crate::job::Job;
 use crate::sandbox::SandboxPolicy;
+use crate::util::io::{IoContext, IoError};
 use crate::workspace::WorkspacePaths;
 
 /// Everything needed to start one agent run.
@@ -107,12 +108,8 @@ pub enum AgentError {
     NoRunner,
     #[error("srt's package (its package.json) was not found from {0}: point QUEST_RUNNER_SRT at the srt of an installed @anthropic-ai/sandbox-runtime")]
     NoSrtPackage(PathBuf),
-    #[error("{action} {path}: {message}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        message: String,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 pub fn plan(inputs: &AgentInputs<'_>) -> Result<Launch, AgentError> {
@@ -136,26 +133,19 @@ impl Launch {
     pub fn write_files(&self) -> Result<(), AgentError> {
         use std::os::unix::fs::PermissionsExt;
         for f in &self.files {
-            let fail = |action: &'static str, e: std::io::Error| AgentError::Io {
-                action,
-                path: f.path.clone(),
-                message: e.to_string(),
-            };
             if let Some(parent) = f.path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| fail("creating", e))?;
+                std::fs::create_dir_all(parent).at("creating", &f.path)?;
             }
             match &f.contents {
-                Contents::Dir => {
-                    std::fs::create_dir_all(&f.path).map_err(|e| fail("creating", e))?
-                }
+                Contents::Dir => std::fs::create_dir_all(&f.path).at("creating", &f.path)?,
                 Contents::File(text, mode) => {
-                    std::fs::write(&f.path, text).map_err(|e| fail("writing", e))?;
+                    std::fs::write(&f.path, text).at("writing", &f.path)?;
                     std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(*mode))
-                        .map_err(|e| fail("setting permissions of", e))?;
+                        .at("setting permissions of", &f.path)?;
                 }
                 Contents::Symlink(target) => {
                     let _ = std::fs::remove_file(&f.path);
-                    std::os::unix::fs::symlink(target, &f.path).map_err(|e| fail("linking", e))?;
+                    std::os::unix::fs::symlink(target, &f.path).at("linking", &f.path)?;
                 }
             }
         }

@@ -13,6 +13,7 @@
 //!    and publishes the entry atomically. Failures are returned, never cached.
 
 use crate::util::git_names::{is_full_rev, is_ref_name};
+use crate::util::io::IoError;
 
 mod build;
 pub mod entry;
@@ -62,11 +63,10 @@ pub enum DevShellError {
     Git(Arc<GitError>),
     #[error("{0}")]
     State(Arc<StateError>),
-    #[error("{action} {path}: {source}{owner}")]
+    #[error("{io}{owner}")]
     Io {
-        action: &'static str,
-        path: PathBuf,
-        source: Arc<std::io::Error>,
+        #[source]
+        io: IoError,
         /// Who owns the path, when another user does and that is why access was denied.
         owner: String,
     },
@@ -79,9 +79,7 @@ impl DevShellError {
             _ => String::new(),
         };
         DevShellError::Io {
-            action,
-            path: path.to_path_buf(),
-            source: Arc::new(source),
+            io: IoError::at(action, path, source),
             owner,
         }
     }

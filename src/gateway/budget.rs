@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::lockfile::LockFile;
+use crate::util::io::{IoContext, IoError};
 
 /// How long a request waits for another runner's update before giving up on the budget
 /// (the update itself is a read and a rename).
@@ -38,13 +39,8 @@ pub enum BudgetError {
         secs: u64,
         lock: PathBuf,
     },
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 /// Today in UTC, as the count files name it.
@@ -114,28 +110,16 @@ impl Budget {
                 day: day.to_string(),
                 tokens: 0,
             }),
-            Err(source) => Err(BudgetError::Io {
-                action: "reading",
-                path,
-                source,
-            }),
+            Err(source) => Err(IoError::at("reading", &path, source).into()),
         }
     }
 
     /// Adds `tokens` to today's count; returns the new count.
     pub fn add(&self, tokens: u64) -> Result<u64, BudgetError> {
-        let io = |action: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| BudgetError::Io {
-                action,
-                path,
-                source,
-            }
-        };
-        std::fs::create_dir_all(&self.dir).map_err(io("creating", &self.dir))?;
+        std::fs::create_dir_all(&self.dir).at("creating", &self.dir)?;
         let lock_path = self.lock_path();
         let _lock = LockFile::acquire_blocking_within(&lock_path, LOCK_WAIT)
-            .map_err(io("locking", &lock_path))?
+            .at("locking", &lock_path)?
             .ok_or_else(|| BudgetError::Locked {
                 account: self.account.clone(),
                 secs: LOCK_WAIT.as_secs(),
@@ -145,7 +129,7 @@ impl Budget {
         count.tokens = count.tokens.saturating_add(tokens);
         let data = serde_json::to_vec(&count).unwrap_or_default();
         let file = self.file();
-        crate::util::fs::write_atomically(&self.dir, &file, &data).map_err(io("writing", &file))?;
+        crate::util::fs::write_atomically(&self.dir, &file, &data).at("writing", &file)?;
         Ok(count.tokens)
     }
 }

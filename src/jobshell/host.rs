@@ -24,6 +24,7 @@ use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 
 use super::client;
+use crate::util::io::{IoContext, IoError};
 
 /// How long the sandbox may take to start (Node, srt's setup, bubblewrap) before the job fails.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,11 +50,8 @@ pub struct HostPlan {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("{action}: {source}")]
-    Io {
-        action: &'static str,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error("starting {program}: {source}")]
     Spawn {
         program: PathBuf,
@@ -73,10 +71,6 @@ fn note(tail: &str) -> String {
     } else {
         format!(" (log: {tail})")
     }
-}
-
-fn io(action: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
-    move |source| SandboxError::Io { action, source }
 }
 
 /// The host's command, made but not started: the caller adjusts it as it does the agent's
@@ -110,9 +104,9 @@ fn bind_in(dir: &Path, name: &str) -> std::io::Result<UnixListener> {
 impl Prepared {
     pub fn new(plan: &HostPlan) -> Result<Prepared, SandboxError> {
         let listener =
-            bind_in(&plan.socket_dir, client::SOCKET).map_err(io("binding the job's socket"))?;
-        let (lifeline_r, lifeline_w) = pipe().map_err(io("creating the sandbox's lifeline"))?;
-        let log = std::fs::File::create(&plan.log).map_err(io("creating the sandbox's log"))?;
+            bind_in(&plan.socket_dir, client::SOCKET).context("binding the job's socket")?;
+        let (lifeline_r, lifeline_w) = pipe().context("creating the sandbox's lifeline")?;
+        let log = std::fs::File::create(&plan.log).context("creating the sandbox's log")?;
         let mut cmd = std::process::Command::new(&plan.program);
         cmd.args(&plan.args)
             .arg(listener.as_raw_fd().to_string())

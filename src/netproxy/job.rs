@@ -7,6 +7,7 @@ use super::ca::JobCa;
 use super::proxy::{JobProxy, ProxyError, ProxySpec};
 use crate::binaries::Tool;
 use crate::sandbox::SandboxPolicy;
+use crate::util::io::IoContext;
 
 /// Binds the proxy's listening socket; the boundary suite binds it in its network namespace.
 pub type BindListener = dyn Fn() -> std::io::Result<std::net::TcpListener> + Send + Sync;
@@ -45,10 +46,8 @@ pub async fn start(
     let job_id = net.job_id.to_string();
     let ca = tokio::task::spawn_blocking(move || JobCa::generate(&job_id, lifetime))
         .await
-        .map_err(|e| ProxyError::Io {
-            action: "generating the job's CA",
-            source: std::io::Error::other(e),
-        })??;
+        .map_err(std::io::Error::other)
+        .context("generating the job's CA")??;
     if let Some(files) = &policy.ca {
         ca.write_trust_files(files)?;
     }
@@ -56,10 +55,7 @@ pub async fn start(
         Some(bind) => bind(),
         None => std::net::TcpListener::bind("127.0.0.1:0"),
     }
-    .map_err(|source| ProxyError::Io {
-        action: "binding the proxy's port on loopback",
-        source,
-    })?;
+    .context("binding the proxy's port on loopback")?;
     let proxy = JobProxy::spawn(ProxySpec {
         srt: &srt,
         rules,

@@ -28,6 +28,7 @@ use super::ca::JobCa;
 use super::decider::{self, DeciderError};
 use super::log::{self, Counts, NetLog};
 use super::rules::NetRules;
+use crate::util::io::{IoContext, IoError};
 
 /// How long the proxy may take to start (Node's start-up, the hello) before the job fails.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -37,11 +38,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("{action}: {source}")]
-    Io {
-        action: &'static str,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error("starting {program}: {source}")]
     Spawn {
         program: PathBuf,
@@ -65,10 +63,6 @@ fn stderr_note(tail: &str) -> String {
     } else {
         format!(": {tail}")
     }
-}
-
-fn io(action: &'static str) -> impl FnOnce(std::io::Error) -> ProxyError {
-    move |source| ProxyError::Io { action, source }
 }
 
 /// What the result says about a job's network.
@@ -180,7 +174,7 @@ impl JobProxy {
         let port = spec
             .listener
             .local_addr()
-            .map_err(io("reading the proxy's port"))?
+            .context("reading the proxy's port")?
             .port();
         let ends = Ends::open(spec.ca)?;
         let mut cmd = tokio::process::Command::from(proxy_command(&spec, &ends));
@@ -199,12 +193,12 @@ impl JobProxy {
         } = ends;
         drop((spec.listener, theirs, lifeline_r, ca_r));
 
-        let log = Arc::new(NetLog::create(&spec.log).map_err(io("creating the network log"))?);
+        let log = Arc::new(NetLog::create(&spec.log).context("creating the network log")?);
         let counts = Arc::new(Counts::default());
         ours.set_nonblocking(true)
-            .map_err(io("setting up the decider's socket"))?;
-        let stream = tokio::net::UnixStream::from_std(ours)
-            .map_err(io("setting up the decider's socket"))?;
+            .context("setting up the decider's socket")?;
+        let stream =
+            tokio::net::UnixStream::from_std(ours).context("setting up the decider's socket")?;
         let (hello_tx, hello_rx) = tokio::sync::oneshot::channel();
         let decider = tokio::spawn(decider::serve(
             stream,
@@ -291,14 +285,14 @@ struct Ends {
 impl Ends {
     fn open(ca: &JobCa) -> Result<Ends, ProxyError> {
         let (ours, theirs) =
-            std::os::unix::net::UnixStream::pair().map_err(io("creating the decider's socket"))?;
-        let (lifeline_r, lifeline_w) = pipe().map_err(io("creating the lifeline"))?;
-        let (ca_r, ca_w) = pipe().map_err(io("creating the CA pipe"))?;
+            std::os::unix::net::UnixStream::pair().context("creating the decider's socket")?;
+        let (lifeline_r, lifeline_w) = pipe().context("creating the lifeline")?;
+        let (ca_r, ca_w) = pipe().context("creating the CA pipe")?;
         // A few KiB: fits the pipe's buffer, so it is written whole before the proxy runs.
         {
             let mut w = std::fs::File::from(ca_w);
             w.write_all(ca.proxy_pem().as_bytes())
-                .map_err(io("handing over the CA"))?;
+                .context("handing over the CA")?;
         }
         Ok(Ends {
             ours,

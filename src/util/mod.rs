@@ -5,6 +5,7 @@ pub mod elf;
 pub mod fs;
 pub mod git_names;
 pub mod hex;
+pub mod io;
 pub mod rlimit;
 pub mod shell;
 pub mod units;

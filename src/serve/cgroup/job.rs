@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::setup::{ensure_base, not_found, write, BASE_TRIES};
 use super::sweep::{kill, kill_and_remove, members, remove};
-use super::{io, CgroupError, CgroupPlan, JOB_PREFIX, OPTIONAL_FILES};
+use super::{CgroupError, CgroupPlan, JOB_PREFIX, OPTIONAL_FILES};
+use crate::util::io::IoError;
 
 /// What a job's group counted, read after its processes are gone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,7 +133,7 @@ impl JobCgroup {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < BASE_TRIES => {
                     ensure_base(plan)?
                 }
-                Err(e) => return Err(io("creating", dir)(e)),
+                Err(e) => return Err(IoError::at("creating", dir, e).into()),
             }
         }
         for (file, value) in &plan.job_files {

@@ -43,7 +43,7 @@ mod plan;
 mod setup;
 mod sweep;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use job::{JobCgroup, Report};
@@ -56,6 +56,7 @@ pub use sweep::{
 
 #[cfg(test)]
 use super::limits::Limits;
+use crate::util::io::IoError;
 #[cfg(test)]
 use plan::{cpu_max, pids_max, PIDS_MAX};
 #[cfg(test)]
@@ -76,13 +77,8 @@ const EMPTY_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("cgroup: {action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cgroup: {0}")]
+    Io(#[from] IoError),
     #[error("cgroup: writing {value:?} to {path}: {source}")]
     Write {
         path: PathBuf,
@@ -96,14 +92,6 @@ pub enum CgroupError {
     BadId(String, String),
     #[error("cgroup: {path} still has processes {waited:?} after cgroup.kill")]
     NotEmptied { path: PathBuf, waited: Duration },
-}
-
-fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
-    move |source| CgroupError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// A cgroup v2 controller the runner uses.

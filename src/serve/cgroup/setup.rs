@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use super::{io, CgroupError, CgroupPlan};
+use super::{CgroupError, CgroupPlan};
+use crate::util::io::{IoContext, IoError};
 
 /// Writes `value` to the cgroup file `path`, which must exist: opened without `O_CREAT`,
 /// which cgroupfs answers with EACCES for a file it does not have (a controller not
@@ -28,9 +29,8 @@ fn write_raw(path: &Path, value: &str) -> std::io::Result<()> {
 /// Whether `e` is a missing file's error, [`write()`]'s or another.
 pub(super) fn not_found(e: &CgroupError) -> bool {
     match e {
-        CgroupError::Io { source, .. } | CgroupError::Write { source, .. } => {
-            source.kind() == std::io::ErrorKind::NotFound
-        }
+        CgroupError::Io(e) => e.kind() == std::io::ErrorKind::NotFound,
+        CgroupError::Write { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
         _ => false,
     }
 }
@@ -44,7 +44,7 @@ pub fn setup(plan: &CgroupPlan) -> Result<(), CgroupError> {
         // until none is left; a process forked meanwhile is caught by the next round.
         let procs = plan.own.join("cgroup.procs");
         for _ in 0..10 {
-            let pids = std::fs::read_to_string(&procs).map_err(io("reading", &procs))?;
+            let pids = std::fs::read_to_string(&procs).at("reading", &procs)?;
             if pids.trim().is_empty() {
                 break;
             }
@@ -55,7 +55,7 @@ pub fn setup(plan: &CgroupPlan) -> Result<(), CgroupError> {
                     Err(e)
                         if rustix::io::Errno::from_io_error(&e)
                             == Some(rustix::io::Errno::SRCH) => {}
-                    Err(e) => return Err(io("moving the runner into", leaf)(e)),
+                    Err(e) => return Err(IoError::at("moving the runner into", leaf, e).into()),
                 }
             }
         }
@@ -117,6 +117,6 @@ fn mkdir(dir: &Path) -> Result<bool, CgroupError> {
     match std::fs::create_dir(dir) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(io("creating", dir)(e)),
+        Err(e) => Err(IoError::at("creating", dir, e).into()),
     }
 }

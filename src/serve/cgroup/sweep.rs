@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::plan::is_base_name;
 use super::setup::{not_found, write};
-use super::{io, CgroupError, EMPTY_TIMEOUT, JOB_PREFIX};
+use super::{CgroupError, EMPTY_TIMEOUT, JOB_PREFIX};
+use crate::util::io::IoError;
 
 /// The pids in group `dir` (its own members, not its children's).
 pub fn members(dir: &Path) -> Vec<u32> {
@@ -80,7 +81,7 @@ pub fn remove(dir: &Path) -> Result<(), CgroupError> {
     match std::fs::remove_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io("removing", dir)(e)),
+        Err(e) => Err(IoError::at("removing", dir, e).into()),
     }
 }
 
@@ -153,7 +154,7 @@ pub fn remove_empty_bases(own: &Path, keep: &Path) -> Swept {
     let entries = match std::fs::read_dir(own) {
         Ok(entries) => entries,
         Err(e) => {
-            swept.failed.push(io("listing", own)(e));
+            swept.failed.push(IoError::at("listing", own, e).into());
             return swept;
         }
     };
@@ -176,7 +177,7 @@ pub fn remove_empty_bases(own: &Path, keep: &Path) -> Swept {
             {
                 swept.in_use.push(dir)
             }
-            Err(e) => swept.failed.push(io("removing", &dir)(e)),
+            Err(e) => swept.failed.push(IoError::at("removing", &dir, e).into()),
         }
     }
     swept.removed.sort();

@@ -1,4 +1,5 @@
 use super::*;
+use std::path::Path;
 use std::time::Instant;
 
 const SELF_SYSTEMD: &str = "0::/system.slice/quest-runner.service\n";

@@ -7,10 +7,11 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::entry::write_entry;
-use super::{io, job_files, now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
+use super::{job_files, now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
 use crate::job::{check_id, Job, JobSpec};
 use crate::lockfile::LockFile;
 use crate::serve::source::Claimed;
+use crate::util::io::{IoContext, IoError};
 
 impl FsQueue {
     /// Queue files, oldest first (by modification time, then name). Names starting with a dot
@@ -18,7 +19,7 @@ impl FsQueue {
     fn queued_names(&self) -> Result<Vec<String>, QueueError> {
         let dir = self.sub(JobState::Queued.dir());
         let mut found = Vec::new();
-        for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+        for (id, e) in job_files(&dir).at("reading", &dir)? {
             let mtime = e
                 .metadata()
                 .and_then(|m| m.modified())
@@ -40,16 +41,14 @@ impl FsQueue {
                 continue;
             }
             let lock_path = self.lock_path(&stem);
-            let Some(lock) =
-                LockFile::try_acquire(&lock_path).map_err(io("locking", &lock_path))?
-            else {
+            let Some(lock) = LockFile::try_acquire(&lock_path).at("locking", &lock_path)? else {
                 continue; // another runner is claiming it right now
             };
             let running = self.path(JobState::Running, &stem);
             match std::fs::rename(&queued, &running) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io("claiming", &queued)(e)),
+                Err(e) => return Err(IoError::at("claiming", &queued, e).into()),
             }
             match self.admit(&stem, &running) {
                 Ok((job, mut entry)) => {

@@ -4,9 +4,10 @@
 use serde_json::Value;
 
 use super::entry::write_entry;
-use super::{io, now_rfc3339, FsQueue, JobState, QueueError, Ticket};
+use super::{now_rfc3339, FsQueue, JobState, QueueError, Ticket};
 use crate::run::Outcome;
 use crate::serve::source::{Claimed, Interruption};
+use crate::util::io::IoContext;
 
 impl FsQueue {
     /// Ends a claim with its result (which ended as `outcome`): the file moves to `done/`,
@@ -45,7 +46,7 @@ impl FsQueue {
         let running = self.path(JobState::Running, &id);
         write_entry(&running, entry)?;
         let target = self.path(target_state, &id);
-        std::fs::rename(&running, &target).map_err(io("finishing", &running))?;
+        std::fs::rename(&running, &target).at("finishing", &running)?;
         let _ = std::fs::remove_file(self.cancel_path(&id));
         tracing::info!(job = %id, state = target_state.name(), %outcome, "finished");
         Ok(())
@@ -69,7 +70,7 @@ impl FsQueue {
         let running = self.path(JobState::Running, &id);
         write_entry(&running, &entry)?;
         let queued = self.path(JobState::Queued, &id);
-        std::fs::rename(&running, &queued).map_err(io("requeueing", &running))?;
+        std::fs::rename(&running, &queued).at("requeueing", &running)?;
         tracing::info!(job = %id, reason = %why.reason, "requeued");
         Ok(())
     }
@@ -81,12 +82,12 @@ impl FsQueue {
             return Ok(());
         }
         let parent = self.sub("serve/attempts").join(id);
-        std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
+        std::fs::create_dir_all(&parent).at("creating", &parent)?;
         let mut n = attempt;
         while parent.join(n.to_string()).exists() {
             n += 1;
         }
         let target = parent.join(n.to_string());
-        std::fs::rename(&root, &target).map_err(io("moving aside", &root))
+        Ok(std::fs::rename(&root, &target).at("moving aside", &root)?)
     }
 }

@@ -6,9 +6,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{io, QueueError};
+use super::QueueError;
 use crate::job::JobSpec;
 use crate::run::{JobResult, Outcome};
+use crate::util::io::IoContext;
 
 /// A job's file in the queue: the job as submitted, its attempts, and (when finished) its
 /// result. A file written by another program may also be a bare job file ([`JobSpec`]).
@@ -111,7 +112,7 @@ pub(super) fn to_json(entry: &Entry) -> Vec<u8> {
 }
 
 pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
-    let text = std::fs::read_to_string(path).map_err(io("reading", path))?;
+    let text = std::fs::read_to_string(path).at("reading", path)?;
     let value: Value = serde_json::from_str(&text).map_err(|e| QueueError::BadEntry {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -134,5 +135,5 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
 
 pub(super) fn write_entry(path: &Path, entry: &Entry) -> Result<(), QueueError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    crate::util::fs::write_atomically(dir, path, &to_json(entry)).map_err(io("writing", path))
+    Ok(crate::util::fs::write_atomically(dir, path, &to_json(entry)).at("writing", path)?)
 }

@@ -3,8 +3,9 @@
 use std::time::{Duration, SystemTime};
 
 use super::entry::read_entry;
-use super::{io, job_files, Entry, FsQueue, JobState, Listed, QueueError};
+use super::{job_files, Entry, FsQueue, JobState, Listed, QueueError};
 use crate::job::check_id;
+use crate::util::io::IoContext;
 
 impl FsQueue {
     /// The state `id` is in.
@@ -85,7 +86,7 @@ impl FsQueue {
         let mut removed = Vec::new();
         for state in JobState::ALL.into_iter().filter(|s| s.is_finished()) {
             let dir = self.sub(state.dir());
-            for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+            for (id, e) in job_files(&dir).at("reading", &dir)? {
                 let name = format!("{id}.json");
                 let old = e
                     .metadata()
@@ -102,11 +103,11 @@ impl FsQueue {
                         crate::workspace::job_root(&self.state, id),
                         self.sub("serve/attempts").join(id),
                     ] {
-                        crate::remove::remove_tree(&path).map_err(io("removing", &path))?;
+                        crate::remove::remove_tree(&path).at("removing", &path)?;
                     }
                     let _ = std::fs::remove_file(self.cancel_path(id));
                 }
-                std::fs::remove_file(e.path()).map_err(io("removing", &e.path()))?;
+                std::fs::remove_file(e.path()).at("removing", &e.path())?;
                 removed.push(id.to_string());
             }
         }

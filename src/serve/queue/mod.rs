@@ -38,6 +38,7 @@ use serde::Serialize;
 use crate::job::JobError;
 use crate::lockfile::LockFile;
 use crate::state::{StateDir, StateError};
+use crate::util::io::IoError;
 
 pub use entry::{made_up_result, Attempt, BriefResult, Entry, StoredResult};
 
@@ -99,13 +100,8 @@ impl JobState {
 pub enum QueueError {
     #[error(transparent)]
     State(#[from] StateError),
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error(transparent)]
     Job(#[from] JobError),
     #[error("job id {id:?} is already taken (by {path})")]
@@ -126,7 +122,7 @@ pub const FULL_DISK_RETRY_FOR: std::time::Duration = std::time::Duration::from_s
 impl QueueError {
     /// Whether this is the file system running out of space or quota.
     pub fn is_full_disk(&self) -> bool {
-        let QueueError::Io { source, .. } = self else {
+        let QueueError::Io(IoError { source, .. }) = self else {
             return false;
         };
         // tempfile wraps the OS error with the path, keeping only its kind; the kinds are
@@ -152,15 +148,6 @@ impl QueueError {
                 | QueueError::AlreadyFinished { .. }
                 | QueueError::BadEntry { .. }
         )
-    }
-}
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> QueueError {
-    let path = path.to_path_buf();
-    move |source| QueueError::Io {
-        action,
-        path,
-        source,
     }
 }
 

@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 
 use super::entry::read_entry;
-use super::{io, job_files, made_up_result, FsQueue, JobState, QueueError, Ticket};
+use super::{job_files, made_up_result, FsQueue, JobState, QueueError, Ticket};
 use crate::job::check_id;
 use crate::lockfile::LockFile;
 use crate::run::Outcome;
 use crate::serve::source::{Claimed, Interruption, Recovered};
+use crate::util::io::IoContext;
 
 /// A job in `running/` whose runner is gone: its id, its file, and its claim lock, now
 /// held by this process.
@@ -44,14 +45,12 @@ impl FsQueue {
     fn orphans(&self) -> Result<Vec<Orphan>, QueueError> {
         let dir = self.sub(JobState::Running.dir());
         let mut orphans = Vec::new();
-        for (id, e) in job_files(&dir).map_err(io("reading", &dir))? {
+        for (id, e) in job_files(&dir).at("reading", &dir)? {
             if check_id(&id).is_err() {
                 continue;
             }
             let lock_path = self.lock_path(&id);
-            let Some(lock) =
-                LockFile::try_acquire(&lock_path).map_err(io("locking", &lock_path))?
-            else {
+            let Some(lock) = LockFile::try_acquire(&lock_path).at("locking", &lock_path)? else {
                 continue; // a live runner holds it
             };
             if !e.path().exists() {

@@ -2,9 +2,10 @@
 //! renamed into `queue/` without replacing, so two submits of one id cannot both win.
 
 use super::entry::to_json;
-use super::{io, now_rfc3339, Entry, FsQueue, JobState, QueueError};
+use super::{now_rfc3339, Entry, FsQueue, JobState, QueueError};
 use crate::config::Config;
 use crate::job::{Job, JobSpec};
+use crate::util::io::{IoContext, IoError};
 
 impl FsQueue {
     /// Validates `spec` (a generated id when it has none), checks its account against
@@ -44,11 +45,9 @@ impl FsQueue {
         let tmp = tempfile::Builder::new()
             .prefix(".submit-")
             .tempfile_in(&dir)
-            .map_err(io("creating a file in", &dir))?;
-        std::fs::write(tmp.path(), &data).map_err(io("writing", tmp.path()))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(io("syncing", tmp.path()))?;
+            .at("creating a file in", &dir)?;
+        std::fs::write(tmp.path(), &data).at("writing", tmp.path())?;
+        tmp.as_file().sync_all().at("syncing", tmp.path())?;
         // No-replace: two submits of one id race to this rename, and only one wins.
         match rustix::fs::renameat_with(
             rustix::fs::CWD,
@@ -62,7 +61,7 @@ impl FsQueue {
                 id: job.id,
                 path: target,
             }),
-            Err(e) => Err(io("queueing", &target)(e.into())),
+            Err(e) => Err(IoError::at("queueing", &target, e.into()).into()),
         }
     }
 }
