@@ -19,6 +19,7 @@ use crate::binaries::{self, BinaryError, Tool};
 use crate::util::elf::is_dynamic_elf;
 #[cfg(test)]
 use crate::util::elf::is_dynamically_linked;
+use crate::util::io::{IoContext, IoError};
 
 /// The flake input's name, and the builder the flake's derivations name.
 pub const INPUT: &str = "bash";
@@ -38,13 +39,8 @@ pub enum StaticBashError {
          (Nix reads a path: URL without decoding it); choose a directory with a plainer name"
     )]
     UnsafePath { path: PathBuf },
-    #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 /// A directory holding `bin/bash`, with the NAR hash its lock entry needs.
@@ -64,7 +60,7 @@ impl BuilderInput {
     /// copy already there is kept (the selftest's sample keeps its revision from run to run);
     /// any other is replaced whole, by a rename, so a reader never sees half a file.
     pub fn install_from(bash: &Path, dir: &Path) -> Result<BuilderInput, StaticBashError> {
-        let dir = std::path::absolute(dir).map_err(io("resolving", dir))?;
+        let dir = std::path::absolute(dir).at("resolving", dir)?;
         if !dir
             .to_string_lossy()
             .chars()
@@ -72,7 +68,7 @@ impl BuilderInput {
         {
             return Err(StaticBashError::UnsafePath { path: dir });
         }
-        let bytes = std::fs::read(bash).map_err(io("reading", bash))?;
+        let bytes = std::fs::read(bash).at("reading", bash)?;
         if is_dynamic_elf(&bytes) {
             return Err(StaticBashError::Dynamic {
                 path: bash.to_path_buf(),
@@ -81,22 +77,23 @@ impl BuilderInput {
         let bin = dir.join("bin");
         let target = bin.join("bash");
         if std::fs::read(&target).ok().as_deref() != Some(&bytes[..]) {
-            std::fs::create_dir_all(&bin).map_err(io("creating", &bin))?;
+            std::fs::create_dir_all(&bin).at("creating", &bin)?;
             // The temporary copy sits beside `dir`, not in it: a copy left by a killed run must
             // not become part of the input.
             let parent = dir.parent().unwrap_or(Path::new("/"));
             let mut tmp = tempfile::Builder::new()
                 .prefix(".quest-bash-")
                 .tempfile_in(parent)
-                .map_err(io("creating a file in", parent))?;
-            std::io::Write::write_all(&mut tmp, &bytes).map_err(io("writing", tmp.path()))?;
+                .at("creating a file in", parent)?;
+            std::io::Write::write_all(&mut tmp, &bytes).at("writing", tmp.path())?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o555))
-                .map_err(io("setting the mode of", tmp.path()))?;
+                .at("setting the mode of", tmp.path())?;
             tmp.persist(&target)
-                .map_err(|e| io("writing", &target)(e.error))?;
+                .map_err(|e| e.error)
+                .at("writing", &target)?;
         }
-        let nar_hash = crate::nar::nar_hash(&dir).map_err(io("hashing", &dir))?;
+        let nar_hash = crate::nar::nar_hash(&dir).at("hashing", &dir)?;
         Ok(BuilderInput { dir, nar_hash })
     }
 
@@ -137,17 +134,6 @@ impl BuilderInput {
         let mut text = serde_json::to_string_pretty(&lock).unwrap_or_default();
         text.push('\n');
         text
-    }
-}
-
-fn io<'a>(
-    what: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> StaticBashError + 'a {
-    move |source| StaticBashError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
     }
 }
 

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::clone::{lock_bare_blocking, CLEANUP_LOCK_WAIT};
 use super::paths::RECORD_FILE;
-use super::{io, WorkspaceError};
+use super::WorkspaceError;
 use crate::lockfile::LockFile;
 use crate::remove::remove_tree;
 use crate::state::StateDir;
+use crate::util::io::IoContext;
 
 /// What `workspace.json` records, so a later runner can clean up after a dead one, and
 /// `serve` can recognise the job's processes by its temp dir.
@@ -44,7 +45,7 @@ impl WorkspaceRecord {
     pub(super) fn write(&self, job_root: &Path) -> Result<(), WorkspaceError> {
         let path = job_root.join(RECORD_FILE);
         let data = serde_json::to_vec_pretty(self).unwrap_or_default();
-        crate::util::fs::write_atomically(job_root, &path, &data).map_err(io("writing", &path))
+        Ok(crate::util::fs::write_atomically(job_root, &path, &data).at("writing", &path)?)
     }
 }
 

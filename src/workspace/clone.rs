@@ -4,12 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use super::paths::{bare_clone_path, job_root};
-use super::{io, WorkspaceError};
+use super::WorkspaceError;
 use crate::git::Git;
 use crate::job::Job;
 use crate::lockfile::LockFile;
 use crate::remove::remove_tree;
 use crate::state::StateDir;
+use crate::util::io::{IoContext, IoError};
 
 /// The bare clone's lock: everything that writes the shared clone — cloning, fetching, setting
 /// the Nix branch, importing a job's commits, maintenance — holds it, one at a time. Concurrent
@@ -22,7 +23,7 @@ pub fn bare_lock_path(bare: &Path) -> PathBuf {
 
 pub(super) async fn lock_bare(bare: &Path) -> Result<LockFile, WorkspaceError> {
     let path = bare_lock_path(bare);
-    LockFile::acquire(&path).await.map_err(io("locking", &path))
+    Ok(LockFile::acquire(&path).await.at("locking", &path)?)
 }
 
 /// How long cleanup waits for the bare clone's lock before leaving an older runner's worktree
@@ -79,12 +80,12 @@ pub(super) async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceE
     }
     if !bare_path.join("HEAD").exists() {
         let staged = bare_path.with_extension("new");
-        remove_tree(&staged).map_err(io("removing", &staged))?;
+        remove_tree(&staged).at("removing", &staged)?;
         let init = Git::new(&staged)?;
         init.output(&["init", "--quiet", "--bare"]).await?;
         init.output(&["remote", "add", "origin", &job.repo]).await?;
         set_up_clone(&staged).await?;
-        std::fs::rename(&staged, bare_path).map_err(io("publishing", bare_path))?;
+        std::fs::rename(&staged, bare_path).at("publishing", bare_path)?;
     }
     let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
     let mut fetched = Vec::new();
@@ -120,7 +121,7 @@ pub(super) async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceE
     // something else is there: a clone older runners let jobs write may hold a symlink or FIFO.
     let ref_file = bare_path.join(&branch);
     if read_ref_file(&ref_file).as_deref() != Some(job.rev.as_str()) {
-        remove_non_file(&ref_file).map_err(io("removing", &ref_file))?;
+        remove_non_file(&ref_file).at("removing", &ref_file)?;
         local
             .output(&["update-ref", "--no-deref", &branch, &job.rev])
             .await?;
@@ -196,9 +197,9 @@ async fn set_up_clone(bare: &Path) -> Result<(), WorkspaceError> {
         .output(&["config", "maintenance.auto", "false"])
         .await?;
     let info = bare.join("info");
-    std::fs::create_dir_all(&info).map_err(io("creating", &info))?;
+    std::fs::create_dir_all(&info).at("creating", &info)?;
     let mark = bare.join(SETUP_FILE);
-    std::fs::write(&mark, SETUP_VERSION).map_err(io("writing", &mark))
+    Ok(std::fs::write(&mark, SETUP_VERSION).at("writing", &mark)?)
 }
 
 /// What a job could plant in a clone that jobs could write, besides objects and refs, which
@@ -226,7 +227,7 @@ async fn adopt_older_clone(bare: &Path) -> Result<(), WorkspaceError> {
     tracing::info!(clone = %bare.display(), "checking a shared clone older runners let jobs write");
     for rel in PLANTABLE {
         let path = bare.join(rel);
-        remove_any(&path).map_err(io("removing", &path))?;
+        remove_any(&path).at("removing", &path)?;
     }
     let packs = bare.join("objects/pack");
     if let Ok(entries) = std::fs::read_dir(&packs) {
@@ -236,7 +237,7 @@ async fn adopt_older_clone(bare: &Path) -> Result<(), WorkspaceError> {
                 .extension()
                 .is_some_and(|e| e == "bitmap" || e == "rev" || e == "midx");
             if derived {
-                remove_any(&path).map_err(io("removing", &path))?;
+                remove_any(&path).at("removing", &path)?;
             }
         }
     }
@@ -264,7 +265,7 @@ async fn adopt_older_clone(bare: &Path) -> Result<(), WorkspaceError> {
                 aside = %aside.display(),
                 "the shared clone failed verification ({e}); set aside, cloning again"
             );
-            std::fs::rename(bare, &aside).map_err(io("setting aside", bare))
+            Ok(std::fs::rename(bare, &aside).at("setting aside", bare)?)
         }
     }
 }
@@ -284,7 +285,7 @@ pub async fn forget_removed_jobs(state: &StateDir) -> Result<Vec<String>, Worksp
     let entries = match std::fs::read_dir(&repos) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io("reading", &repos)(e)),
+        Err(e) => return Err(IoError::at("reading", &repos, e).into()),
     };
     let mut clones: Vec<PathBuf> = entries
         .flatten()

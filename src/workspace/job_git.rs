@@ -26,8 +26,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{io, WorkspaceError};
+use super::WorkspaceError;
 use crate::git::Git;
+use crate::util::io::{IoContext, IoError};
 
 /// How long the runner's git may take over what a job wrote (its HEAD, index, objects): long
 /// enough for the status of a large checkout, bounded because a FIFO where git expects a ref
@@ -89,13 +90,13 @@ async fn init_on(dir: &Path, config: &str, bare: &Path) -> Result<Git, Workspace
     git.output(&["init", "--quiet", "--bare", "--template="])
         .await?;
     let info = dir.join("objects/info");
-    std::fs::create_dir_all(&info).map_err(io("creating", &info))?;
+    std::fs::create_dir_all(&info).at("creating", &info)?;
     let path = dir.join("config");
-    std::fs::write(&path, config).map_err(io("writing", &path))?;
+    std::fs::write(&path, config).at("writing", &path)?;
     let objects = bare.join("objects");
-    let objects = std::fs::canonicalize(&objects).map_err(io("resolving", &objects))?;
+    let objects = std::fs::canonicalize(&objects).at("resolving", &objects)?;
     let path = info.join("alternates");
-    std::fs::write(&path, format!("{}\n", objects.display())).map_err(io("writing", &path))?;
+    std::fs::write(&path, format!("{}\n", objects.display())).at("writing", &path)?;
     Ok(git)
 }
 
@@ -163,10 +164,10 @@ impl JobGit {
         let store_git = init_on(&self.store, STORE_CONFIG, bare).await?;
         for dir in ["info", "logs"] {
             let path = self.store.join(dir);
-            std::fs::create_dir_all(&path).map_err(io("creating", &path))?;
+            std::fs::create_dir_all(&path).at("creating", &path)?;
         }
         let path = self.store.join("info/exclude");
-        std::fs::write(&path, exclude).map_err(io("writing", &path))?;
+        std::fs::write(&path, exclude).at("writing", &path)?;
         let checkout = self.checkout.to_string_lossy().into_owned();
         store_git
             .output(&[
@@ -181,17 +182,18 @@ impl JobGit {
             .await?;
         // Git writes real paths.
         let named = worktree_admin_of(&self.checkout)?;
-        let admin = std::fs::canonicalize(&self.admin).map_err(io("resolving", &self.admin))?;
+        let admin = std::fs::canonicalize(&self.admin).at("resolving", &self.admin)?;
         if named != admin {
-            return Err(WorkspaceError::Io {
-                action: "checking",
-                path: self.checkout.join(".git"),
-                source: std::io::Error::other(format!(
+            return Err(IoError::at(
+                "checking",
+                &self.checkout.join(".git"),
+                std::io::Error::other(format!(
                     "git made the admin dir {}, not {}",
                     named.display(),
                     admin.display()
                 )),
-            });
+            )
+            .into());
         }
         self.git()?.output(&["reset", "--hard", "--quiet"]).await?;
         Ok(())
@@ -239,7 +241,7 @@ impl JobGit {
         F: std::future::Future<Output = Result<L, WorkspaceError>>,
     {
         let staging = self.store.join("import.git");
-        crate::remove::remove_tree(&staging).map_err(io("removing", &staging))?;
+        crate::remove::remove_tree(&staging).at("removing", &staging)?;
         let staged = init_on(&staging, STAGING_CONFIG, bare).await?;
         let into_staging = format!("+{head}:refs/import");
         verified_fetch(&staged, &self.store, &into_staging, self.limit).await?;
@@ -258,7 +260,7 @@ impl JobGit {
             let into_shared = format!("+{head}:{refname}");
             verified_fetch(&Git::new(bare)?, &staging, &into_shared, self.limit).await?;
         }
-        crate::remove::remove_tree(&staging).map_err(io("removing", &staging))
+        Ok(crate::remove::remove_tree(&staging).at("removing", &staging)?)
     }
 
     /// `git status --porcelain --ignored` of the checkout, one path per entry. Submodules are
@@ -308,15 +310,17 @@ pub fn with_cut_mark(entries: impl Iterator<Item = String>, cut: bool) -> Vec<St
 /// after `worktree add`, before any command of the job ran).
 fn worktree_admin_of(checkout: &Path) -> Result<PathBuf, WorkspaceError> {
     let dotgit = checkout.join(".git");
-    let text = std::fs::read_to_string(&dotgit).map_err(io("reading", &dotgit))?;
+    let text = std::fs::read_to_string(&dotgit).at("reading", &dotgit)?;
     let dir = text
         .trim()
         .strip_prefix("gitdir: ")
         .map(PathBuf::from)
-        .ok_or_else(|| WorkspaceError::Io {
-            action: "parsing",
-            path: dotgit.clone(),
-            source: std::io::Error::other("not a gitdir file"),
+        .ok_or_else(|| {
+            IoError::at(
+                "parsing",
+                &dotgit,
+                std::io::Error::other("not a gitdir file"),
+            )
         })?;
     Ok(if dir.is_absolute() {
         dir

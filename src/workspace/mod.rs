@@ -33,6 +33,7 @@ use crate::git::{Git, GitError};
 use crate::job::Job;
 use crate::lockfile::LockFile;
 use crate::state::{StateDir, StateError};
+use crate::util::io::{IoContext, IoError};
 use cleanup::{clean, Cleanup};
 use clone::{fetch, lock_bare, nix_ref};
 use job_git::JobGit;
@@ -63,13 +64,8 @@ pub enum WorkspaceError {
     State(#[from] StateError),
     #[error(transparent)]
     Git(#[from] GitError),
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error("revision {rev} is not in {repo} (fetched {what})")]
     RevMissing {
         rev: String,
@@ -80,18 +76,6 @@ pub enum WorkspaceError {
     Duplicate(String),
     #[error("the agent's commits could not be kept: {0}")]
     Import(String),
-}
-
-pub(crate) fn io(
-    action: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> WorkspaceError {
-    let path = path.to_path_buf();
-    move |source| WorkspaceError::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 /// A prepared workspace. Dropping it removes the worktree and the temp dir.
@@ -133,7 +117,7 @@ impl Workspace {
             tempfile::Builder::new()
                 .prefix(prefix)
                 .tempdir_in(temp_parent)
-                .map_err(io("creating a directory in", temp_parent))
+                .at("creating a directory in", temp_parent)
         };
         let temp_guard = temp_in(TEMP_PREFIX)?;
         let helper_guard = temp_in(HELPER_TMP_PREFIX)?;
@@ -159,7 +143,7 @@ impl Workspace {
             armed: true,
         };
         let git = JobGit::at(&layout.root);
-        std::fs::create_dir(&layout.runner_dir).map_err(io("creating", &layout.runner_dir))?;
+        std::fs::create_dir(&layout.runner_dir).at("creating", &layout.runner_dir)?;
         // The job's own store and worktree: no lock, nothing shared is written.
         git.create(&layout.bare_clone, &job.rev, &exclude_text())
             .await?;
@@ -243,17 +227,17 @@ fn claim_job_dir(job_root: &Path, id: &str) -> Result<LockFile, WorkspaceError> 
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             return Err(WorkspaceError::Duplicate(id.to_string()))
         }
-        Err(e) => return Err(io("creating", job_root)(e)),
+        Err(e) => return Err(IoError::at("creating", job_root, e).into()),
     }
     LockFile::try_acquire(&job_root.join("lock"))
-        .map_err(io("locking", job_root))?
+        .at("locking", job_root)?
         .ok_or_else(|| WorkspaceError::Duplicate(id.to_string()))
 }
 
 /// The paths resolved, as the sandbox sees them (the state or temp dir may be reached
 /// through a link).
 fn canonical(paths: WorkspacePaths) -> Result<WorkspacePaths, WorkspaceError> {
-    let resolve = |p: &Path| std::fs::canonicalize(p).map_err(io("resolving", p));
+    let resolve = |p: &Path| std::fs::canonicalize(p).at("resolving", p);
     Ok(WorkspacePaths {
         checkout: resolve(&paths.checkout)?,
         bare_clone: resolve(&paths.bare_clone)?,
