@@ -8,7 +8,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -160,11 +160,13 @@ static SIGNAL_WRITE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::Atomic
 
 extern "C" fn on_signal(sig: libc::c_int) {
     let fd = SIGNAL_WRITE_FD.load(std::sync::atomic::Ordering::Relaxed);
-    let byte = sig as u8;
-    // SAFETY: write(2) is async-signal-safe; a full pipe drops the byte (non-blocking).
-    unsafe {
-        libc::write(fd, (&byte as *const u8).cast(), 1);
+    if fd < 0 {
+        return;
     }
+    // SAFETY: the write end is never closed (see above); write(2) is async-signal-safe; a
+    // full pipe drops the byte (non-blocking).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = rustix::io::write(fd, &[sig as u8]);
 }
 
 impl SignalPipe {
@@ -194,35 +196,25 @@ impl SignalPipe {
 
     /// Waits until a signal arrives (`Some`) or `conn` has something to read (`None`).
     fn wait_with(&self, conn: &UnixStream) -> io::Result<Option<i32>> {
+        use rustix::event::{PollFd, PollFlags};
         loop {
             let mut fds = [
-                libc::pollfd {
-                    fd: conn.as_fd().as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.read.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(conn, PollFlags::IN),
+                PollFd::new(&self.read, PollFlags::IN),
             ];
-            // SAFETY: two valid pollfd entries.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
+            if let Err(e) = rustix::event::poll(&mut fds, None) {
+                if e == rustix::io::Errno::INTR {
                     continue;
                 }
-                return Err(e);
+                return Err(e.into());
             }
-            if fds[1].revents & libc::POLLIN != 0 {
+            if fds[1].revents().contains(PollFlags::IN) {
                 let mut byte = [0u8; 1];
                 if rustix::io::read(&self.read, &mut byte).is_ok_and(|n| n == 1) {
                     return Ok(Some(byte[0] as i32));
                 }
             }
-            if fds[0].revents != 0 {
+            if !fds[0].revents().is_empty() {
                 return Ok(None);
             }
         }

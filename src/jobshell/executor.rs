@@ -162,33 +162,25 @@ fn say(line: &str) {
 
 /// The next connection, or `None` once the sandbox is out of date.
 fn accept(listener: &UnixListener, wake: &OwnedFd) -> Result<Option<UnixStream>, String> {
-    use std::os::fd::AsRawFd;
+    use rustix::event::{PollFd, PollFlags};
     loop {
         let mut fds = [
-            libc::pollfd {
-                fd: listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(listener, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
         ];
-        // SAFETY: two valid pollfd entries.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
+        if let Err(e) = rustix::event::poll(&mut fds, None) {
+            if e == rustix::io::Errno::INTR {
                 continue;
             }
-            return Err(format!("waiting for a command: {e}"));
+            return Err(format!(
+                "waiting for a command: {}",
+                std::io::Error::from(e)
+            ));
         }
-        if fds[1].revents != 0 {
+        if !fds[1].revents().is_empty() {
             return Ok(None);
         }
-        if fds[0].revents != 0 {
+        if !fds[0].revents().is_empty() {
             match listener.accept() {
                 Ok((conn, _)) => return Ok(Some(conn)),
                 // Interrupted, or another executor (the one replacing this) took it.
@@ -233,11 +225,10 @@ fn close_on_exec_above_stdio() {
         .filter(|fd| *fd > 2)
         .collect();
     for fd in fds {
-        // SAFETY: only the flag of a descriptor number is changed; a number read_dir's own
-        // (closed by now) fails harmlessly.
-        unsafe {
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-        }
+        // SAFETY: only the flag of a descriptor number is changed, and the borrow ends with
+        // the call; a number read_dir's own (closed by now) fails harmlessly with EBADF.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
 }
 
@@ -322,21 +313,15 @@ fn script(config: &Config, request: &Request) -> Vec<u8> {
 
 /// Waits until `pid` has exited, without reaping it.
 fn wait_unreaped(pid: i32) {
-    loop {
-        // SAFETY: waitid fills the zeroed siginfo; WNOWAIT leaves the child to be reaped.
-        let rc = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
-        }
-    }
+    use rustix::process::{WaitId, WaitIdOptions};
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    // WNOWAIT leaves the child to be reaped.
+    while let Err(rustix::io::Errno::INTR) = rustix::process::waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+    ) {}
 }
 
 /// Passes the client's signals on; kills the command when the client is gone.
@@ -348,6 +333,8 @@ fn watch_client(conn: &UnixStream, running: &Mutex<Option<i32>>) {
         match message {
             // srt's helper passes a signal on to the command it runs.
             Ok(Some(Control::Signal(sig))) => {
+                // libc's kill, not rustix's: the number is the client's, any byte, and
+                // rustix's `Signal` cannot carry 0 or the real-time signals safely.
                 // SAFETY: `pid` is our unreaped child (the lock is held).
                 unsafe {
                     libc::kill(pid, sig as i32);
@@ -365,15 +352,19 @@ fn watch_client(conn: &UnixStream, running: &Mutex<Option<i32>>) {
 /// namespace's parent, not its init, so killing it alone would leave the command running.
 /// Stopped first, so it cannot start anything between the listing and the kill.
 fn kill_command(helper: i32) {
-    // SAFETY: `helper` is our unreaped child; the others are its children, listed while it
-    // is stopped (a child of a stopped process stays its child until killed).
-    unsafe {
-        libc::kill(helper, libc::SIGSTOP);
-        for child in children(helper as u32) {
-            libc::kill(child as i32, libc::SIGKILL);
+    use rustix::process::{kill_process, Pid, Signal};
+    // `helper` is our unreaped child; the others are its children, listed while it is stopped
+    // (a child of a stopped process stays its child until killed).
+    let Some(pid) = Pid::from_raw(helper) else {
+        return;
+    };
+    let _ = kill_process(pid, Signal::STOP);
+    for child in children(helper as u32) {
+        if let Some(child) = Pid::from_raw(child as i32) {
+            let _ = kill_process(child, Signal::KILL);
         }
-        libc::kill(helper, libc::SIGKILL);
     }
+    let _ = kill_process(pid, Signal::KILL);
 }
 
 fn children(pid: u32) -> Vec<u32> {

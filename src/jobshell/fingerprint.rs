@@ -25,6 +25,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use rustix::fs::FileType;
+
 /// Files srt denies by name at any depth (`DANGEROUS_FILES`, matched case-insensitively).
 const DANGEROUS_FILES: &[&str] = &[
     ".gitconfig",
@@ -62,13 +64,13 @@ impl Fingerprint {
             unreadable: BTreeSet::new(),
             top_git: std::fs::symlink_metadata(checkout.join(".git"))
                 .ok()
-                .map(|m| m.mode() & libc::S_IFMT),
+                .map(|m| kind_of(m.mode())),
             denies: denies
                 .iter()
                 .map(|p| {
                     std::fs::symlink_metadata(p)
                         .ok()
-                        .map(|m| (m.mode() & libc::S_IFMT, m.dev(), m.ino(), m.rdev()))
+                        .map(|m| (kind_of(m.mode()), m.dev(), m.ino(), m.rdev()))
                 })
                 .collect(),
         };
@@ -94,21 +96,30 @@ impl Fingerprint {
                 continue;
             }
             let kind = match entry.file_type() {
-                Ok(t) if t.is_dir() => libc::S_IFDIR,
-                Ok(t) if t.is_symlink() => libc::S_IFLNK,
-                Ok(t) if t.is_file() => libc::S_IFREG,
+                Ok(t) if t.is_dir() => FileType::Directory.as_raw_mode(),
+                Ok(t) if t.is_symlink() => FileType::Symlink.as_raw_mode(),
+                Ok(t) if t.is_file() => FileType::RegularFile.as_raw_mode(),
                 _ => 0,
             };
             rel.push(name);
             if rel.len() > 1 && dangerous(rel) {
                 self.nested.insert((rel.join(&b'/'), kind, entry.ino()));
             }
-            if kind == libc::S_IFDIR && rel.len() < SCAN_DEPTH && !always_denied(rel) {
+            if kind == FileType::Directory.as_raw_mode()
+                && rel.len() < SCAN_DEPTH
+                && !always_denied(rel)
+            {
                 self.walk(&entry.path(), rel);
             }
             rel.pop();
         }
     }
+}
+
+/// The file type bits of `mode` (`mode & S_IFMT`): the kernel reports only the seven types
+/// rustix names.
+fn kind_of(mode: u32) -> u32 {
+    FileType::from_raw_mode(mode).as_raw_mode()
 }
 
 fn lower(c: &[u8]) -> Vec<u8> {

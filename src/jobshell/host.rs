@@ -160,13 +160,13 @@ impl Prepared {
 /// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
 fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 2]) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers.
+    // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers, which the
+    // runner keeps open until the child is spawned.
     unsafe {
         cmd.pre_exec(move || {
             for fd in fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
             Ok(())
         });
