@@ -46,7 +46,7 @@ pub struct Setup<'a> {
     pub config: &'a Config,
     pub hooks: RunHooks,
     /// The suite's own processes in the model's network namespace, which outlive the jobs.
-    pub helpers: &'a [libc::pid_t],
+    pub helpers: &'a [rustix::process::RawPid],
     pub env_source: Vec<(String, String)>,
     pub agent: AgentKind,
     pub trust: Trust,
@@ -449,23 +449,21 @@ struct Tmpfs(CString);
 
 impl Tmpfs {
     fn mount(dir: &Path, options: &str) -> Result<Tmpfs, String> {
+        use rustix::mount::MountFlags;
         let target = CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
         let data = CString::new(options).map_err(|e| e.to_string())?;
-        // SAFETY: every pointer is a valid NUL-terminated string for the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
+        let mounted = rustix::mount::mount(
+            c"tmpfs",
+            target.as_c_str(),
+            c"tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            data.as_c_str(),
+        );
+        if let Err(e) = mounted {
             return Err(format!(
                 "mounting a tmpfs on {}: {}",
                 dir.display(),
-                std::io::Error::last_os_error()
+                std::io::Error::from(e)
             ));
         }
         Ok(Tmpfs(target))
@@ -474,8 +472,7 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        // SAFETY: a valid NUL-terminated path.
-        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        let _ = rustix::mount::unmount(self.0.as_c_str(), rustix::mount::UnmountFlags::DETACH);
     }
 }
 

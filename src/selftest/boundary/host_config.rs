@@ -83,16 +83,14 @@ impl Planted {
                 .get_current_dir()
                 .and_then(|d| CString::new(d.as_os_str().as_bytes()).ok());
             // SAFETY: setns and chdir are async-signal-safe; the closure touches only a
-            // descriptor number and a string made before the fork.
+            // descriptor number (open while `self` lives) and a string made before the fork.
             unsafe {
                 cmd.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+                    let ns = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    move_into_link_name_space(ns, Some(LinkNameSpaceType::Mount))?;
                     if let Some(cwd) = &cwd {
-                        if libc::chdir(cwd.as_ptr()) != 0 {
-                            return Err(io::Error::last_os_error());
-                        }
+                        rustix::process::chdir(cwd.as_c_str())?;
                     }
                     Ok(())
                 });
@@ -105,45 +103,43 @@ fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other)
 }
 
-fn mount(
-    source: &str,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> io::Result<()> {
-    let source = CString::new(source).map_err(io::Error::other)?;
-    let target = cstr(target)?;
-    let fstype = fstype
-        .map(|f| CString::new(f).map_err(io::Error::other))
-        .transpose()?;
-    let data = data
-        .map(|d| CString::new(d).map_err(io::Error::other))
-        .transpose()?;
-    // SAFETY: every pointer is a NUL-terminated string alive for the call, or null.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ref().map_or(std::ptr::null(), |f| f.as_ptr()),
-            flags,
-            data.as_ref()
-                .map_or(std::ptr::null(), |d| d.as_ptr().cast()),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(
-            e.kind(),
-            format!(
-                "mounting {} on {}: {e}",
-                source.to_string_lossy(),
-                target.to_string_lossy()
-            ),
-        ))
-    }
+/// Mounts a `fstype` file system from `source` on `target`, with `data` as its options.
+fn mount(source: &str, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
+    let c_source = CString::new(source).map_err(io::Error::other)?;
+    let c_target = cstr(target)?;
+    let fstype = CString::new(fstype).map_err(io::Error::other)?;
+    let data = CString::new(data).map_err(io::Error::other)?;
+    rustix::mount::mount(
+        c_source.as_c_str(),
+        c_target.as_c_str(),
+        fstype.as_c_str(),
+        rustix::mount::MountFlags::empty(),
+        data.as_c_str(),
+    )
+    .map_err(|e| mount_error(source, target, e))
+}
+
+/// Makes every mount of this namespace private (`mount --make-rprivate /`), so what is
+/// mounted next stays in it. (`mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL)`: the
+/// kernel ignores the source of a propagation change, and rustix passes none.)
+fn make_private() -> io::Result<()> {
+    use rustix::mount::MountPropagationFlags;
+    rustix::mount::mount_change(
+        c"/",
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+    )
+    .map_err(|e| mount_error("none", Path::new("/"), e))
+}
+
+fn mount_error(source: &str, target: &Path, e: rustix::io::Errno) -> io::Error {
+    let e = io::Error::from(e);
+    io::Error::new(
+        e.kind(),
+        format!(
+            "mounting {source} on {}: {e}",
+            target.as_os_str().to_string_lossy()
+        ),
+    )
 }
 
 /// The deepest existing directory above `file`: the one to overlay (the file's own directory
@@ -159,18 +155,11 @@ fn overlay_root(file: &Path) -> PathBuf {
 /// On this (fresh) thread: a new mount namespace, private, with each directory that holds a
 /// file overlaid by a tmpfs layer holding it. Returns the namespace's descriptor.
 fn plant_in_new_namespace(files: &[(PathBuf, String)], staging: &Path) -> io::Result<OwnedFd> {
-    // SAFETY: affects this thread only (a new mount namespace implies its own fs struct).
-    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    mount(
-        "none",
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )?;
-    mount("qr-planted", staging, Some("tmpfs"), 0, Some("mode=0755"))?;
+    // SAFETY: affects this thread only (a new mount namespace implies its own fs struct); no
+    // descriptor table is unshared.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
+    make_private()?;
+    mount("qr-planted", staging, "tmpfs", "mode=0755")?;
     let mut roots: Vec<PathBuf> = Vec::new();
     for (file, _) in files {
         let root = overlay_root(file);
@@ -197,7 +186,7 @@ fn plant_in_new_namespace(files: &[(PathBuf, String)], staging: &Path) -> io::Re
             upper.display(),
             work.display()
         );
-        mount("overlay", root, Some("overlay"), 0, Some(&options))?;
+        mount("overlay", root, "overlay", &options)?;
     }
     let ns = std::fs::File::open("/proc/thread-self/ns/mnt")?;
     // SAFETY: a descriptor just opened, owned by nothing else.

@@ -138,13 +138,19 @@ impl ControlExecutor {
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let fd = listener.as_raw_fd();
-        // SAFETY: dup2 is async-signal-safe; the listener stays open until after spawn.
+        // SAFETY: dup2 is async-signal-safe; the listener stays open until after spawn. The
+        // executor's number is this child's to take over, and never closed here.
         unsafe {
+            use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(move || {
-                if libc::dup2(fd, executor::LISTEN_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                // dup2 onto itself changes nothing (and rustix's may be a dup3, which refuses).
+                if fd == executor::LISTEN_FD {
+                    return Ok(());
                 }
+                let mut target =
+                    std::mem::ManuallyDrop::new(OwnedFd::from_raw_fd(executor::LISTEN_FD));
+                rustix::io::dup2(BorrowedFd::borrow_raw(fd), &mut target)?;
                 Ok(())
             });
         }

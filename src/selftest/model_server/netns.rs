@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::ModelServer;
 
@@ -43,9 +43,7 @@ impl ModelServer {
             None => bind().ok(),
             Some(fd) => std::thread::spawn(move || {
                 // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace.
-                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                    return None;
-                }
+                unsafe { enter_netns(fd) }.ok()?;
                 bind().ok()
             })
             .join()
@@ -63,9 +61,7 @@ impl ModelServer {
         std::thread::spawn(move || {
             // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace
             // handle, alive while `self` is. The socket keeps the namespace it was made in.
-            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            unsafe { enter_netns(fd) }?;
             std::net::TcpStream::connect(("127.0.0.1", port))
         })
         .join()
@@ -83,7 +79,7 @@ impl ModelServer {
     /// Pids of every process in the server's private network namespace: the confined agent's
     /// whole tree, including the parts that left its process group or session (opencode runs
     /// its shell tool with `setsid`). Empty for [`Self::start`].
-    pub fn confined_processes(&self) -> Vec<libc::pid_t> {
+    pub fn confined_processes(&self) -> Vec<rustix::process::RawPid> {
         let Some(ns) = &self.netns else {
             return Vec::new();
         };
@@ -97,7 +93,7 @@ impl ModelServer {
                 pid != me
                     && std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == id)
             })
-            .map(|pid| pid as libc::pid_t)
+            .map(|pid| pid as rustix::process::RawPid)
             .collect()
     }
 
@@ -111,8 +107,11 @@ impl ModelServer {
                 break;
             }
             for pid in pids {
-                // SAFETY: a plain kill of a process inside our own private namespace.
-                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                // A process inside our own private namespace.
+                let signalled = rustix::process::Pid::from_raw(pid).is_some_and(|pid| {
+                    rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
+                });
+                if signalled {
                     killed += 1;
                 }
             }
@@ -125,25 +124,32 @@ impl ModelServer {
 /// Makes `cmd` enter the network namespace behind `fd` between fork and exec.
 fn enter_netns_before_exec(cmd: &mut std::process::Command, fd: std::os::fd::RawFd) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: setns is async-signal-safe; the closure touches nothing else.
+    // SAFETY: setns is async-signal-safe; the closure touches nothing else; `fd` is the
+    // server's namespace handle, which the caller uses only while it lives.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        });
+        cmd.pre_exec(move || enter_netns(fd));
     }
+}
+
+/// Moves the calling thread into the network namespace behind `fd` (setns).
+///
+/// # Safety
+/// `fd` must be open for the call.
+unsafe fn enter_netns(fd: std::os::fd::RawFd) -> io::Result<()> {
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    // SAFETY: `fd` is open for the call (the caller's promise); the borrow ends with it.
+    let ns = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok(move_into_link_name_space(
+        ns,
+        Some(LinkNameSpaceType::Network),
+    )?)
 }
 
 /// Runs on a thread of its own: the namespace change stays with that thread, which ends;
 /// the listener and the namespace handle keep the namespace alive.
 pub(super) fn bind_in_new_netns() -> io::Result<(std::net::TcpListener, OwnedFd)> {
-    // SAFETY: plain syscalls on this thread only.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: a new network namespace for this thread only; no descriptor table is unshared.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }?;
     loopback_up()?;
     let ns = OwnedFd::from(File::open("/proc/thread-self/ns/net")?);
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -158,9 +164,7 @@ fn bind_loopback_in(netns: Option<std::os::fd::RawFd>) -> io::Result<std::net::T
     };
     std::thread::spawn(move || {
         // SAFETY: setns on this short-lived thread only; `fd` is the server's namespace handle.
-        if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        unsafe { enter_netns(fd) }?;
         std::net::TcpListener::bind("127.0.0.1:0")
     })
     .join()
@@ -169,13 +173,16 @@ fn bind_loopback_in(netns: Option<std::os::fd::RawFd>) -> io::Result<std::net::T
 
 /// `ip link set lo up`, by ioctl.
 fn loopback_up() -> io::Result<()> {
-    // SAFETY: a socket we own, and a zeroed `ifreq` naming `lo`.
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // SAFETY: a socket we own, and a zeroed `ifreq` naming `lo`. libc's ioctl: rustix has no
+    // interface flags call (SIOCGIFFLAGS/SIOCSIFFLAGS).
     unsafe {
-        let raw = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let sock = OwnedFd::from_raw_fd(raw);
         let mut req: libc::ifreq = std::mem::zeroed();
         for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
             *d = *s as libc::c_char;

@@ -168,7 +168,7 @@ impl JobEvidence<'_> {
 
     /// The job left nothing behind: no uncommitted file, no temp dir, no process (but the
     /// suite's own `helpers`).
-    fn leftover_controls(&self, helpers: &[libc::pid_t]) -> Vec<ControlReport> {
+    fn leftover_controls(&self, helpers: &[rustix::process::RawPid]) -> Vec<ControlReport> {
         let result = self.result;
         let uncommitted = if result.uncommitted.is_empty() {
             "git status --ignored is clean".into()

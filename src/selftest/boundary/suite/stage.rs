@@ -107,10 +107,10 @@ impl Stage {
     }
 
     /// The suite's own helpers in the namespace, which outlive the job.
-    pub(super) fn helpers(&self) -> Vec<libc::pid_t> {
+    pub(super) fn helpers(&self) -> Vec<rustix::process::RawPid> {
         self.company
             .iter()
-            .map(|c| c.front.pid() as libc::pid_t)
+            .map(|c| c.front.pid() as rustix::process::RawPid)
             .collect()
     }
 }
