@@ -212,4 +212,4 @@ impl Cancel {
 
 #[cfg(test)]
 #[path = "result_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -1,7 +1,8 @@
 use super::*;
 use crate::job::JobSpec;
 
-fn job() -> Job {
+/// A valid job for the tests that need one (serve's tests too).
+pub(crate) fn job() -> Job {
     let spec = serde_json::json!({
         "id": "j1",
         "repo": "https://example.org/r.git",

@@ -2,22 +2,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
-use crate::job::JobSpec;
 
 fn result() -> JobResult {
-    let spec = serde_json::json!({
-        "id": "j1",
-        "repo": "https://example.org/r.git",
-        "rev": "0123456789abcdef0123456789abcdef01234567",
-        "trust": "trusted",
-        "agent": "claude",
-        "account": "main",
-        "prompt": "p",
-    });
-    let job = JobSpec::from_json(&spec.to_string())
-        .unwrap()
-        .validate(Duration::from_secs(60))
-        .unwrap();
+    let job = crate::run::result::tests::job();
     let mut result = JobResult::new(&job);
     result.end(
         Outcome::Cancelled(Cancel::Terminate),
