@@ -170,3 +170,7 @@ pub fn devshell_hook(policy: &SandboxPolicy) -> String {
 #[cfg(test)]
 #[path = "agent_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plugin_tests.rs"]
+mod plugin_tests;

@@ -58,9 +58,13 @@ function refuse(message) {
   throw new Refused(`quest-runner: ${message}`);
 }
 
-// The path `p` (absolute) with every symbolic link followed, including a last component that
-// is a dangling link. Components past the first one that does not exist are kept as written
-// (normalised): nothing below a missing directory can be a link.
+// The path `p` (absolute, as the tool will hand it to the kernel: never normalised first) with
+// every symbolic link followed, including a last component that is a dangling link, walked the
+// way the kernel walks it: a `..` goes up from where the links so far have led, not from the
+// text before it. A `..` after a followed link is refused outright: the kernel and a tool that
+// normalises the text itself (`path.resolve`) would land in different places, and only one of
+// them is what was judged. Components past the first one that does not exist are kept as
+// written (normalised): nothing below a missing directory can be a link.
 function resolveReal(p) {
   let rest = p.split("/").filter((s) => s.length > 0);
   let current = "/";
@@ -69,6 +73,7 @@ function resolveReal(p) {
     const name = rest.shift();
     if (name === ".") continue;
     if (name === "..") {
+      if (hops > 0) refuse(`${p}: ".." after a symbolic link is not allowed; name the file without it`);
       current = path.dirname(current);
       continue;
     }
@@ -127,7 +132,9 @@ function checkPath(tool, raw, write) {
       refuse(`${tool}: bad path ${raw}`);
     }
   }
-  const absolute = path.resolve(base, p);
+  // Joined, not resolved: `path.resolve` would drop `link/..` as text, while the kernel follows
+  // the link first and then goes up from its target.
+  const absolute = p.startsWith("/") ? p : `${base}/${p}`;
   const real = resolveReal(absolute);
   if (write) {
     if (!within(real, CHECKOUT_REAL)) {
@@ -234,7 +241,9 @@ function fileToolPermissions(worktree) {
 
 export const QuestRunnerConfine = async (ctx) => {
   // Relative paths are resolved as the tools resolve them: against opencode's directory.
-  base = typeof ctx?.directory === "string" && ctx.directory ? ctx.directory : CHECKOUT;
+  // Canonical, so a link above the checkout (a state dir that is a link) does not count as a
+  // link followed before a relative path's own `..`.
+  base = canonicalRoot(typeof ctx?.directory === "string" && ctx.directory ? ctx.directory : CHECKOUT);
   // opencode's read and edit rules see paths relative to its worktree ("/" outside git).
   const worktree = canonicalRoot(typeof ctx?.worktree === "string" && ctx.worktree ? ctx.worktree : base);
   return {
