@@ -14,6 +14,9 @@ pub enum Tool {
     Nix,
     Git,
     Bwrap,
+    /// Switches a root runner to the agent's identity before the job's namespace is made
+    /// (util-linux).
+    Setpriv,
     Socat,
     Srt,
     /// Runs opencode's sandbox host with srt's library.
@@ -33,6 +36,7 @@ impl Tool {
             Tool::Nix => "nix",
             Tool::Git => "git",
             Tool::Bwrap => "bwrap",
+            Tool::Setpriv => "setpriv",
             Tool::Socat => "socat",
             Tool::Srt => "srt",
             Tool::Node => "node",
@@ -48,6 +52,7 @@ impl Tool {
             Tool::Nix => "QUEST_RUNNER_NIX",
             Tool::Git => "QUEST_RUNNER_GIT",
             Tool::Bwrap => "QUEST_RUNNER_BWRAP",
+            Tool::Setpriv => "QUEST_RUNNER_SETPRIV",
             Tool::Socat => "QUEST_RUNNER_SOCAT",
             Tool::Srt => "QUEST_RUNNER_SRT",
             Tool::Node => "QUEST_RUNNER_NODE",

@@ -257,7 +257,8 @@ async fn opencode_timeout_stops_its_detached_commands() {
     assert_eq!(result["outcome"], "timed_out");
     assert!(
         server.tool_results().is_empty(),
-        "the command was still running when the job timed out"
+        "the command was still running when the job timed out: {:?}",
+        server.tool_results()
     );
     assert!(
         processes_with(&format!("hang-{token}")).is_empty(),

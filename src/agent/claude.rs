@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{devshell_hook, AgentError, AgentInputs, Contents, GatewayAccess, Launch, PlannedFile};
+use super::{
+    devshell_hook, AgentError, AgentInputs, Contents, GatewayAccess, Launch, OwnFiles, PlannedFile,
+};
 use crate::config::ClaudeAccount;
 use crate::sandbox::SandboxPolicy;
 
@@ -150,6 +152,14 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         files,
         transcript: job_dir.join("transcript.jsonl"),
         companion: None,
+        // Its settings and token are read, never written: they confine it and name its
+        // model's grant. The rest of its config dir is its own (sessions, todos, state).
+        own: OwnFiles {
+            read: vec![job_dir.clone()],
+            write: vec![config_dir.clone()],
+            read_only: vec![config_dir.join("settings.json"), self::token_file(job_dir)],
+        },
+        confined: None,
     })
 }
 

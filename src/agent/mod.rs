@@ -35,7 +35,15 @@ pub struct Launch {
     /// A process started beside the agent and stopped after it: opencode's sandbox host,
     /// which runs its commands (`crate::jobshell`).
     pub companion: Option<crate::jobshell::host::HostPlan>,
+    /// The agent's own files besides what the policy gives its commands: what the job's
+    /// namespace binds for it ([`crate::sandbox::boundary`]).
+    pub own: OwnFiles,
+    /// How the agent is started inside the job's namespace; set by the runner after planning
+    /// (`None`: not confined, on macOS or in the suite's mutation check).
+    pub confined: Option<crate::sandbox::boundary::Confined>,
 }
+
+pub use crate::sandbox::boundary::OwnFiles;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PlannedFile {

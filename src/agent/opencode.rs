@@ -245,6 +245,13 @@ pub fn host_plan(
         cwd: policy.checkout.clone(),
         socket_dir: runner_dir.clone(),
         log: runner_dir.join("sandbox.log"),
+        own: crate::sandbox::boundary::OwnFiles {
+            read: vec![runner_dir.clone()],
+            write: vec![inputs.workspace.helper_tmp.clone()],
+            read_only: vec![],
+        },
+        socket_owner: None,
+        confined: None,
     }
 }
 
@@ -279,7 +286,32 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         files: planned_files(&file_inputs),
         transcript: job_dir.join("transcript.jsonl"),
         companion: Some(host_plan(policy, inputs, node, &srt_package)),
+        own: own_files(job_dir, &dirs),
+        confined: None,
     })
+}
+
+/// What opencode reads and writes of its own: its private directories, its config directory
+/// too (it writes its own files there at start), but the runner's settings, instructions and
+/// plugin in it read-only.
+fn own_files(job_dir: &Path, dirs: &Dirs) -> super::OwnFiles {
+    let config = dirs.config.join("opencode");
+    super::OwnFiles {
+        read: vec![job_dir.to_path_buf()],
+        write: vec![
+            dirs.cwd.clone(),
+            dirs.home.clone(),
+            dirs.tmp.clone(),
+            dirs.state.clone(),
+            dirs.cache.clone(),
+            dirs.data.clone(),
+            dirs.config.clone(),
+        ],
+        read_only: ["opencode.json", "AGENTS.md", "package-lock.json", "plugin"]
+            .iter()
+            .map(|name| config.join(name))
+            .collect(),
+    }
 }
 
 /// What the job's files are made from.

@@ -14,7 +14,7 @@
 //! bubblewrap) overlaps. A command opencode sends before then waits in the socket's backlog.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -46,6 +46,14 @@ pub struct HostPlan {
     pub socket_dir: PathBuf,
     /// The host's and the sandbox's stderr.
     pub log: PathBuf,
+    /// What the host reads and writes besides the policy's trees, for the job's namespace:
+    /// its script and settings, srt's sockets.
+    pub own: crate::sandbox::boundary::OwnFiles,
+    /// Who may connect to the job's socket besides the runner: the agent's identity, when a
+    /// root runner hands the job to it.
+    pub socket_owner: Option<u32>,
+    /// How the host is started inside the job's namespace, when it is confined.
+    pub confined: Option<crate::sandbox::boundary::Confined>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,19 +113,37 @@ impl Prepared {
     pub fn new(plan: &HostPlan) -> Result<Prepared, SandboxError> {
         let listener =
             bind_in(&plan.socket_dir, client::SOCKET).context("binding the job's socket")?;
+        if let Some(id) = plan.socket_owner {
+            let socket = plan.socket_dir.join(client::SOCKET);
+            let id = (
+                Some(rustix::fs::Uid::from_raw(id)),
+                Some(rustix::fs::Gid::from_raw(id)),
+            );
+            rustix::fs::chown(&socket, id.0, id.1)
+                .map_err(std::io::Error::from)
+                .at("handing the job's socket to the agent's identity", &socket)?;
+        }
         let (lifeline_r, lifeline_w) = pipe().context("creating the sandbox's lifeline")?;
         let log = std::fs::File::create(&plan.log).context("creating the sandbox's log")?;
-        let mut cmd = std::process::Command::new(&plan.program);
-        cmd.args(&plan.args)
-            .arg(listener.as_raw_fd().to_string())
-            .arg(lifeline_r.as_raw_fd().to_string())
+        let mut args = plan.args.clone();
+        args.push(listener.as_raw_fd().to_string());
+        args.push(lifeline_r.as_raw_fd().to_string());
+        let (program, args) = match &plan.confined {
+            Some(confined) => (
+                confined.program.clone(),
+                confined.args(&plan.program, &args),
+            ),
+            None => (plan.program.clone(), args),
+        };
+        let mut cmd = std::process::Command::new(&program);
+        cmd.args(&args)
             .env_clear()
             .envs(&plan.env)
             .current_dir(&plan.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
-        inherit(&mut cmd, [listener.as_raw_fd(), lifeline_r.as_raw_fd()]);
+        crate::util::fd::inherit(&mut cmd, vec![listener.as_raw_fd(), lifeline_r.as_raw_fd()]);
         Ok(Prepared {
             cmd,
             listener,
@@ -158,21 +184,6 @@ impl Prepared {
 }
 
 /// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
-fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 2]) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers, which the
-    // runner keeps open until the child is spawned.
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in fds {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Reads the host's reports until it fails (or does not come up in time); the error is why.
 async fn watch(stdout: Option<tokio::process::ChildStdout>, log: &Path) -> SandboxError {
     let Some(stdout) = stdout else {

@@ -15,7 +15,7 @@
 //! inherits one.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -331,7 +331,7 @@ fn proxy_command(spec: &ProxySpec<'_>, ends: &Ends) -> std::process::Command {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    inherit(&mut cmd, [listen_fd, decider_fd, lifeline_fd, ca_fd]);
+    crate::util::fd::inherit(&mut cmd, vec![listen_fd, decider_fd, lifeline_fd, ca_fd]);
     if let Some(adjust) = spec.adjust {
         adjust(&mut cmd);
     }
@@ -359,22 +359,6 @@ fn watch_startup(
         let _ = started_tx.send(outcome);
     });
     started_rx
-}
-
-/// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
-fn inherit(cmd: &mut std::process::Command, fds: [RawFd; 4]) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers.
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in fds {
-                // SAFETY: the descriptor is the runner's, open across the fork.
-                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Copies the proxy's stderr into `path`, and reports when it says it serves.

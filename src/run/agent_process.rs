@@ -117,16 +117,24 @@ pub(super) async fn run_agent(
     end
 }
 
-/// The agent's command as its launch plan says, with its event stream going to the
-/// transcript and its stderr to `agent.log` beside it, in a process group of its own.
+/// The agent's command as its launch plan says (inside the job's namespace), its event
+/// stream going to the transcript and its stderr to `agent.log` beside it, in a process
+/// group of its own.
 fn agent_command(launch: &Launch) -> Result<tokio::process::Command, String> {
     let transcript = std::fs::File::create(&launch.transcript)
         .map_err(|e| format!("creating {}: {e}", launch.transcript.display()))?;
     let log_path = launch.transcript.with_file_name("agent.log");
     let log = std::fs::File::create(&log_path)
         .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-    let mut cmd = tokio::process::Command::new(&launch.program);
-    cmd.args(&launch.args)
+    let (program, args) = match &launch.confined {
+        Some(confined) => (
+            confined.program.clone(),
+            confined.args(&launch.program, &launch.args),
+        ),
+        None => (launch.program.clone(), launch.args.clone()),
+    };
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&args)
         .env_clear()
         .envs(&launch.env)
         .current_dir(&launch.cwd)

@@ -165,8 +165,11 @@ impl JobRun<'_> {
             host_env: self.runner.env_source.clone(),
             gateway: model.as_ref().map(|(_, access)| access),
         };
-        let launch = agent::plan(&inputs).map_err(Stop::error)?;
+        let mut launch = agent::plan(&inputs).map_err(Stop::error)?;
         launch.write_files().map_err(Stop::error)?;
+        // After the files: a root runner hands them, with the job's trees, to the agent.
+        super::confine::confine(&mut launch, policy, paths, self.runner.state.root())
+            .map_err(Stop::error)?;
         Ok((launch, model))
     }
 

@@ -1,5 +1,6 @@
 //! The sandbox of a job's commands: one policy, rendered per agent.
 
+pub mod boundary;
 mod env;
 mod files;
 mod network;

@@ -90,6 +90,11 @@ pub struct SandboxPolicy {
     /// the OS sandbox; when set, the adapter confines them to what `may_read`/`may_write`
     /// allow (Claude Code: permission rules; opencode: the runner's plugin).
     pub confine_file_tools: bool,
+    /// Everything that acts for the job outside the commands' sandboxes (the agent's process
+    /// and its file tools, opencode's sandbox host) runs inside this policy rendered as a
+    /// namespace ([`super::boundary`]). Linux only; off only in the suite's mutation check
+    /// that proves the suite notices.
+    pub confine_agent: bool,
     /// The environment of the agent and its commands.
     pub env: EnvPolicy,
     pub home: PathBuf,
@@ -122,6 +127,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         ca: network.ca,
         proxy_port: None,
         confine_file_tools: true,
+        confine_agent: inputs.platform == Platform::Linux,
         home: ws.temp_dir.clone(),
         tmpdir: ws.temp_dir.clone(),
         checkout: ws.checkout.clone(),

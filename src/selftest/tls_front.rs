@@ -91,22 +91,8 @@ impl TlsFront {
         let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
         let list: Vec<String> = fds.iter().map(i32::to_string).collect();
         cmd.env("QR_FDS", list.join(","));
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: fcntl is async-signal-safe; the closure touches only these numbers. The
-            // listeners keep their numbers (no dup2 that could land on a descriptor another
-            // pre-exec step still needs): node is told them.
-            unsafe {
-                cmd.pre_exec(move || {
-                    for fd in &fds {
-                        // SAFETY: the listener's descriptor, open across the fork.
-                        let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
-                        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-                    }
-                    Ok(())
-                });
-            }
-        }
+        // The listeners keep their numbers: node is told them.
+        crate::util::fd::inherit(&mut cmd, fds);
         confine(&mut cmd);
         let child = cmd.spawn()?;
         drop(listeners);

@@ -2,6 +2,7 @@
 //! so every stage may use them without an import pointing back up (see ARCHITECTURE.md).
 
 pub mod elf;
+pub mod fd;
 pub mod fs;
 pub mod git_names;
 pub mod hex;

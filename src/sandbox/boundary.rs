@@ -1,0 +1,213 @@
+//! The job's boundary as a kernel namespace: the same [`SandboxPolicy`] that the commands'
+//! sandboxes render, rendered once more as a bubblewrap command line for everything that acts
+//! for the job outside those sandboxes — the agent's own process (its file tools, its
+//! subagents, its helpers) and opencode's sandbox host.
+//!
+//! Rules written against an agent's path handling lose to its next release (issue 22: a
+//! plugin that judged `link/..` as text, a kernel that followed the link). Inside this
+//! namespace a file tool's bug reaches no more than a command could: the system read-only,
+//! the policy's denied trees absent, the checkout and the job's temp dir writable, plus only
+//! the agent's own private files. The commands' sandboxes still run inside it, nested, as a
+//! second layer.
+//!
+//! Nesting decides who the agent is. bubblewrap covers `/proc/sys` and friends read-only when
+//! the user setting up the namespace can write them, and a namespace whose only `/proc` is
+//! covered can mount no other: as root every inner sandbox then fails ("Can't mount proc").
+//! Root in a user namespace would also keep root's ownership of every root-owned file
+//! (`/proc/sys/kernel/*` among them). So a runner that is root hands the job's trees to an
+//! unprivileged identity, [`AGENT_ID`], and starts the namespace as it (`setpriv`); a runner
+//! that is already unprivileged (the service user) runs it as itself.
+//!
+//! [`plan`] is pure: the program and the options; `run` carries out the hand-over.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::SandboxPolicy;
+
+/// The uid and gid the agent runs as when the runner is root: in Debian's range for
+/// identities made on demand (60000–64999) and below systemd's dynamic users (61184–65519),
+/// so no account of a stock host has it. No host file but the job's own is ever given to it.
+pub const AGENT_ID: u32 = 60999;
+
+/// Who the namespace's processes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Identity {
+    /// The runner's own (unprivileged) uid and gid.
+    Runner,
+    /// The runner is root: [`AGENT_ID`], switched to by `setpriv` before the namespace is made
+    /// (after `serve`'s placement in the job's cgroup, which needs root).
+    Agent,
+}
+
+impl Identity {
+    pub fn current() -> Identity {
+        if rustix::process::geteuid().is_root() {
+            Identity::Agent
+        } else {
+            Identity::Runner
+        }
+    }
+}
+
+/// What a process acting for the job may use besides what the policy gives its commands: its
+/// own private files, read-only or writable. Declared by the agent adapter.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct OwnFiles {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    /// Inside `write`, still read-only: the settings that confine the agent itself.
+    pub read_only: Vec<PathBuf>,
+}
+
+/// The programs the namespace is made with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tools {
+    pub bwrap: PathBuf,
+    pub setpriv: PathBuf,
+}
+
+/// One process's confinement: the command that starts it inside the job's boundary, up to
+/// and including the `--` after which the process's own program and arguments follow.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Confined {
+    pub program: PathBuf,
+    pub prefix: Vec<String>,
+}
+
+/// The namespace options whose source is a host path.
+const BINDS: [&str; 4] = ["--bind", "--bind-try", "--ro-bind", "--ro-bind-try"];
+
+impl Confined {
+    /// The whole command line for `program args`.
+    pub fn args(&self, program: &Path, args: &[String]) -> Vec<String> {
+        let mut out = self.prefix.clone();
+        out.push(program.to_string_lossy().into_owned());
+        out.extend(args.iter().cloned());
+        out
+    }
+}
+
+impl Confined {
+    /// The host paths the namespace binds from: bubblewrap, run as the agent's identity, must
+    /// be able to reach each of them.
+    pub fn sources(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut rest = self.prefix.iter();
+        while let Some(arg) = rest.next() {
+            if arg == "--chdir" {
+                break;
+            }
+            if BINDS.contains(&arg.as_str()) {
+                if let Some(src) = rest.next() {
+                    out.push(PathBuf::from(src));
+                }
+                rest.next();
+            }
+        }
+        out
+    }
+}
+
+/// The command that starts a process in `cwd` inside the job's boundary.
+pub fn plan(
+    policy: &SandboxPolicy,
+    own: &OwnFiles,
+    identity: Identity,
+    passwd: Option<&Path>,
+    tools: &Tools,
+    cwd: &Path,
+) -> Confined {
+    let mut prefix: Vec<String> = Vec::new();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    if identity == Identity::Agent {
+        let id = AGENT_ID.to_string();
+        prefix.extend(["--reuid", &id, "--regid", &id, "--clear-groups", "--"].map(String::from));
+        prefix.push(s(&tools.bwrap));
+    }
+    prefix.extend(namespace_args(policy, own, passwd));
+    prefix.extend(["--chdir".to_string(), s(cwd), "--".to_string()]);
+    let program = match identity {
+        Identity::Agent => tools.setpriv.clone(),
+        Identity::Runner => tools.bwrap.clone(),
+    };
+    Confined { program, prefix }
+}
+
+/// bubblewrap's options for the policy's file system, in the order they must apply: the
+/// system read-only, the denied trees hidden, then (parents first within each step) what is
+/// read back, what is written, and what stays read-only inside the writable trees.
+pub fn namespace_args(
+    policy: &SandboxPolicy,
+    own: &OwnFiles,
+    passwd: Option<&Path>,
+) -> Vec<String> {
+    let mut out: Vec<String> = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    .map(String::from)
+    .to_vec();
+    for path in sorted(&policy.deny_read) {
+        out.extend(hide(&path));
+    }
+    let reads = policy.allow_read.iter().chain(&own.read);
+    for path in sorted(reads) {
+        out.extend(bind("--ro-bind-try", &path));
+    }
+    for path in sorted(policy.allow_write.iter().chain(&own.write)) {
+        out.extend(bind("--bind-try", &path));
+    }
+    for path in sorted(policy.deny_write.iter().chain(&own.read_only)) {
+        out.extend(bind("--ro-bind-try", &path));
+    }
+    if let Some(passwd) = passwd {
+        out.extend([
+            "--ro-bind".to_string(),
+            passwd.to_string_lossy().into_owned(),
+        ]);
+        out.push("/etc/passwd".to_string());
+    }
+    out
+}
+
+/// A denied path made absent: an empty directory over a directory, an empty file over a file.
+/// A path that does not exist needs nothing (the system is read-only: it cannot appear).
+fn hide(path: &Path) -> Vec<String> {
+    let p = path.to_string_lossy().into_owned();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => vec!["--tmpfs".into(), p],
+        Ok(_) => vec!["--ro-bind".into(), "/dev/null".into(), p],
+        Err(_) => Vec::new(),
+    }
+}
+
+fn bind(option: &str, path: &Path) -> Vec<String> {
+    let p = path.to_string_lossy().into_owned();
+    vec![option.to_string(), p.clone(), p]
+}
+
+/// Parents before children (a later bind covers an earlier one below it), each path once.
+fn sorted<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = paths.into_iter().cloned().collect();
+    out.sort_by_key(|p| p.components().count());
+    let mut seen = std::collections::BTreeSet::new();
+    out.retain(|p| seen.insert(p.clone()));
+    out
+}
+
+#[cfg(test)]
+#[path = "boundary_tests.rs"]
+mod tests;

@@ -1,0 +1,125 @@
+use super::*;
+use crate::job::Trust;
+use crate::sandbox::{plan as plan_policy, Platform, PolicyInputs};
+use crate::workspace::WorkspacePaths;
+
+fn policy(root: &Path) -> SandboxPolicy {
+    let ws = WorkspacePaths {
+        checkout: root.join("state/jobs/j1/checkout"),
+        bare_clone: root.join("state/repos/r.git"),
+        git_store: root.join("state/jobs/j1/git"),
+        worktree_admin: root.join("state/jobs/j1/git/worktrees/checkout"),
+        temp_dir: root.join("tmp/quest-job-abc"),
+        job_dir: root.join("state/jobs/j1/runner"),
+        helper_tmp: root.join("tmp/quest-srt-abc"),
+        devshell_script: None,
+    };
+    plan_policy(
+        &ws,
+        &PolicyInputs {
+            platform: Platform::Linux,
+            trust: Trust::Untrusted,
+            extra_hosts: vec![],
+            full_access_hosts: vec![],
+            state_dir: root.join("state"),
+            operator_home: None,
+            private: vec![],
+        },
+    )
+}
+
+fn tools() -> Tools {
+    Tools {
+        bwrap: "/usr/bin/bwrap".into(),
+        setpriv: "/usr/bin/setpriv".into(),
+    }
+}
+
+/// The index of the first `option path` pair for `path`.
+fn at(args: &[String], option: &str, path: &Path) -> usize {
+    let p = path.to_string_lossy();
+    args.windows(2)
+        .position(|w| w[0] == option && w[1] == p)
+        .unwrap_or_else(|| panic!("{option} {p} in {args:?}"))
+}
+
+#[test]
+fn denied_trees_are_hidden_before_the_workspace_is_bound_back() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for d in [
+        "state/jobs/j1/checkout",
+        "state/jobs/j1/runner/claude",
+        "tmp/quest-job-abc",
+    ] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    let policy = policy(r);
+    let own = OwnFiles {
+        read: vec![r.join("state/jobs/j1/runner")],
+        write: vec![r.join("state/jobs/j1/runner/claude")],
+        read_only: vec![r.join("state/jobs/j1/runner/claude/settings.json")],
+    };
+    let args = namespace_args(&policy, &own, None);
+    // The state dir is in the temp dir here, hidden with all of `/tmp`.
+    let hidden = at(&args, "--tmpfs", Path::new("/tmp"));
+    let runner = at(&args, "--ro-bind-try", &r.join("state/jobs/j1/runner"));
+    let checkout = at(&args, "--bind-try", &r.join("state/jobs/j1/checkout"));
+    let config = at(&args, "--bind-try", &r.join("state/jobs/j1/runner/claude"));
+    let settings = at(
+        &args,
+        "--ro-bind-try",
+        &r.join("state/jobs/j1/runner/claude/settings.json"),
+    );
+    assert!(hidden < runner && runner < config && config < settings);
+    assert!(hidden < checkout);
+    // The system's private places go whatever the job: /root and /home are directories here.
+    assert!(args.windows(2).any(|w| w == ["--tmpfs", "/root"]));
+    for ns in ["--unshare-user", "--unshare-pid", "--die-with-parent"] {
+        assert!(args.iter().any(|a| a == ns), "{ns}");
+    }
+    // The network namespace is the host's until the gateway and proxy are bridged into it.
+    assert!(!args.iter().any(|a| a == "--unshare-all"));
+}
+
+#[test]
+fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = policy(root.path());
+    let passwd = root.path().join("passwd");
+    let confined = plan(
+        &policy,
+        &OwnFiles::default(),
+        Identity::Agent,
+        Some(&passwd),
+        &tools(),
+        Path::new("/co"),
+    );
+    assert_eq!(confined.program, PathBuf::from("/usr/bin/setpriv"));
+    let args = confined.args(Path::new("/bin/agent"), &["-p".to_string()]);
+    let id = AGENT_ID.to_string();
+    assert_eq!(
+        args[..7],
+        ["--reuid", &id, "--regid", &id, "--clear-groups", "--", "/usr/bin/bwrap"]
+    );
+    let tail = &args[args.len() - 5..];
+    assert_eq!(tail, ["--chdir", "/co", "--", "/bin/agent", "-p"]);
+    let passwd_at = at(&args, "--ro-bind", &passwd);
+    assert_eq!(args[passwd_at + 2], "/etc/passwd");
+    assert!(confined.sources().contains(&passwd));
+    // The agent's own arguments are not the namespace's: a `--bind` among them is no source.
+    let hostile = confined.args(Path::new("/bin/agent"), &["--bind".into(), "/etc".into()]);
+    assert_eq!(hostile.len(), args.len() + 1);
+    assert!(!confined.sources().contains(&PathBuf::from("/etc")));
+
+    let as_runner = plan(
+        &policy,
+        &OwnFiles::default(),
+        Identity::Runner,
+        None,
+        &tools(),
+        Path::new("/co"),
+    );
+    assert_eq!(as_runner.program, PathBuf::from("/usr/bin/bwrap"));
+    assert_eq!(as_runner.prefix[0], "--unshare-user");
+}
