@@ -137,14 +137,18 @@ in
             X-Reload-Triggers = [ "${configFile}" ];
             X-Restart-Triggers = [ "${limitsFile}" ];
           };
-          Service =
-            lifecycle
-            // {
+          # The shipped settings as the system unit's: an operator's
+          # systemd.user.services.quest-runner.Service.<Key> replaces a scalar and extends a
+          # list.
+          Service = lib.mkMerge [
+            (shared.unitDefaults lifecycle)
+            {
               ExecStart = "${lib.getExe cfg.package} serve";
               ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
               Environment = lib.mapAttrsToList (k: v: "${k}=${v}") environment;
             }
-            // lib.optionalAttrs (cfg.environmentFile != null) { EnvironmentFile = cfg.environmentFile; };
+            (mkIf (cfg.environmentFile != null) { EnvironmentFile = cfg.environmentFile; })
+          ];
           Install.WantedBy = [ "default.target" ];
         };
       })

@@ -3,8 +3,10 @@
 #
 # The unit's fixed settings — ordering, stop behaviour, directories and hardening, and the
 # reason for every relaxation bwrap needs — come from nix/service-hardening.json, the file
-# `quest-runner systemd-unit` prints for hosts without NixOS. Each is lib.mkDefault here:
-# override one with systemd.services.quest-runner.serviceConfig.<Key> or serviceOverrides.
+# `quest-runner systemd-unit` prints for hosts without NixOS. A list (SystemCallFilter,
+# RestrictAddressFamilies, CapabilityBoundingSet, ...) is extended by an operator's entries and
+# replaced only by lib.mkForce; a scalar is lib.mkDefault, replaced by any setting. Set them
+# with systemd.services.quest-runner.serviceConfig.<Key> or serviceOverrides, alike.
 {
   config,
   lib,
@@ -109,15 +111,29 @@ in
       };
 
       serviceOverrides = mkOption {
-        type = types.attrsOf types.anything;
+        # As nixpkgs' services.github-runners: definitions are passed on as written, so
+        # lib.mkForce and lib.mkBefore inside act as they would in serviceConfig.
+        type = types.attrs;
         default = { };
-        example = {
-          ProtectHome = "tmpfs";
-        };
+        example = lib.literalExpression ''
+          {
+            ProtectHome = "read-only";
+            ReadWritePaths = [ "/srv/quest-runner" ];
+            SystemCallFilter = [ "~@clock" ];
+          }
+        '';
         description = ''
-          systemd [Service] settings merged over the defaults from
-          nix/service-hardening.json. Read the reason given there before relaxing or
-          tightening one: several defaults exist because bwrap needs them.
+          systemd [Service] settings merged with the unit's (lib.mkMerge), exactly as
+          definitions of `systemd.services.quest-runner.serviceConfig`. A scalar replaces
+          the shipped value (those are lib.mkDefault). A list is added to the shipped one:
+          `SystemCallFilter = [ "~@clock" ]` keeps `@system-service @mount seccomp` and
+          takes `@clock` from it, `RestrictAddressFamilies = [ "AF_PACKET" ]` keeps
+          AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK; replace a list with
+          `lib.mkForce [ ... ]`. The module's own settings (ExecStart, ExecReload, User,
+          Group, StateDirectory, EnvironmentFile) have options of their own: given here
+          too, evaluation fails with "conflicting definition values" (lib.mkForce wins).
+          Read the reason nix/service-hardening.json gives for a setting before relaxing
+          it: several exist because bwrap needs them.
         '';
       };
 
@@ -207,9 +223,12 @@ in
       reloadTriggers = [ configFile ];
       restartTriggers = [ (shared.limitsFile cfg) ];
 
-      serviceConfig =
-        lib.mapAttrs (_: lib.mkDefault) unit.service
-        // {
+      # Merged, not `//`: an operator's list entries are added to the shipped ones, and a
+      # setting of the module's own (ExecStart, User, ...) given again in serviceOverrides is
+      # a conflict the module system names.
+      serviceConfig = lib.mkMerge [
+        (shared.unitDefaults unit.service)
+        {
           ExecStart = "${lib.getExe cfg.package} serve";
           # serve reloads its configuration on SIGHUP.
           ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
@@ -217,8 +236,9 @@ in
           Group = cfg.group;
           StateDirectory = stateDirName;
         }
-        // lib.optionalAttrs (cfg.environmentFile != null) { EnvironmentFile = cfg.environmentFile; }
-        // cfg.serviceOverrides;
+        (mkIf (cfg.environmentFile != null) { EnvironmentFile = cfg.environmentFile; })
+        cfg.serviceOverrides
+      ];
     };
 
     services.postgresql = mkIf createLocally {

@@ -154,6 +154,14 @@ in
 rec {
   inherit withoutNulls within;
 
+  # nix/service-settings.nix's settings as definitions an operator's extend or replace, as
+  # nixpkgs' services.github-runners writes its own: a list (SystemCallFilter=,
+  # RestrictAddressFamilies=, ...) at normal priority, first, so an operator's entries are
+  # added after it (`SystemCallFilter = [ "~@clock" ]` keeps the allow-list and takes @clock
+  # from it) and only lib.mkForce replaces it; a scalar as lib.mkDefault, which any setting of
+  # the operator's replaces.
+  unitDefaults = lib.mapAttrs (_: v: if lib.isList v then lib.mkBefore v else lib.mkDefault v);
+
   options =
     {
       defaultStateDir,

@@ -380,6 +380,104 @@ in
     checks = got: noComplaints got ++ [ (check (got.config.concurrency == 3) "concurrency") ];
   };
 
+  # ---- an operator's additions to the unit --------------------------------------------------
+  # The shipped lists are extended, never silently replaced (before issue 25, each of these
+  # additions replaced the shipped list: SystemCallFilter ended up [ "~@clock" ], a deny-list
+  # that allows every other call, and RestrictAddressFamilies [ "AF_PACKET" ]).
+
+  nixos-hardening-add-syscall-group = {
+    module = "nixos";
+    configs = {
+      serviceConfig = lib.recursiveUpdate typical {
+        systemd.services.quest-runner.serviceConfig.SystemCallFilter = [ "~@clock" ];
+      };
+      serviceOverrides = lib.recursiveUpdate typical {
+        services.quest-runner.serviceOverrides.SystemCallFilter = [ "~@clock" ];
+      };
+    };
+    checks =
+      got:
+      lib.mapAttrsToList (
+        how: g:
+        check (
+          g.service.serviceConfig.SystemCallFilter == [
+            "@system-service"
+            "@mount"
+            "seccomp"
+            "~@clock"
+          ]
+        ) "${how}: ~@clock is added to the allow-list: ${builtins.toJSON g.service.serviceConfig.SystemCallFilter}"
+      ) got;
+  };
+
+  nixos-hardening-add-address-family = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      systemd.services.quest-runner.serviceConfig.RestrictAddressFamilies = [ "AF_PACKET" ];
+    };
+    checks = got: [
+      (check (
+        got.service.serviceConfig.RestrictAddressFamilies == [
+          "AF_UNIX"
+          "AF_INET"
+          "AF_INET6"
+          "AF_NETLINK"
+          "AF_PACKET"
+        ]
+      ) "AF_PACKET is added, AF_UNIX and the rest kept: ${builtins.toJSON got.service.serviceConfig.RestrictAddressFamilies}")
+    ];
+  };
+
+  # A capability added to the empty bounding set is the only one the service gets.
+  nixos-hardening-add-capability = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      services.quest-runner.serviceOverrides.CapabilityBoundingSet = [ "CAP_NET_BIND_SERVICE" ];
+    };
+    checks = got: [
+      (check (
+        got.service.serviceConfig.CapabilityBoundingSet == [
+          ""
+          "CAP_NET_BIND_SERVICE"
+        ]
+      ) "the reset line first, then the addition: ${builtins.toJSON got.service.serviceConfig.CapabilityBoundingSet}")
+    ];
+  };
+
+  nixos-hardening-force-replaces = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      systemd.services.quest-runner.serviceConfig.SystemCallFilter = lib.mkForce [ "@system-service" ];
+    };
+    checks = got: [
+      (check (
+        got.service.serviceConfig.SystemCallFilter == [ "@system-service" ]
+      ) "mkForce replaces the list: ${builtins.toJSON got.service.serviceConfig.SystemCallFilter}")
+    ];
+  };
+
+  # A shipped scalar gives way to the operator's, from either place.
+  nixos-hardening-scalar-replaced = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical {
+      systemd.services.quest-runner.serviceConfig.ProtectSystem = "full";
+      services.quest-runner.serviceOverrides.RestartSec = "10s";
+    };
+    checks = got: [
+      (check (got.service.serviceConfig.ProtectSystem == "full") "ProtectSystem: ${got.service.serviceConfig.ProtectSystem}")
+      (check (got.service.serviceConfig.RestartSec == "10s") "RestartSec: ${got.service.serviceConfig.RestartSec}")
+    ];
+  };
+
+  # A setting the module makes itself, given again in serviceOverrides: reported, not won
+  # silently (before issue 25 `//` made it User=alice while users.users and the assertions
+  # went on with quest-runner).
+  nixos-override-conflicting-scalar = {
+    module = "nixos";
+    config = lib.recursiveUpdate typical { services.quest-runner.serviceOverrides.User = "alice"; };
+    error = "The option `systemd.services.quest-runner.serviceConfig.User' has conflicting definition values";
+  };
+
   # ---- the PostgreSQL queue -----------------------------------------------------------------
 
   # The database on this host: services.postgresql with a database and role named after the
@@ -532,6 +630,19 @@ in
         (check (lib.hasSuffix "/bin/quest-runner serve" (lib.head Service.ExecStart)) "ExecStart runs serve")
         (check (got.service.Install.WantedBy == [ "default.target" ]) "WantedBy")
       ];
+  };
+
+  # The user unit's shipped settings give way to the operator's (before issue 25 any of them
+  # set again was a conflict).
+  home-unit-setting-replaced = {
+    module = "home";
+    config = lib.recursiveUpdate typicalHome {
+      systemd.user.services.quest-runner.Service.Restart = "always";
+    };
+    checks = got: [
+      (check (got.service.Service.Restart == "always") "Restart: ${got.service.Service.Restart}")
+      (check (got.service.Service.Type == "notify") "the rest kept: Type=${got.service.Service.Type}")
+    ];
   };
 
   home-reload-not-restart = {

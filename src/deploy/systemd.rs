@@ -123,7 +123,12 @@ pub fn render(params: &UnitParams) -> Result<String, DeployError> {
         "# quest-runner's system service, printed by `quest-runner systemd-unit`.\n\
          # The settings come from nix/service-hardening.json, which the NixOS module\n\
          # (services.quest-runner) uses too. Install as /etc/systemd/system/quest-runner.service;\n\
-         # override settings with `systemctl edit quest-runner`, not by editing this file.\n",
+         # change settings with a drop-in (`systemctl edit quest-runner`), not by editing this\n\
+         # file. A list setting (one line per item: SystemCallFilter=, RestrictAddressFamilies=,\n\
+         # CapabilityBoundingSet=, ...) is extended by the drop-in's lines: `SystemCallFilter=~@clock`\n\
+         # keeps the allow-list below and takes @clock from it, `RestrictAddressFamilies=AF_PACKET`\n\
+         # keeps AF_UNIX and the rest. An empty assignment first (`SystemCallFilter=`) replaces\n\
+         # the list. A scalar line replaces the value here.\n",
     );
     section(&mut out, "Unit", &settings.unit, &[]);
     let mut own = vec![

@@ -185,3 +185,24 @@ fn values_render_like_nixos() {
         ["a", "b"]
     );
 }
+
+/// A list is one line per item, so a drop-in's line for the same key is added to it (systemd
+/// merges repeated list assignments); the header says so, and how to replace one instead.
+#[test]
+fn drop_in_lines_extend_the_shipped_lists() {
+    let unit = render(&params()).unwrap();
+    let lines = service_lines(&unit);
+    assert_eq!(
+        values(&lines, "SystemCallFilter"),
+        ["@system-service", "@mount", "seccomp"]
+    );
+    assert_eq!(
+        values(&lines, "RestrictAddressFamilies"),
+        ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"]
+    );
+    // An empty set: a drop-in's CapabilityBoundingSet=CAP_X after it is the whole set.
+    assert_eq!(values(&lines, "CapabilityBoundingSet"), [""]);
+    assert_eq!(values(&lines, "AmbientCapabilities"), [""]);
+    assert!(unit.contains("`SystemCallFilter=~@clock`"), "{unit}");
+    assert!(unit.contains("(`SystemCallFilter=`) replaces"), "{unit}");
+}
