@@ -16,7 +16,7 @@
 let
   inherit (lib) mkIf;
   cfg = config.services.quest-runner;
-  shared = import ./options.nix { inherit lib pkgs; };
+  shared = import ./lib.nix { inherit lib pkgs; };
   unit = import ../nix/service-settings.nix;
   configFile = shared.configFile cfg;
   limitsFile = shared.limitsFile cfg;
@@ -72,21 +72,18 @@ let
 
 in
 {
-  imports = shared.imports;
-
-  options.services.quest-runner = shared.options {
-    defaultStateDir = "${config.xdg.stateHome}/quest-runner";
-    defaultStateDirText = lib.literalExpression ''"''${config.xdg.stateHome}/quest-runner"'';
-    where = "user agent";
-  };
+  imports = [
+    (import ./options.nix {
+      defaultStateDir = "${config.xdg.stateHome}/quest-runner";
+      defaultStateDirText = lib.literalExpression ''"''${config.xdg.stateHome}/quest-runner"'';
+      where = "user agent";
+    })
+    ./common.nix
+  ];
 
   config = mkIf cfg.enable (
     lib.mkMerge [
       {
-        assertions =
-          shared.assertions cfg
-          ++ shared.accountAssertions cfg (if isDarwin then shared.neededDirs.darwin else shared.neededDirs.linux);
-        warnings = shared.accountWarnings cfg;
         home.packages = [ cfg.package ];
         xdg.configFile.${configName} = {
           source = configFile;

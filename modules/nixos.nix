@@ -16,7 +16,7 @@
 let
   inherit (lib) mkIf mkOption types;
   cfg = config.services.quest-runner;
-  shared = import ./options.nix { inherit lib pkgs; };
+  shared = import ./lib.nix { inherit lib pkgs; };
   unit = import ../nix/service-settings.nix;
   configFile = shared.configFile cfg;
 
@@ -52,7 +52,7 @@ let
   unusableAccountFile =
     f:
     let
-      at = "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}";
+      at = "${f.option} = ${f.path}";
       inHome = lib.any (dir: shared.within dir f.path) [
         "/home"
         "/root"
@@ -86,84 +86,83 @@ let
 
 in
 {
-  imports = shared.imports;
+  imports = [
+    (import ./options.nix {
+      defaultStateDir = "/var/lib/quest-runner";
+      where = "system service";
+    })
+    ./common.nix
+  ];
 
-  options.services.quest-runner =
-    lib.recursiveUpdate
-      (shared.options {
-        defaultStateDir = "/var/lib/quest-runner";
-        where = "system service";
-      })
-      {
-      user = mkOption {
-        type = types.str;
-        default = "quest-runner";
-        description = ''
-          The user the service runs as. The default, quest-runner, is created as a system
-          user whose home is the state directory; any other must exist.
-        '';
-      };
-
-      group = mkOption {
-        type = types.str;
-        default = "quest-runner";
-        description = "The service's group (created when it is the default).";
-      };
-
-      serviceOverrides = mkOption {
-        # As nixpkgs' services.github-runners: definitions are passed on as written, so
-        # lib.mkForce and lib.mkBefore inside act as they would in serviceConfig.
-        type = types.attrs;
-        default = { };
-        example = lib.literalExpression ''
-          {
-            ProtectHome = "read-only";
-            ReadWritePaths = [ "/srv/quest-runner" ];
-            SystemCallFilter = [ "~@clock" ];
-          }
-        '';
-        description = ''
-          systemd [Service] settings merged with the unit's (lib.mkMerge), exactly as
-          definitions of `systemd.services.quest-runner.serviceConfig`. A scalar replaces
-          the shipped value (those are lib.mkDefault). A list is added to the shipped one:
-          `SystemCallFilter = [ "~@clock" ]` keeps `@system-service @mount seccomp` and
-          takes `@clock` from it, `RestrictAddressFamilies = [ "AF_PACKET" ]` keeps
-          AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK; replace a list with
-          `lib.mkForce [ ... ]`. The module's own settings (ExecStart, ExecReload, User,
-          Group, StateDirectory, EnvironmentFile) have options of their own: given here
-          too, evaluation fails with "conflicting definition values" (lib.mkForce wins).
-          Read the reason nix/service-hardening.json gives for a setting before relaxing
-          it: several exist because bwrap needs them.
-        '';
-      };
-
-      queue.postgresql.createLocally = mkOption {
-        type = types.bool;
-        default = false;
-        description = ''
-          Run the queue's database on this host: services.postgresql with a database and a
-          role named after the service's user (ensureDatabases, ensureUsers with
-          ensureDBOwnership), reached over /run/postgresql with peer authentication, so no
-          password exists. Runners on other hosts then need a way in (a role with a
-          password, `services.postgresql.enableTCPIP` and `authentication`), set by you.
-        '';
-      };
-
-      apparmor.enable = lib.mkEnableOption ''
-        the AppArmor profile that lets the package's bwrap (and only it) create user
-        namespaces, through security.apparmor.policies. Needed where AppArmor restricts
-        unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); the
-        template is nix/apparmor/quest-runner-bwrap.in'';
+  # The system service's own options besides the shared ones of ./options.nix.
+  options.services.quest-runner = {
+    user = mkOption {
+      type = types.str;
+      default = "quest-runner";
+      description = ''
+        The user the service runs as. The default, quest-runner, is created as a system
+        user whose home is the state directory; any other must exist.
+      '';
     };
+
+    group = mkOption {
+      type = types.str;
+      default = "quest-runner";
+      description = "The service's group (created when it is the default).";
+    };
+
+    serviceOverrides = mkOption {
+      # As nixpkgs' services.github-runners: definitions are passed on as written, so
+      # lib.mkForce and lib.mkBefore inside act as they would in serviceConfig.
+      type = types.attrs;
+      default = { };
+      example = lib.literalExpression ''
+        {
+          ProtectHome = "read-only";
+          ReadWritePaths = [ "/srv/quest-runner" ];
+          SystemCallFilter = [ "~@clock" ];
+        }
+      '';
+      description = ''
+        systemd [Service] settings merged with the unit's (lib.mkMerge), exactly as
+        definitions of `systemd.services.quest-runner.serviceConfig`. A scalar replaces
+        the shipped value (those are lib.mkDefault). A list is added to the shipped one:
+        `SystemCallFilter = [ "~@clock" ]` keeps `@system-service @mount seccomp` and
+        takes `@clock` from it, `RestrictAddressFamilies = [ "AF_PACKET" ]` keeps
+        AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK; replace a list with
+        `lib.mkForce [ ... ]`. The module's own settings (ExecStart, ExecReload, User,
+        Group, StateDirectory, EnvironmentFile) have options of their own: given here
+        too, evaluation fails with "conflicting definition values" (lib.mkForce wins).
+        Read the reason nix/service-hardening.json gives for a setting before relaxing
+        it: several exist because bwrap needs them.
+      '';
+    };
+
+    queue.postgresql.createLocally = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Run the queue's database on this host: services.postgresql with a database and a
+        role named after the service's user (ensureDatabases, ensureUsers with
+        ensureDBOwnership), reached over /run/postgresql with peer authentication, so no
+        password exists. Runners on other hosts then need a way in (a role with a
+        password, `services.postgresql.enableTCPIP` and `authentication`), set by you.
+      '';
+    };
+
+    apparmor.enable = lib.mkEnableOption ''
+      the AppArmor profile that lets the package's bwrap (and only it) create user
+      namespaces, through security.apparmor.policies. Needed where AppArmor restricts
+      unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); the
+      template is nix/apparmor/quest-runner-bwrap.in'';
+  };
 
   config = mkIf cfg.enable {
     assertions =
-      shared.assertions cfg
-      ++ map (message: {
+      map (message: {
         assertion = message == null;
         inherit message;
       }) (map unusableAccountFile (shared.accountFiles cfg))
-      ++ shared.accountAssertions cfg shared.neededDirs.linux
       ++ [
       {
         assertion = lib.hasPrefix "/var/lib/" cfg.stateDir && stateDirName != "";
@@ -180,10 +179,9 @@ in
     ];
 
     warnings =
-      shared.accountWarnings cfg
-      ++ map (
+      map (
         f:
-        "services.quest-runner.accounts.${f.name}.${f.field} = ${f.path}: the service cannot write it (ProtectSystem=strict; writable are ${lib.concatStringsSep ", " writablePaths}), and the agent rewrites it when it refreshes the login. Keep it under the state directory, or add its directory to services.quest-runner.serviceOverrides.ReadWritePaths."
+        "${f.option} = ${f.path}: the service cannot write it (ProtectSystem=strict; writable are ${lib.concatStringsSep ", " writablePaths}), and the agent rewrites it when it refreshes the login. Keep it under the state directory, or add its directory to services.quest-runner.serviceOverrides.ReadWritePaths."
       ) readOnlyLogins;
 
     users.users = mkIf (cfg.user == "quest-runner") {

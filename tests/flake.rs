@@ -156,16 +156,14 @@ const FULL_MODULE_CONFIG: &str = r#"{
       passwordFile = "/run/keys/quest-runner-db";
       lease = "45s";
     };
-    accounts.work = {
-      agent = "claude";
+    accounts.work.claude = {
       apiKeyFile = "/var/lib/quest-runner/keys/anthropic";
       credentialsFile = "/var/lib/quest-runner/claude/.credentials.json";
       baseUrl = "https://gateway.example.org";
       model = "claude-sonnet-4-5";
       budget = 2000000;
     };
-    accounts.oc = {
-      agent = "opencode";
+    accounts.oc.opencode = {
       authFile = "/var/lib/quest-runner/opencode/auth.json";
       config.small_model = "anthropic/claude-haiku-4-5";
       model = "anthropic/claude-sonnet-4-5";
@@ -255,7 +253,7 @@ fn module_assertions_use_the_runners_needed_directories() {
     };
     let needed = eval_lib(
         &nix,
-        "{ root, lib }: (import (root + \"/modules/options.nix\") { inherit lib; pkgs = { }; }).neededDirs",
+        "{ root, lib }: (import (root + \"/modules/lib.nix\") { inherit lib; pkgs = { }; }).neededDirs",
     );
     for (platform, key) in [(Platform::Linux, "linux"), (Platform::Macos, "darwin")] {
         let want: Vec<(String, bool)> = private::needed(platform)
@@ -273,7 +271,7 @@ fn module_assertions_use_the_runners_needed_directories() {
                 )
             })
             .collect();
-        assert_eq!(got, want, "modules/options.nix neededDirs.{key}");
+        assert_eq!(got, want, "modules/lib.nix neededDirs.{key}");
     }
 }
 

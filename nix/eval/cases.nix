@@ -24,12 +24,8 @@ let
         nix.options.substituters = "";
         limits.memory = "4G";
       };
-      accounts.work = {
-        agent = "claude";
-        apiKeyFile = "${stateDir}/keys/anthropic";
-      };
-      accounts.oc = {
-        agent = "opencode";
+      accounts.work.claude.apiKeyFile = "${stateDir}/keys/anthropic";
+      accounts.oc.opencode = {
         authFile = "${stateDir}/opencode/auth.json";
         model = "anthropic/claude-sonnet-4-5";
         config.provider.anthropic.options.apiKey = "{file:${stateDir}/keys/anthropic}";
@@ -38,18 +34,17 @@ let
   };
   typicalHome = lib.recursiveUpdate typical {
     services.quest-runner.accounts = {
-      work.apiKeyFile = "/home/alice/.local/state/quest-runner/keys/anthropic";
-      oc.authFile = "/home/alice/.local/share/opencode/auth.json";
-      oc.config.provider.anthropic.options.apiKey = "{file:/home/alice/.config/anthropic-key}";
+      work.claude.apiKeyFile = "/home/alice/.local/state/quest-runner/keys/anthropic";
+      oc.opencode.authFile = "/home/alice/.local/share/opencode/auth.json";
+      oc.opencode.config.provider.anthropic.options.apiKey = "{file:/home/alice/.config/anthropic-key}";
     };
   };
   # The typical configuration, with `settings` changed as given.
   withSettings = base: settings: lib.recursiveUpdate base { services.quest-runner = { inherit settings; }; };
-  withAccount =
-    account:
-    lib.recursiveUpdate { services.quest-runner.enable = true; } {
-      services.quest-runner.accounts.x = account;
-    };
+  withAccount = agent: fields: {
+    services.quest-runner.enable = true;
+    services.quest-runner.accounts.x.${agent} = fields;
+  };
 
   noComplaints = got: [
     (check (got.failedAssertions == [ ]) "failed assertions: ${toString got.failedAssertions}")
@@ -166,29 +161,26 @@ in
 
   nixos-account-path-literal = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = ./cases.nix;
     };
-    error = "services.quest-runner.accounts.x.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
+    error = "services.quest-runner.accounts.x.claude.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
   };
 
   nixos-account-store-string = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "${./cases.nix}";
     };
-    error = "services.quest-runner.accounts.x.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
+    error = "services.quest-runner.accounts.x.claude.apiKeyFile' is not of type `null or absolute path as a string, outside the Nix store";
   };
 
   nixos-opencode-config-path-literal = {
     module = "nixos";
-    config = withAccount {
-      agent = "opencode";
+    config = withAccount "opencode" {
       config.provider.anthropic.options.apiKey = "{file:${./cases.nix}}";
     };
-    error = "services.quest-runner.accounts.x.config.provider.anthropic.options.apiKey' is not of type `JSON value (no Nix paths)'";
+    error = "services.quest-runner.accounts.x.opencode.config.provider.anthropic.options.apiKey' is not of type `JSON value (no Nix paths)'";
   };
 
   nixos-bad-timeout = {
@@ -221,24 +213,58 @@ in
     checks = asserts [ "\"--impure\" is not a Nix setting name" ];
   };
 
+  # Another agent's field is no option of this one's (types.attrTag: each agent its own
+  # fields, as ClaudeAccount and OpencodeAccount in src/config.rs).
   nixos-account-field = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       authFile = "${stateDir}/auth.json";
     };
-    checks = asserts [ "accounts.x: authFile is not a field of a claude account" ];
+    error = "The option `services.quest-runner.accounts.x.claude.authFile' does not exist";
+  };
+
+  nixos-account-two-agents = {
+    module = "nixos";
+    config = lib.recursiveUpdate (withAccount "claude" { apiKeyFile = "${stateDir}/key"; }) {
+      services.quest-runner.accounts.x.opencode.authFile = "${stateDir}/auth.json";
+    };
+    error = "is not of type `attribute-tagged union with choices: claude, opencode";
+  };
+
+  # The older spelling, { agent = "claude"; ... }, writes the same config as the tagged one.
+  nixos-account-older-spelling = {
+    module = "nixos";
+    configs = {
+      tagged = typical;
+      older = lib.recursiveUpdate { services.quest-runner = removeAttrs typical.services.quest-runner [ "accounts" ]; } {
+        services.quest-runner.accounts = {
+          work = {
+            agent = "claude";
+            apiKeyFile = "${stateDir}/keys/anthropic";
+          };
+          oc = {
+            agent = "opencode";
+            authFile = "${stateDir}/opencode/auth.json";
+            model = "anthropic/claude-sonnet-4-5";
+            config.provider.anthropic.options.apiKey = "{file:${stateDir}/keys/anthropic}";
+          };
+        };
+      };
+    };
+    checks = got: [
+      (check (got.older.config == got.tagged.config) "the same config: ${builtins.toJSON got.older.config.accounts}")
+      (check (got.older.failedAssertions == [ ] && got.older.warnings == [ ]) "complaints: ${toString (got.older.failedAssertions ++ got.older.warnings)}")
+    ];
   };
 
   # ProtectHome=true hides /home, /root and /run/user from the service: name the fix.
   nixos-account-in-home = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/home/alice/anthropic";
     };
     checks = asserts [
-      "accounts.x.apiKeyFile = /home/alice/anthropic: the service cannot read it"
+      "accounts.x.claude.apiKeyFile = /home/alice/anthropic: the service cannot read it"
       "ProtectHome=true"
       ''services.quest-runner.serviceOverrides.ProtectHome = "read-only"''
     ];
@@ -246,32 +272,29 @@ in
 
   nixos-login-in-root = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       credentialsFile = "/root/.claude/.credentials.json";
     };
     checks = asserts [
-      "accounts.x.credentialsFile = /root/.claude/.credentials.json: the service cannot read it"
+      "accounts.x.claude.credentialsFile = /root/.claude/.credentials.json: the service cannot read it"
       ''services.quest-runner.serviceOverrides = { ProtectHome = false; ReadWritePaths = [ "/root/.claude" ]; }''
     ];
   };
 
   nixos-login-in-run-user-read-only = {
     module = "nixos";
-    config = lib.recursiveUpdate (withAccount {
-      agent = "opencode";
+    config = lib.recursiveUpdate (withAccount "opencode" {
       authFile = "/run/user/1000/opencode/auth.json";
     }) { services.quest-runner.serviceOverrides.ProtectHome = "read-only"; };
     checks = asserts [
-      "accounts.x.authFile = /run/user/1000/opencode/auth.json: the service cannot write it (ProtectHome=read-only)"
+      "accounts.x.opencode.authFile = /run/user/1000/opencode/auth.json: the service cannot write it (ProtectHome=read-only)"
     ];
   };
 
   # The operator took the fix: no assertion, and /home is hidden from jobs, so no warning.
   nixos-account-in-home-protect-home-read-only = {
     module = "nixos";
-    config = lib.recursiveUpdate (withAccount {
-      agent = "claude";
+    config = lib.recursiveUpdate (withAccount "claude" {
       apiKeyFile = "/home/alice/anthropic";
     }) { services.quest-runner.serviceOverrides.ProtectHome = "read-only"; };
     checks = noComplaints;
@@ -279,8 +302,7 @@ in
 
   nixos-account-in-tmp = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/tmp/anthropic";
     };
     checks = asserts [ "the service cannot see it: its unit has PrivateTmp=true" ];
@@ -289,8 +311,7 @@ in
   # Directories the policy hides as a whole: no warning.
   nixos-account-in-run-secrets = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/run/secrets/anthropic";
     };
     checks = noComplaints;
@@ -299,8 +320,7 @@ in
   # A directory of its own: the runner hides it whole from jobs.
   nixos-account-in-etc-dir = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/etc/quest-runner/anthropic";
     };
     checks = noComplaints;
@@ -309,12 +329,11 @@ in
   # A directory jobs' commands need: the runner would refuse it, so the module does.
   nixos-account-in-etc = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/etc/anthropic";
     };
     checks = asserts [
-      "accounts.x.apiKeyFile = /etc/anthropic: its directory /etc is one jobs' commands need"
+      "accounts.x.claude.apiKeyFile = /etc/anthropic: its directory /etc is one jobs' commands need"
       "a key rotation"
       "such as /etc/quest-runner/"
     ];
@@ -322,29 +341,26 @@ in
 
   nixos-account-above-needed = {
     module = "nixos";
-    config = withAccount {
-      agent = "opencode";
+    config = withAccount "opencode" {
       authFile = "/run/auth.json";
     };
-    checks = asserts [ "accounts.x.authFile = /run/auth.json: its directory /run is one jobs' commands need (above /run/current-system)" ];
+    checks = asserts [ "accounts.x.opencode.authFile = /run/auth.json: its directory /run is one jobs' commands need (above /run/current-system)" ];
   };
 
   nixos-login-read-only = {
     module = "nixos";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       credentialsFile = "/etc/quest-runner/credentials.json";
     };
     checks = warns [
-      "accounts.x.credentialsFile = /etc/quest-runner/credentials.json: the service cannot write it (ProtectSystem=strict"
+      "accounts.x.claude.credentialsFile = /etc/quest-runner/credentials.json: the service cannot write it (ProtectSystem=strict"
       "the agent rewrites it when it refreshes the login"
     ];
   };
 
   nixos-opencode-file-refs = {
     module = "nixos";
-    config = withAccount {
-      agent = "opencode";
+    config = withAccount "opencode" {
       config.provider = {
         a.options.apiKey = "{file:/etc/opencode/key}";
         b.options.apiKey = "{file:/run/secrets/key}";
@@ -362,11 +378,10 @@ in
   # A file the account's config reads is a secret of the account: hidden with its directory.
   nixos-opencode-file-ref-in-etc = {
     module = "nixos";
-    config = withAccount {
-      agent = "opencode";
+    config = withAccount "opencode" {
       config.provider.a.options.apiKey = "{file:/etc/opencode-key}";
     };
-    checks = asserts [ "accounts.x.config names {file:/etc/opencode-key}: its directory /etc is one jobs' commands need" ];
+    checks = asserts [ "accounts.x.opencode.config names {file:/etc/opencode-key}: its directory /etc is one jobs' commands need" ];
   };
 
   nixos-concurrency-alias = {
@@ -714,11 +729,10 @@ in
 
   home-account-outside = {
     module = "home";
-    config = withAccount {
-      agent = "claude";
+    config = withAccount "claude" {
       apiKeyFile = "/etc/anthropic";
     };
-    checks = asserts [ "accounts.x.apiKeyFile = /etc/anthropic: its directory /etc is one jobs' commands need" ];
+    checks = asserts [ "accounts.x.claude.apiKeyFile = /etc/anthropic: its directory /etc is one jobs' commands need" ];
   };
 
   home-darwin-typical = {
@@ -726,9 +740,9 @@ in
     system = "aarch64-darwin";
     config = lib.recursiveUpdate typicalHome {
       services.quest-runner.accounts = {
-        work.apiKeyFile = "/Users/alice/Library/quest-runner/anthropic";
-        oc.authFile = "/Users/alice/.local/share/opencode/auth.json";
-        oc.config.provider.anthropic.options.apiKey = "{file:/Users/alice/.config/anthropic-key}";
+        work.claude.apiKeyFile = "/Users/alice/Library/quest-runner/anthropic";
+        oc.opencode.authFile = "/Users/alice/.local/share/opencode/auth.json";
+        oc.opencode.config.provider.anthropic.options.apiKey = "{file:/Users/alice/.config/anthropic-key}";
       };
     };
     checks =
@@ -754,8 +768,8 @@ in
     module = "home";
     system = "aarch64-darwin";
     config = lib.recursiveUpdate typicalHome {
-      services.quest-runner.accounts.work.apiKeyFile = "/Users/alice/anthropic";
-      services.quest-runner.accounts.oc.authFile = "/Users/alice/auth.json";
+      services.quest-runner.accounts.work.claude.apiKeyFile = "/Users/alice/anthropic";
+      services.quest-runner.accounts.oc.opencode.authFile = "/Users/alice/auth.json";
       launchd.agents.quest-runner.config.ProcessType = "Interactive";
     };
     checks = got: [ (check (got.launchd.ProcessType == "Interactive") "ProcessType can be set") ];
