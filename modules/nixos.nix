@@ -94,6 +94,10 @@ in
     ./common.nix
   ];
 
+  # The chapter the NixOS manual shows above the options (usage, the queue, secrets,
+  # hardening, common problems).
+  meta.doc = ../docs/nixos-module.md;
+
   # The system service's own options besides the shared ones of ./options.nix.
   options.services.quest-runner = {
     user = mkOption {

@@ -8,6 +8,7 @@
 #   security.apparmor      nixos/modules/security/apparmor.nix
 #   nix.package            nixos/modules/config/nix.nix
 #   services.postgresql    nixos/modules/services/databases/postgresql.nix
+#   meta.doc               nixos/modules/misc/meta.nix
 # Only the options the module touches, with their types and defaults: a value of the wrong
 # type or an option NixOS does not have fails here as it would there. The flake's checks
 # evaluate the module against the real NixOS as well (nix/checks.nix).
@@ -309,6 +310,14 @@ in
         );
         default = [ ];
       };
+    };
+
+    # Each module's chapter, kept with the file that defined it.
+    meta.doc = mkOption {
+      type = types.path // {
+        merge = _loc: defs: defs;
+      };
+      internal = true;
     };
 
     nix.package = mkOption {
