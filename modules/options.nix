@@ -90,9 +90,14 @@ let
     };
   };
   # The older spelling, { agent = "claude"; apiKeyFile = ...; }, read as { claude = { ... }; }.
-  account = types.coercedTo (types.addCheck (types.attrsOf types.anything) (a: a ? agent)) (
-    a: { ${a.agent} = removeAttrs a [ "agent" ]; }
-  ) tagged;
+  account =
+    types.coercedTo (types.addCheck (types.attrsOf types.anything) (a: a ? agent)) (
+      a: { ${a.agent} = removeAttrs a [ "agent" ]; }
+    ) tagged
+    // {
+      description = "one agent's account (`claude = { ... }` or `opencode = { ... }`, not both)";
+      descriptionClass = "noun";
+    };
 in
 {
   # `concurrency`, the older spelling, is `settings.concurrency`.
@@ -120,7 +125,9 @@ in
       defaultText = defaultStateDirText;
       description = ''
         The runner's state: bare clones, jobs and the devShell cache
-        (QUEST_RUNNER_STATE_DIR). Jobs' commands never see it.
+        (QUEST_RUNNER_STATE_DIR), and the usual place for account files. Jobs' commands
+        never see it. The system service's must be below /var/lib, where systemd's
+        StateDirectory= creates it, owned by the service's user and mode 0700.
       '';
     };
 

@@ -228,7 +228,7 @@ in
     config = lib.recursiveUpdate (withAccount "claude" { apiKeyFile = "${stateDir}/key"; }) {
       services.quest-runner.accounts.x.opencode.authFile = "${stateDir}/auth.json";
     };
-    error = "is not of type `attribute-tagged union with choices: claude, opencode";
+    error = "accounts.x' is not of type `one agent's account (`claude = { ... }` or `opencode = { ... }`, not both)'";
   };
 
   # The older spelling, { agent = "claude"; ... }, writes the same config as the tagged one.
@@ -459,16 +459,25 @@ in
     ];
   };
 
+  # From either place: serviceOverrides passes lib.mkForce on as written.
   nixos-hardening-force-replaces = {
     module = "nixos";
-    config = lib.recursiveUpdate typical {
-      systemd.services.quest-runner.serviceConfig.SystemCallFilter = lib.mkForce [ "@system-service" ];
+    configs = {
+      serviceConfig = lib.recursiveUpdate typical {
+        systemd.services.quest-runner.serviceConfig.SystemCallFilter = lib.mkForce [ "@system-service" ];
+      };
+      serviceOverrides = lib.recursiveUpdate typical {
+        services.quest-runner.serviceOverrides.SystemCallFilter = lib.mkForce [ "@system-service" ];
+      };
     };
-    checks = got: [
-      (check (
-        got.service.serviceConfig.SystemCallFilter == [ "@system-service" ]
-      ) "mkForce replaces the list: ${builtins.toJSON got.service.serviceConfig.SystemCallFilter}")
-    ];
+    checks =
+      got:
+      lib.mapAttrsToList (
+        how: g:
+        check (
+          g.service.serviceConfig.SystemCallFilter == [ "@system-service" ]
+        ) "${how}: mkForce replaces the list: ${builtins.toJSON g.service.serviceConfig.SystemCallFilter}"
+      ) got;
   };
 
   # A shipped scalar gives way to the operator's, from either place.
