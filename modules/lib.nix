@@ -46,15 +46,9 @@ let
     "authFile"
   ];
 
-  # Unset settings are left out of the file, as the runner's own defaults.
-  withoutNulls =
-    v:
-    if builtins.isAttrs v then
-      lib.mapAttrs (_: withoutNulls) (lib.filterAttrs (_: x: x != null) v)
-    else if builtins.isList v then
-      map withoutNulls v
-    else
-      v;
+  # Unset settings are left out of the file, as the runner's own defaults. (No list of the
+  # settings holds attribute sets, so lib's filter, which does not enter lists, is enough.)
+  withoutNulls = lib.filterAttrsRecursive (_: v: v != null);
 
   # Whether `path` is `dir` or inside it, component-wise as Rust's Path::starts_with.
   within = dir: path: path == dir || lib.hasPrefix "${lib.removeSuffix "/" dir}/" path;
