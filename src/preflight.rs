@@ -73,29 +73,57 @@ fn userns_check() -> Check {
             fix: Some("apt-get install bubblewrap".into()),
         };
     };
-    let out = Command::new(&bwrap)
-        .args([
-            "--unshare-user",
-            "--unshare-net",
-            "--unshare-pid",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--",
-            "/bin/true",
-        ])
-        .stdin(Stdio::null())
-        .output();
+    // As the job runs: the agent's namespace (as the agent's identity when the runner is
+    // root), and the commands' sandbox inside it.
+    let identity = crate::sandbox::boundary::Identity::current();
+    let mut cmd = match identity {
+        crate::sandbox::boundary::Identity::Agent => {
+            let Ok(setpriv) = binaries::find(Tool::Setpriv) else {
+                return Check {
+                    name,
+                    ok: false,
+                    warn: false,
+                    detail: "not checked: setpriv not found (a root runner starts the agent's \
+                             namespace as an unprivileged identity with it)"
+                        .into(),
+                    fix: Some("apt-get install util-linux, or set QUEST_RUNNER_SETPRIV".into()),
+                };
+            };
+            let id = crate::sandbox::boundary::AGENT_ID.to_string();
+            let mut cmd = Command::new(setpriv);
+            cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+                .arg(&bwrap);
+            cmd
+        }
+        crate::sandbox::boundary::Identity::Runner => Command::new(&bwrap),
+    };
+    let namespace = [
+        "--unshare-user",
+        "--unshare-net",
+        "--unshare-pid",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--",
+    ];
+    cmd.args(namespace)
+        .arg(&bwrap)
+        .args(namespace)
+        .arg("/bin/true")
+        .current_dir("/");
+    let out = cmd.stdin(Stdio::null()).output();
     match out {
         Ok(o) if o.status.success() => Check {
             name,
             ok: true,
             warn: false,
-            detail: "bwrap can create user, network and pid namespaces".into(),
+            detail: "bwrap can create user, network and pid namespaces, and nest them: the \
+                     commands' sandbox inside the agent's"
+                .into(),
             fix: None,
         },
         Ok(o) => Check {

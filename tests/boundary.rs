@@ -33,6 +33,15 @@ fn tail(s: &str, max: usize) -> &str {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> SuiteReport {
+    suite_with(agent, trust, mutation, false).await
+}
+
+async fn suite_with(
+    agent: AgentKind,
+    trust: Trust,
+    mutation: Option<Mutation>,
+    agent_rules_off: bool,
+) -> SuiteReport {
     let _one_at_a_time = SERIAL.lock().await;
     // The suite runs the runner in this process; opencode's commands go through the runner's
     // binary (its shell and executor modes), which this test binary is not.
@@ -44,7 +53,8 @@ async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> Su
         agent,
         trust,
         mutation,
-        controls: mutation.is_none(),
+        controls: mutation.is_none() && !agent_rules_off,
+        agent_rules_off,
     };
     boundary::run(&cfg).await.expect("the suite runs")
 }
@@ -86,15 +96,24 @@ async fn mutations_are_caught(agent: AgentKind) {
     let mut missed = Vec::new();
     for m in Mutation::here() {
         let report = suite(agent, Trust::Trusted, Some(m)).await;
-        let catching = report.attempts.iter().find(|a| a.id == m.caught_by());
-        let caught = catching.is_some_and(|a| a.escaped);
+        let caught = report.caught(m);
+        for id in m.caught_by() {
+            let catching = report.attempts.iter().find(|a| a.id == *id);
+            let escaped = catching.is_some_and(|a| a.escaped);
+            figure(&format!(
+                "{} mutation {:<22} -> {:<18} {} ({})",
+                agent.name(),
+                m.name(),
+                id,
+                if escaped { "ESCAPED" } else { "refused" },
+                catching.map_or("", |a| tail(&a.evidence, 400)),
+            ));
+        }
         figure(&format!(
-            "{} mutation {:<22} -> {:<18} {} ({})",
+            "{} mutation {:<22} {}",
             agent.name(),
             m.name(),
-            m.caught_by(),
-            if caught { "caught" } else { "MISSED" },
-            catching.map_or("", |a| tail(&a.evidence, 400)),
+            if caught { "caught" } else { "MISSED" }
         ));
         if !caught {
             print(&report);
@@ -128,4 +147,45 @@ async fn opencode_untrusted_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_mutations_are_caught() {
     mutations_are_caught(AgentKind::Opencode).await;
+}
+
+/// The agents' own rules off (Claude Code allowing every file tool everywhere, opencode
+/// without the runner's plugin): the namespace alone must refuse every file-tool attempt, and
+/// the permitted steps still pass. `unconfined-agent` (a mutation above) shows each of these
+/// attempts escaping once the namespace goes too.
+async fn file_tools_held_by_the_namespace_alone(agent: AgentKind, trust: Trust) {
+    let report = suite_with(agent, trust, None, true).await;
+    print(&report);
+    let tools: Vec<_> = report
+        .attempts
+        .iter()
+        .filter(|a| boundary::FILE_TOOL_ATTEMPTS.contains(&a.id))
+        .collect();
+    figure(&format!(
+        "{} ({trust:?}) agent rules off: {}/{} file-tool attempts refused by the namespace alone",
+        agent.name(),
+        tools.iter().filter(|a| !a.escaped).count(),
+        tools.len()
+    ));
+    assert!(tools.len() >= 3, "the file-tool attempts ran");
+    let escaped: Vec<_> = report.escaped().iter().map(|a| a.id).collect();
+    let failed: Vec<_> = report
+        .failed_controls()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert!(escaped.is_empty(), "escaped: {escaped:?}");
+    assert!(failed.is_empty(), "controls failed: {failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_file_tools_held_by_the_namespace_alone() {
+    file_tools_held_by_the_namespace_alone(AgentKind::Claude, Trust::Trusted).await;
+    file_tools_held_by_the_namespace_alone(AgentKind::Claude, Trust::Untrusted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_file_tools_held_by_the_namespace_alone() {
+    file_tools_held_by_the_namespace_alone(AgentKind::Opencode, Trust::Trusted).await;
+    file_tools_held_by_the_namespace_alone(AgentKind::Opencode, Trust::Untrusted).await;
 }

@@ -125,7 +125,7 @@ fn claude_flags_keep_project_config_out() {
         "--setting-sources user",
         "--strict-mcp-config",
         "--permission-mode dontAsk",
-        "--disallowedTools WebFetch",
+        "--disallowedTools WebFetch,EnterWorktree,ExitWorktree",
         "--output-format stream-json",
     ] {
         assert!(args.contains(flag), "{flag} missing: {args}");

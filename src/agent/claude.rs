@@ -43,7 +43,10 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
             format!("Read({temp}/**)"),
         ]
     } else {
-        vec!["Edit".to_string(), "Read".to_string()]
+        // Every file tool, everywhere: the suite's proof that the namespace holds alone.
+        ["Edit", "Write", "Read", "Glob", "Grep", "NotebookEdit"]
+            .map(String::from)
+            .to_vec()
     };
     let mut allow: Vec<String> = vec!["Bash".into()];
     allow.extend(file_rules);
@@ -76,6 +79,7 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
             },
         },
         "disableAllHooks": true,
+        "autoMemoryEnabled": false,
         "enableAllProjectMcpServers": false,
         "includeCoAuthoredBy": false,
     });
@@ -183,6 +187,9 @@ fn launch_env(
         // Claude Code's sandbox gives commands this as TMPDIR; it must be the job's own.
         ("CLAUDE_CODE_TMPDIR", temp),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+        // Auto memory writes notes under the config dir that a later session of the same
+        // checkout path would load: inside the job's namespace, but off all the same.
+        ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "1".to_string()),
         ("DISABLE_AUTOUPDATER", "1".to_string()),
     ] {
         env.insert(k.to_string(), v);
@@ -214,7 +221,9 @@ fn launch_args(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Vec<String>
         "--permission-mode",
         "dontAsk",
         "--disallowedTools",
-        "WebFetch",
+        // WebFetch runs in Claude Code's own process with the network; EnterWorktree makes a
+        // worktree, admin dir and branch in the job's git store, beyond what commands write.
+        "WebFetch,EnterWorktree,ExitWorktree",
         "--append-system-prompt",
     ]
     .iter()

@@ -78,6 +78,7 @@ fn boundary_check(
             trust,
             mutation: None,
             controls: true,
+            agent_rules_off: false,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(
@@ -111,20 +112,18 @@ fn mutation_checks(
             trust: Trust::Trusted,
             mutation: Some(m),
             controls: false,
+            agent_rules_off: false,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))
         })?;
-        let hit = report
-            .attempts
-            .iter()
-            .any(|a| a.id == m.caught_by() && a.escaped);
+        let hit = report.caught(m);
         caught += usize::from(hit);
         super::out(format_args!(
             "{:<8} {:<22} must free {}",
             if hit { "caught" } else { "MISSED" },
             m.name(),
-            m.caught_by()
+            m.caught_by().join(", ")
         ))?;
         if !hit {
             failures.push(format!("{} mutation {}", agent.name(), m.name()));

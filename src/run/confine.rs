@@ -28,7 +28,8 @@ pub enum ConfineError {
 
 /// Rewrites `launch` (the agent, and its companion) to start inside the job's namespace.
 /// Nothing to do when the policy does not confine the agent (macOS, or the suite's mutation).
-pub(super) fn confine(
+/// Public for the benchmark, which starts an agent on its own in the same namespace.
+pub fn confine(
     launch: &mut Launch,
     policy: &SandboxPolicy,
     ws: &WorkspacePaths,

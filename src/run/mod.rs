@@ -12,7 +12,7 @@
 
 mod admit;
 mod agent_process;
-mod confine;
+pub mod confine;
 mod hooks;
 mod in_workspace;
 mod model;

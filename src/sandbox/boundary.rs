@@ -160,8 +160,9 @@ pub fn namespace_args(
     ]
     .map(String::from)
     .to_vec();
-    for path in sorted(&policy.deny_read) {
-        out.extend(hide(&path));
+    let hidden: Vec<PathBuf> = sorted(&policy.deny_read);
+    for path in &hidden {
+        out.extend(hide(path));
     }
     let reads = policy.allow_read.iter().chain(&own.read);
     for path in sorted(reads) {
@@ -179,6 +180,15 @@ pub fn namespace_args(
             passwd.to_string_lossy().into_owned(),
         ]);
         out.push("/etc/passwd".to_string());
+    }
+    // The empty directories over the hidden trees, read-only once what is bound back inside
+    // them is in place (each bind is a mount of its own, untouched): a write there would land
+    // in memory, not on the host, but it is refused as a command's would be.
+    for path in hidden.iter().filter(|p| p.is_dir()) {
+        out.extend([
+            "--remount-ro".to_string(),
+            path.to_string_lossy().into_owned(),
+        ]);
     }
     out
 }

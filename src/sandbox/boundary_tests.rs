@@ -100,7 +100,15 @@ fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
     let id = AGENT_ID.to_string();
     assert_eq!(
         args[..7],
-        ["--reuid", &id, "--regid", &id, "--clear-groups", "--", "/usr/bin/bwrap"]
+        [
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            "--",
+            "/usr/bin/bwrap"
+        ]
     );
     let tail = &args[args.len() - 5..];
     assert_eq!(tail, ["--chdir", "/co", "--", "/bin/agent", "-p"]);

@@ -135,5 +135,14 @@ fn link_secrets(world: &World) -> Result<(), String> {
         repo.join("AGENTS.md"),
     )
     .map_err(io)?;
-    std::os::unix::fs::symlink(&world.account_file, repo.join("CLAUDE.md")).map_err(io)
+    std::os::unix::fs::symlink(&world.account_file, repo.join("CLAUDE.md")).map_err(io)?;
+    // A link to a directory outside, for the file tools' `lnk-sub/../<file>` (issue 22: a
+    // path judged as text never leaves the checkout; the kernel follows the link, then `..`).
+    if let Some(dir) = world.home_secret.as_ref().and_then(|s| s.parent()) {
+        std::os::unix::fs::symlink(dir.join("sub"), repo.join(LINK_OUT)).map_err(io)?;
+    }
+    Ok(())
 }
+
+/// The committed link to a directory outside the checkout (`<home secret's dir>/sub`).
+pub const LINK_OUT: &str = "lnk-sub";

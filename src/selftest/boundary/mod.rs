@@ -26,5 +26,5 @@ mod shell_attacks;
 pub mod suite;
 pub mod world;
 
-pub use mutation::Mutation;
+pub use mutation::{Mutation, FILE_TOOL_ATTEMPTS};
 pub use suite::{run, SuiteConfig, SuiteReport};

@@ -19,13 +19,17 @@ use crate::sandbox::SandboxPolicy;
 /// | `no-deny-read`          | the deny-read list (secrets, state, homes)  | read-account-abs |
 /// | `allow-loopback`        | the network allowlist                       | net-proxy        |
 /// | `pass-all-env`          | the environment allowlist                   | env-scan         |
-/// | `unconfined-file-tools` | the agent's file tools kept in the checkout | tool-read-account|
+/// | `unconfined-agent`      | the agent in the job's namespace, and its own file-tool rules | every `tool-*` attempt |
 /// | `registry-writes`       | registries answer reads only (the decider)  | npm-publish      |
 /// | `shared-clone-writable` | jobs write only their own git store         | loose-object     |
 /// | `admin-pointers-writable` | the admin dir's commondir and gitdir are read-only | commondir-redirect |
 /// | `no-disk-limit`         | `limits.disk` (not a policy rule: the suite runs the disk pair without it) | disk-fill |
 /// | `private-by-name`       | private files hidden with their directories, not by name | rotate-secrets |
 /// | `private-real-dir-only` | ...and with the directories their links point into | rotate-secrets |
+///
+/// The agent's own rules alone (Claude Code's permission rules, opencode's plugin) are no
+/// mutation: with them off and the namespace in force every file-tool attempt must still be
+/// refused (`SuiteConfig::agent_rules_off`); only taking the namespace away as well frees them.
 ///
 /// Some attempts are refused by two layers: the bare clone's `hooks/` and `config`, the
 /// worktree's `.git` file, `.claude/` and `.mcp.json` are also among srt's own mandatory
@@ -40,7 +44,7 @@ pub enum Mutation {
     NoDenyRead,
     AllowLoopback,
     PassAllEnv,
-    UnconfinedFileTools,
+    UnconfinedAgent,
     RegistryWrites,
     SharedCloneWritable,
     AdminPointersWritable,
@@ -57,7 +61,7 @@ impl Mutation {
         Mutation::NoDenyRead,
         Mutation::AllowLoopback,
         Mutation::PassAllEnv,
-        Mutation::UnconfinedFileTools,
+        Mutation::UnconfinedAgent,
         Mutation::RegistryWrites,
         Mutation::SharedCloneWritable,
         Mutation::AdminPointersWritable,
@@ -83,7 +87,7 @@ impl Mutation {
             Mutation::NoDenyRead => "no-deny-read",
             Mutation::AllowLoopback => "allow-loopback",
             Mutation::PassAllEnv => "pass-all-env",
-            Mutation::UnconfinedFileTools => "unconfined-file-tools",
+            Mutation::UnconfinedAgent => "unconfined-agent",
             Mutation::RegistryWrites => "registry-writes",
             Mutation::SharedCloneWritable => "shared-clone-writable",
             Mutation::AdminPointersWritable => "admin-pointers-writable",
@@ -93,21 +97,21 @@ impl Mutation {
         }
     }
 
-    /// The attempt that must escape under this mutation.
-    pub fn caught_by(self) -> &'static str {
+    /// The attempts that must escape under this mutation.
+    pub fn caught_by(self) -> &'static [&'static str] {
         match self {
-            Mutation::WriteSharedTmp => "write-shared-tmp",
-            Mutation::WriteBareClone => "write-bare-info",
-            Mutation::NoDenyWrite => "plant-opencode-plugin",
-            Mutation::NoDenyRead => "read-account-abs",
-            Mutation::AllowLoopback => "net-proxy",
-            Mutation::PassAllEnv => "env-scan",
-            Mutation::UnconfinedFileTools => "tool-read-account",
-            Mutation::RegistryWrites => "npm-publish",
-            Mutation::SharedCloneWritable => "loose-object",
-            Mutation::AdminPointersWritable => "commondir-redirect",
-            Mutation::NoDiskLimit => super::disk::ID,
-            Mutation::PrivateByName | Mutation::PrivateRealDirOnly => "rotate-secrets",
+            Mutation::WriteSharedTmp => &["write-shared-tmp"],
+            Mutation::WriteBareClone => &["write-bare-info"],
+            Mutation::NoDenyWrite => &["plant-opencode-plugin"],
+            Mutation::NoDenyRead => &["read-account-abs"],
+            Mutation::AllowLoopback => &["net-proxy"],
+            Mutation::PassAllEnv => &["env-scan"],
+            Mutation::UnconfinedAgent => FILE_TOOL_ATTEMPTS,
+            Mutation::RegistryWrites => &["npm-publish"],
+            Mutation::SharedCloneWritable => &["loose-object"],
+            Mutation::AdminPointersWritable => &["commondir-redirect"],
+            Mutation::NoDiskLimit => &[super::disk::ID],
+            Mutation::PrivateByName | Mutation::PrivateRealDirOnly => &["rotate-secrets"],
         }
     }
 
@@ -126,7 +130,10 @@ impl Mutation {
             }
             Mutation::AllowLoopback => policy.allowed_hosts.push("127.0.0.1".into()),
             Mutation::PassAllEnv => policy.env.pass.push("*".into()),
-            Mutation::UnconfinedFileTools => policy.confine_file_tools = false,
+            Mutation::UnconfinedAgent => {
+                policy.confine_file_tools = false;
+                policy.confine_agent = false;
+            }
             // The decider's rule as a weaker policy would write it: registries take PUT.
             Mutation::RegistryWrites => policy.read_only_methods.push("PUT".into()),
             // As before jobs had stores of their own: the shared clone's objects and refs.
@@ -156,6 +163,18 @@ impl Mutation {
         }
     }
 }
+
+/// The attempts of the agent's own file tools: each must escape once neither the namespace
+/// nor the agent's rules confine them, and none while the namespace alone does.
+pub const FILE_TOOL_ATTEMPTS: &[&str] = &[
+    "tool-read-account",
+    "tool-read-link",
+    "tool-write-outside",
+    "tool-read-link-up",
+    "tool-write-link-up",
+    "tool-edit-link-up",
+    "tool-list-link-up",
+];
 
 /// Replaces the directories that hide the policy's private files with what `paths` gives for
 /// each file.

@@ -507,8 +507,12 @@ fn plant_host_secrets(
         .plant(&root_path, Some(&secrets.root))?
         .then(|| root_path.clone());
     let home_dir = PathBuf::from(format!("/home/qr-boundary-{token}"));
+    // Beside the secret, what the file-tool attempts through `<link>/..` aim at: a directory
+    // the checkout links to, and a file for them to edit (see `link_escapes`).
     let home_secret = (planted.plant(&home_dir, None)?
-        && planted.plant(&home_dir.join("secret"), Some(&secrets.home))?)
+        && planted.plant(&home_dir.join("secret"), Some(&secrets.home))?
+        && planted.plant(&home_dir.join("sub"), None)?
+        && planted.plant(&home_victim(&home_dir, token), Some(VICTIM_TEXT))?)
     .then(|| home_dir.join("secret"));
     let run_user = PathBuf::from(format!("/run/user/qr-boundary-{token}"));
     let run_user_secret = planted
@@ -540,6 +544,15 @@ fn plant_host_secrets(
         other_job_dir,
         system_secrets,
     })
+}
+
+/// What the host file the file-tool attempts edit through a link holds before them.
+pub const VICTIM_TEXT: &str = "victim-original";
+
+/// The host file beside the planted home secret that the file-tool attempts edit through a
+/// committed link, and whose name a listing through it would show.
+pub fn home_victim(home_dir: &Path, token: &str) -> PathBuf {
+    home_dir.join(format!("victim-{token}"))
 }
 
 /// A host process whose environment holds a secret: /proc/<pid>/environ.

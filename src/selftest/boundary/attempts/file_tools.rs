@@ -3,6 +3,9 @@
 
 use serde_json::json;
 
+use super::super::hostile::LINK_OUT;
+use super::super::world::{home_victim, World, VICTIM_TEXT};
+use super::{tool, Attempt, Detect, Rule, Targets};
 use crate::job::AgentKind;
 use crate::selftest::model_server::Step;
 
@@ -31,4 +34,88 @@ pub(super) fn write_tool(agent: AgentKind, path: &std::path::Path, content: &str
             input: json!({"filePath": path, "content": content}),
         },
     }
+}
+
+/// Replaces `old` with `new` in `path`: read first, as Claude Code's Edit requires.
+pub(super) fn edit_steps(
+    agent: AgentKind,
+    path: &std::path::Path,
+    old: &str,
+    new: &str,
+) -> Vec<Step> {
+    let edit = match agent {
+        AgentKind::Claude => Step::Tool {
+            name: "Edit".into(),
+            input: json!({"file_path": path, "old_string": old, "new_string": new}),
+        },
+        AgentKind::Opencode => Step::Tool {
+            name: "edit".into(),
+            input: json!({"filePath": path, "oldString": old, "newString": new}),
+        },
+    };
+    vec![read_tool(agent, path), edit]
+}
+
+/// Lists the directory `path` with opencode's own tool (Claude Code has none in a sandboxed
+/// session: its Glob and Grep are off there, for `rg` through Bash).
+pub(super) fn list_tool(path: &std::path::Path) -> Step {
+    Step::Tool {
+        name: "list".into(),
+        input: json!({"path": path}),
+    }
+}
+
+/// The file tools through a committed link to a directory outside, then `..` (issue 22): read,
+/// write, edit and list what sits beside the link's target. A path judged as text stays in
+/// the checkout; the kernel follows the link first. None where the home secret could not be
+/// planted.
+pub(super) fn link_escapes(world: &World, t: &Targets) -> Vec<Attempt> {
+    let Some(dir) = world.home_secret.as_ref().and_then(|s| s.parent()) else {
+        return Vec::new();
+    };
+    let token = &world.token;
+    let up = t.checkout.join(LINK_OUT).join("..");
+    let victim = home_victim(dir, token);
+    let victim_name = victim.file_name().map(|n| n.to_string_lossy().into_owned());
+    let written = format!("written-{token}");
+    let edited = format!("EDITED-{token}");
+    let victim_at = up.join(victim.file_name().unwrap_or_default());
+    let edit = edit_steps(t.agent, &victim_at, VICTIM_TEXT, &edited);
+    let mut attempts = vec![
+        tool(
+            "tool-read-link-up",
+            "read a host secret through <committed link>/.. with the agent's read tool".into(),
+            Rule::FileTools,
+            read_tool(t.agent, &up.join("secret")),
+            Detect::OutputHas(world.secrets.home.clone()),
+        ),
+        tool(
+            "tool-write-link-up",
+            "write a host file through <committed link>/.. with the agent's write tool".into(),
+            Rule::FileTools,
+            write_tool(t.agent, &up.join(&written), "pwned"),
+            Detect::HostPath(dir.join(&written)),
+        ),
+        Attempt {
+            steps: edit,
+            ..tool(
+                "tool-edit-link-up",
+                "edit a host file through <committed link>/.. with the agent's edit tool".into(),
+                Rule::FileTools,
+                read_tool(t.agent, &victim_at),
+                Detect::HostFileHas(victim.clone(), edited.clone()),
+            )
+        },
+    ];
+    // Claude Code has no listing tool in a sandboxed session (Glob and Grep are off there).
+    if t.agent == AgentKind::Opencode {
+        attempts.push(tool(
+            "tool-list-link-up",
+            "list a host directory through <committed link>/.. with the agent's own tool".into(),
+            Rule::FileTools,
+            list_tool(&up),
+            Detect::OutputHas(victim_name.unwrap_or_default()),
+        ));
+    }
+    attempts
 }

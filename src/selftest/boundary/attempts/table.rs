@@ -21,6 +21,7 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
     list.extend(config_plants(token));
     list.extend(network_and_env(t.port));
     list.extend(file_tool_attempts(world, t));
+    list.extend(super::file_tools::link_escapes(world, t));
     list.extend(gateway_attempts(t, token));
     list.extend(planted_attempts(world));
     list.extend(cgroup_attempts());

@@ -146,7 +146,7 @@ impl JobEvidence<'_> {
                 },
             ),
             ControlReport::new(
-                "file-tool refusals come from the runner's rules",
+                "file-tool refusals come from the runner's rules or its namespace",
                 not_runner.is_empty(),
                 if not_runner.is_empty() {
                     "all".into()

@@ -44,6 +44,10 @@ pub struct SuiteConfig {
     pub mutation: Option<Mutation>,
     /// Run the unconfined controls (skipped in mutation runs, which the base run covers).
     pub controls: bool,
+    /// The agents' own file-tool rules off (Claude Code allowing every file tool everywhere,
+    /// opencode without the runner's plugin), the namespace kept: the run of the file-tool
+    /// attempts that shows the kernel boundary holds alone.
+    pub agent_rules_off: bool,
 }
 
 fn agent_binary(agent: AgentKind) -> Option<PathBuf> {

@@ -17,7 +17,7 @@ pub struct AttemptReport {
     /// The attempt reached the sandbox (its marker, or a tool result, came back).
     pub ran: bool,
     pub escaped: bool,
-    /// For file tools: the refusal came from the runner's rules.
+    /// For file tools: the refusal came from the runner's rules or its namespace.
     pub refused_by_runner: Option<bool>,
     pub evidence: String,
     /// For network attempts: the requests the runner's decider allowed and refused, from
@@ -68,6 +68,18 @@ impl SuiteReport {
         self.controls.iter().filter(|c| !c.passed).collect()
     }
 
+    /// Whether the run under `mutation` shows the escapes the weakened rule must free: every
+    /// such attempt of the run escaped (an agent without a tool has no attempt with it), and
+    /// there was at least one.
+    pub fn caught(&self, mutation: Mutation) -> bool {
+        let freed: Vec<&AttemptReport> = self
+            .attempts
+            .iter()
+            .filter(|a| mutation.caught_by().contains(&a.id))
+            .collect();
+        !freed.is_empty() && freed.iter().all(|a| a.escaped)
+    }
+
     /// The boundary held and the run proves it: nothing escaped and every control passed.
     pub fn holds(&self) -> bool {
         self.escaped().is_empty() && self.failed_controls().is_empty()
@@ -86,6 +98,12 @@ impl SuiteReport {
             // The suite's own search says how far it looked.
             let searched = match a.id {
                 "agent-holds-secret" => format!(" [{}]", a.evidence),
+                // What the agent's tool answered: the runner's rule, the namespace, or the
+                // file itself.
+                _ if a.rule == Rule::FileTools => {
+                    let said: String = a.evidence.chars().take(140).collect();
+                    format!(" [{}]", said.replace('\n', " "))
+                }
                 _ => String::new(),
             };
             out.push(format!(

@@ -22,9 +22,9 @@ impl Plan {
         let world = &stage.world;
         let mut attempts = attempts::all(world, targets);
         if let Some(m) = cfg.mutation {
-            // A mutation run needs only the attempt its weakened rule must free (the base run
+            // A mutation run needs only the attempts its weakened rule must free (the base run
             // has shown the others refused); this keeps the mutation runs per agent short.
-            attempts.retain(|a| a.id == m.caught_by());
+            attempts.retain(|a| m.caught_by().contains(&a.id));
         }
         let mut script = vec![attempts::permitted(targets)];
         if cfg.trust == Trust::Trusted {

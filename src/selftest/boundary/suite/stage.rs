@@ -81,7 +81,7 @@ impl Stage {
             self.company.as_ref(),
             self.registry.as_ref(),
             crate::workspace::bare_clone_path(state, &job.repo),
-            cfg.mutation,
+            (cfg.mutation, cfg.agent_rules_off),
         );
         Ok(runner)
     }
@@ -153,7 +153,7 @@ fn run_hooks(
     company: Option<&Company>,
     registry: Option<&NpmRegistry>,
     bare: PathBuf,
-    mutation: Option<Mutation>,
+    (mutation, agent_rules_off): (Option<Mutation>, bool),
 ) -> RunHooks {
     let server_confine = server.confiner();
     let proxy_confine = server.confiner();
@@ -180,6 +180,9 @@ fn run_hooks(
                 }
                 if let Some(m) = mutation {
                     m.apply(p, &bare);
+                }
+                if agent_rules_off {
+                    p.confine_file_tools = false;
                 }
             }) as crate::run::PolicyHook)
         },

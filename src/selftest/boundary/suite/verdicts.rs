@@ -126,11 +126,26 @@ pub(super) fn decided(log: &[String], tag: &str) -> (usize, usize) {
 }
 
 pub(super) fn refused_by_runner(agent: AgentKind, output: &str) -> bool {
-    match agent {
+    let rules = match agent {
         // dontAsk mode: "Permission to use Read has been denied ..."
         AgentKind::Claude => output.contains("denied") || output.contains("Permission"),
         AgentKind::Opencode => output.contains("quest-runner"),
-    }
+    };
+    // The job's namespace: what it hides is absent, what it keeps read-only is so, whatever
+    // path the tool judged (the agents' errors for ENOENT, EROFS and EACCES).
+    let namespace = [
+        "does not exist",
+        "not found",
+        "No such file",
+        "ENOENT",
+        "Read-only file system",
+        "EROFS",
+        "EACCES",
+        "permission denied",
+    ]
+    .iter()
+    .any(|e| output.contains(e));
+    rules || namespace
 }
 
 /// The private temp dirs of the job at `job_root`, read back from the sandbox settings the
