@@ -1,97 +1,134 @@
 //! Claiming: the oldest queued file that is a valid job, under its claim lock, moved to
 //! `running/`; files that are not jobs are set aside in `serve/rejected/` with the reason.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::entry::write_entry;
-use super::{job_files, now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
+use super::read::{job_files, read_bounded, shown, JobFile, ReadError};
+use super::{now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
 use crate::job::{check_id, Job, JobSpec};
 use crate::lockfile::LockFile;
 use crate::serve::source::Claimed;
 use crate::util::io::{IoContext, IoError};
 
 impl FsQueue {
-    /// Queue files, oldest first (by modification time, then name). Names starting with a dot
-    /// are another program's files still being written.
-    fn queued_names(&self) -> Result<Vec<String>, QueueError> {
+    /// Queue files, oldest first (by modification time, then name), but for those found
+    /// to be no jobs that could not be moved out of the queue.
+    fn queued_files(&self) -> Result<Vec<JobFile>, QueueError> {
         let dir = self.sub(JobState::Queued.dir());
+        let stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut found = Vec::new();
-        for (id, e) in job_files(&dir).at("reading", &dir)? {
-            let mtime = e
-                .metadata()
+        for file in job_files(&dir).at("reading", &dir)? {
+            if stuck.contains(&file.path) {
+                continue;
+            }
+            // lstat: a link's own time, and no FIFO is opened.
+            let mtime = std::fs::symlink_metadata(&file.path)
                 .and_then(|m| m.modified())
                 .unwrap_or(SystemTime::UNIX_EPOCH);
-            found.push((mtime, format!("{id}.json")));
+            found.push((mtime, file));
         }
-        found.sort();
-        Ok(found.into_iter().map(|(_, n)| n).collect())
+        found.sort_by(|(ta, a), (tb, b)| (ta, &a.name).cmp(&(tb, &b.name)));
+        Ok(found.into_iter().map(|(_, f)| f).collect())
     }
 
     /// Claims the oldest queued job. Files that are not valid jobs are moved to
     /// `serve/rejected/` with the reason, and the next file is tried.
     pub fn claim_now(&self) -> Result<Option<Claimed<Ticket>>, QueueError> {
-        for name in self.queued_names()? {
-            let stem = name.trim_end_matches(".json").to_string();
-            let queued = self.sub(JobState::Queued.dir()).join(&name);
-            if let Err(e) = check_id(&stem) {
-                self.reject(&queued, &name, &e.to_string());
+        for file in self.queued_files()? {
+            let Some(id) = file.id.as_deref() else {
+                let why = format!(
+                    "the file name \"{}\" is not UTF-8, so it names no job",
+                    file.shown_name()
+                );
+                self.reject(&file.path, &file.name, &why);
+                continue;
+            };
+            if let Err(e) = check_id(id) {
+                self.reject(&file.path, &file.name, &e.to_string());
                 continue;
             }
-            let lock_path = self.lock_path(&stem);
-            let Some(lock) = LockFile::try_acquire(&lock_path).at("locking", &lock_path)? else {
-                continue; // another runner is claiming it right now
-            };
-            let running = self.path(JobState::Running, &stem);
-            match std::fs::rename(&queued, &running) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(IoError::at("claiming", &queued, e).into()),
-            }
-            match self.admit(&stem, &running) {
-                Ok((job, mut entry)) => {
-                    let attempt = entry.attempts.len() as u32 + 1;
-                    entry.attempts.push(Attempt {
-                        number: attempt,
-                        started_at: now_rfc3339(),
-                        runner_pid: std::process::id(),
-                        host: None,
-                        ended_at: None,
-                        outcome: None,
-                        reason: None,
-                    });
-                    if let Err(e) = write_entry(&running, &entry) {
-                        // A full disk, say: the job goes back to the queue, not astray in
-                        // `running/`.
-                        if let Err(back) = std::fs::rename(&running, &queued) {
-                            tracing::error!(job = %job.id, "putting the job back in the queue: {back}");
-                        }
-                        return Err(e);
-                    }
-                    tracing::info!(job = %job.id, attempt, "claimed");
-                    return Ok(Some(Claimed {
-                        job,
-                        attempt,
-                        ticket: Ticket { entry, _lock: lock },
-                    }));
-                }
-                Err(message) => self.reject(&running, &name, &message),
+            if let Some(claimed) = self.try_claim(&file, id)? {
+                return Ok(Some(claimed));
             }
         }
         Ok(None)
     }
 
+    /// Claims the queue file `file` of job `id`, unless another runner is claiming it, or
+    /// it is no job (then it is rejected).
+    fn try_claim(&self, file: &JobFile, id: &str) -> Result<Option<Claimed<Ticket>>, QueueError> {
+        let lock_path = self.lock_path(id);
+        let Some(lock) = LockFile::try_acquire(&lock_path).at("locking", &lock_path)? else {
+            return Ok(None); // another runner is claiming it right now
+        };
+        let queued = &file.path;
+        let running = self.path(JobState::Running, id);
+        match std::fs::rename(queued, &running) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(IoError::at("claiming", queued, e).into()),
+        }
+        let (job, mut entry) = match self.admit(id, &running) {
+            Ok(admitted) => admitted,
+            Err(ReadError::Refused(message)) => {
+                self.reject(&running, &file.name, &message);
+                return Ok(None);
+            }
+            Err(ReadError::Io(e)) => {
+                // The host failed to read it (too many open files, say): it may well be a
+                // job, so it goes back to the queue rather than being rejected.
+                self.put_back(&running, queued, id);
+                return Err(IoError::at("reading", &running, e).into());
+            }
+        };
+        let attempt = entry.attempts.len() as u32 + 1;
+        entry.attempts.push(Attempt {
+            number: attempt,
+            started_at: now_rfc3339(),
+            runner_pid: std::process::id(),
+            host: None,
+            ended_at: None,
+            outcome: None,
+            reason: None,
+        });
+        if let Err(e) = write_entry(&running, &entry) {
+            // A full disk, say: the job goes back to the queue, not astray in `running/`.
+            self.put_back(&running, queued, id);
+            return Err(e);
+        }
+        tracing::info!(job = %job.id, attempt, "claimed");
+        Ok(Some(Claimed {
+            job,
+            attempt,
+            ticket: Ticket { entry, _lock: lock },
+        }))
+    }
+
+    fn put_back(&self, running: &Path, queued: &Path, id: &str) {
+        if let Err(back) = std::fs::rename(running, queued) {
+            tracing::error!(job = %id, "putting the job back in the queue: {back}");
+        }
+    }
+
     /// Reads and validates a claimed file; the message says why it is not a job.
-    fn admit(&self, id: &str, path: &Path) -> Result<(Job, Entry), String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("unreadable: {e}"))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| format!("invalid job: {e}"))?;
+    fn admit(&self, id: &str, path: &Path) -> Result<(Job, Entry), ReadError> {
+        let text = read_bounded(path)?;
+        self.admit_text(id, &text).map_err(ReadError::Refused)
+    }
+
+    /// Validates a claimed file's `text`; the message says why it is not a job.
+    fn admit_text(&self, id: &str, text: &str) -> Result<(Job, Entry), String> {
+        let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid job: {e}"))?;
         let mut entry = if value.get("job").is_some() {
             serde_json::from_value::<Entry>(value)
                 .map_err(|e| format!("invalid queue entry: {e}"))?
         } else {
-            let spec = JobSpec::from_json(&text).map_err(|e| e.to_string())?;
+            let spec = JobSpec::from_json(text).map_err(|e| e.to_string())?;
             Entry {
                 job: spec,
                 submitted_at: now_rfc3339(),
@@ -132,22 +169,35 @@ impl FsQueue {
         Ok((job, entry))
     }
 
-    /// Moves a file that is not a job out of the queue, with a `.reason` file beside it.
-    pub(super) fn reject(&self, path: &Path, name: &str, reason: &str) {
-        tracing::warn!(file = %name, "rejected: {reason}");
+    /// Moves a file that is not a job out of the queue, with a `.reason` file beside it,
+    /// and says so once. One that cannot be moved is said once, and passed over from then on.
+    pub(super) fn reject(&self, path: &Path, name: &OsStr, reason: &str) {
         let dir = self.sub(JobState::Rejected.dir());
         let stamp = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
-        let target = dir.join(format!("{stamp}-{name}"));
+        let shown = shown(name);
+        let target = dir.join(format!("{stamp}-{shown}"));
+        let reason_path = dir.join(format!("{stamp}-{shown}.reason"));
+        // The reason first: whoever lists the file sees why at once.
+        let noted = std::fs::write(&reason_path, format!("{reason}\n"));
         if let Err(e) = std::fs::rename(path, &target) {
-            tracing::warn!(file = %path.display(), "could not move a rejected file: {e}");
+            let _ = std::fs::remove_file(&reason_path);
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return; // another runner set it aside first
+            }
+            let new = (self.stuck.lock().unwrap_or_else(|e| e.into_inner())).insert(path.into());
+            if new {
+                tracing::warn!(file = %shown,
+                    "not a job ({reason}), and it cannot be moved out of the queue: {e}; passed over");
+            }
             return;
         }
-        let reason_path = dir.join(format!("{stamp}-{name}.reason"));
-        if let Err(e) = std::fs::write(&reason_path, format!("{reason}\n")) {
-            tracing::warn!(file = %reason_path.display(), "{e}");
+        match noted {
+            Ok(()) => tracing::warn!(file = %shown, "rejected: {reason}"),
+            Err(e) => tracing::warn!(file = %shown,
+                "rejected: {reason} (writing {}: {e})", reason_path.display()),
         }
     }
 }

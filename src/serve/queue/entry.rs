@@ -6,10 +6,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::read::{read_bounded, ReadError};
 use super::QueueError;
 use crate::job::JobSpec;
 use crate::run::{JobResult, Outcome};
-use crate::util::io::IoContext;
+use crate::util::io::{IoContext, IoError};
 
 /// A job's file in the queue: the job as submitted, its attempts, and (when finished) its
 /// result. A file written by another program may also be a bare job file ([`JobSpec`]).
@@ -111,9 +112,31 @@ pub(super) fn to_json(entry: &Entry) -> Vec<u8> {
     data
 }
 
+/// The entry at `path`, read as [`super::read::read_bounded`] reads a job file: a file that
+/// is no job file is a [`QueueError::BadEntry`], never waited for.
 pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
-    let text = std::fs::read_to_string(path).at("reading", path)?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| QueueError::BadEntry {
+    Ok(read_entry_text(path)?.1)
+}
+
+/// [`read_entry`], with the file's text as it was read.
+pub(super) fn read_entry_text(path: &Path) -> Result<(String, Entry), QueueError> {
+    let text = match read_bounded(path) {
+        Ok(text) => text,
+        Err(ReadError::Io(e)) => return Err(IoError::at("reading", path, e).into()),
+        Err(ReadError::Refused(message)) => {
+            return Err(QueueError::BadEntry {
+                path: path.to_path_buf(),
+                message,
+            })
+        }
+    };
+    let entry = parse_entry(path, &text)?;
+    Ok((text, entry))
+}
+
+/// An entry from its file's `text`.
+pub(super) fn parse_entry(path: &Path, text: &str) -> Result<Entry, QueueError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| QueueError::BadEntry {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
@@ -125,7 +148,7 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
     } else {
         // A bare job file another program queued, not claimed yet.
         Ok(Entry {
-            job: JobSpec::from_json(&text)?,
+            job: JobSpec::from_json(text)?,
             submitted_at: String::new(),
             attempts: Vec::new(),
             result: None,
@@ -134,6 +157,11 @@ pub(super) fn read_entry(path: &Path) -> Result<Entry, QueueError> {
 }
 
 pub(super) fn write_entry(path: &Path, entry: &Entry) -> Result<(), QueueError> {
+    write_entry_bytes(path, &to_json(entry))
+}
+
+/// Writes an entry's JSON whole (the temporary file starts with a dot: never a job).
+pub(super) fn write_entry_bytes(path: &Path, data: &[u8]) -> Result<(), QueueError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    Ok(crate::util::fs::write_atomically(dir, path, &to_json(entry)).at("writing", path)?)
+    Ok(crate::util::fs::write_atomically(dir, path, data).at("writing", path)?)
 }

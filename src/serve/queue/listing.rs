@@ -3,7 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::entry::read_entry;
-use super::{job_files, Entry, FsQueue, JobState, Listed, QueueError};
+use super::read::job_files;
+use super::{Entry, FsQueue, JobState, Listed, QueueError};
 use crate::job::check_id;
 use crate::util::io::IoContext;
 
@@ -33,7 +34,11 @@ impl FsQueue {
             let Ok(entries) = job_files(&dir) else {
                 continue;
             };
-            for (id, e) in entries {
+            for file in entries {
+                // A name that is not UTF-8 names no job: `serve` sets it aside.
+                let Some(id) = file.id else {
+                    continue;
+                };
                 let name = format!("{id}.json");
                 if state == JobState::Rejected {
                     let reason = std::fs::read_to_string(dir.join(format!("{name}.reason")))
@@ -51,7 +56,7 @@ impl FsQueue {
                     });
                     continue;
                 }
-                let entry = read_entry(&e.path()).ok();
+                let entry = read_entry(&file.path).ok();
                 let result = entry.as_ref().and_then(Entry::stored_result);
                 let result = result.as_ref();
                 out.push(Listed {
@@ -86,10 +91,12 @@ impl FsQueue {
         let mut removed = Vec::new();
         for state in JobState::ALL.into_iter().filter(|s| s.is_finished()) {
             let dir = self.sub(state.dir());
-            for (id, e) in job_files(&dir).at("reading", &dir)? {
+            for file in job_files(&dir).at("reading", &dir)? {
+                let Some(id) = file.id else {
+                    continue;
+                };
                 let name = format!("{id}.json");
-                let old = e
-                    .metadata()
+                let old = std::fs::symlink_metadata(&file.path)
                     .and_then(|m| m.modified())
                     .is_ok_and(|t| t < cutoff);
                 if !old {
@@ -107,7 +114,7 @@ impl FsQueue {
                     }
                     let _ = std::fs::remove_file(self.cancel_path(id));
                 }
-                std::fs::remove_file(e.path()).at("removing", &e.path())?;
+                std::fs::remove_file(&file.path).at("removing", &file.path)?;
                 removed.push(id.to_string());
             }
         }

@@ -25,12 +25,14 @@ mod claim;
 mod end;
 mod entry;
 mod listing;
+mod read;
 mod recover;
 mod source;
 mod submit;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -41,6 +43,7 @@ use crate::state::{StateDir, StateError};
 use crate::util::io::IoError;
 
 pub use entry::{made_up_result, Attempt, BriefResult, Entry, StoredResult};
+pub use read::MAX_ENTRY_BYTES;
 
 #[cfg(test)]
 use crate::{config::Config, job::JobSpec, serve::source::Interruption};
@@ -114,6 +117,10 @@ pub enum QueueError {
     AlreadyFinished { id: String, state: &'static str },
     #[error("{path}: {message}")]
     BadEntry { path: PathBuf, message: String },
+    #[error("claiming a job: {0}")]
+    Claim(String),
+    #[error("cancelling: {0}")]
+    Cancel(String),
 }
 
 /// How long [`FsQueue`]'s `finish` retries recording a job's end on a full disk.
@@ -151,20 +158,6 @@ impl QueueError {
     }
 }
 
-/// The job files of a state's directory, as (id, entry): `<id>.json` names only. Names
-/// starting with a dot are another program's files still being written (or the queue's own
-/// temporary ones), never jobs.
-fn job_files(dir: &Path) -> std::io::Result<impl Iterator<Item = (String, std::fs::DirEntry)>> {
-    Ok(std::fs::read_dir(dir)?.flatten().filter_map(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            return None;
-        }
-        let id = name.strip_suffix(".json")?.to_string();
-        Some((id, e))
-    }))
-}
-
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
@@ -200,10 +193,15 @@ pub struct Ticket {
     _lock: LockFile,
 }
 
-/// The queue of one state directory.
+/// The queue of one state directory; its clones share the reloaded timeout, and what
+/// could not be set aside.
+#[derive(Clone)]
 pub struct FsQueue {
     state: StateDir,
-    default_timeout: Mutex<Duration>,
+    default_timeout: Arc<Mutex<Duration>>,
+    /// Queue files that are no jobs and could not be moved out of the queue: said once,
+    /// then passed over.
+    stuck: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 impl FsQueue {
@@ -217,7 +215,8 @@ impl FsQueue {
         }
         Ok(FsQueue {
             state: state.clone(),
-            default_timeout: Mutex::new(default_timeout),
+            default_timeout: Arc::new(Mutex::new(default_timeout)),
+            stuck: Arc::default(),
         })
     }
 

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::entry::read_entry;
-use super::{job_files, made_up_result, FsQueue, JobState, QueueError, Ticket};
+use super::read::job_files;
+use super::{made_up_result, FsQueue, JobState, QueueError, Ticket};
 use crate::job::check_id;
 use crate::lockfile::LockFile;
 use crate::run::Outcome;
@@ -45,20 +46,20 @@ impl FsQueue {
     fn orphans(&self) -> Result<Vec<Orphan>, QueueError> {
         let dir = self.sub(JobState::Running.dir());
         let mut orphans = Vec::new();
-        for (id, e) in job_files(&dir).at("reading", &dir)? {
-            if check_id(&id).is_err() {
+        for file in job_files(&dir).at("reading", &dir)? {
+            let Some(id) = file.id.filter(|id| check_id(id).is_ok()) else {
                 continue;
-            }
+            };
             let lock_path = self.lock_path(&id);
             let Some(lock) = LockFile::try_acquire(&lock_path).at("locking", &lock_path)? else {
                 continue; // a live runner holds it
             };
-            if !e.path().exists() {
+            if std::fs::symlink_metadata(&file.path).is_err() {
                 continue; // finished between the listing and the lock
             }
             orphans.push(Orphan {
                 id,
-                path: e.path(),
+                path: file.path,
                 lock,
             });
         }
@@ -75,8 +76,10 @@ impl FsQueue {
     ) -> Result<(), QueueError> {
         let entry = match read_entry(&path) {
             Ok(entry) => entry,
+            // The host failing to read it (not the file) is retried at the next recovery.
+            Err(e) if !e.is_bad_input() => return Err(e),
             Err(e) => {
-                self.reject(&path, &format!("{id}.json"), &e.to_string());
+                self.reject(&path, format!("{id}.json").as_ref(), &e.to_string());
                 return Ok(());
             }
         };
@@ -86,7 +89,7 @@ impl FsQueue {
         let job = match entry.job.clone().validate(self.default_timeout()) {
             Ok(job) => job,
             Err(e) => {
-                self.reject(&path, &format!("{id}.json"), &e.to_string());
+                self.reject(&path, format!("{id}.json").as_ref(), &e.to_string());
                 return Ok(());
             }
         };

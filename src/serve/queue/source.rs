@@ -10,8 +10,14 @@ impl JobSource for FsQueue {
     type Ticket = Ticket;
     type Error = QueueError;
 
+    /// On a blocking thread: the runtime's own threads, which answer signals and drive the
+    /// running jobs, never read a queue file.
     async fn claim(&self) -> Result<Option<Claimed<Ticket>>, QueueError> {
-        self.claim_now()
+        let queue = self.clone();
+        match tokio::task::spawn_blocking(move || queue.claim_now()).await {
+            Ok(claimed) => claimed,
+            Err(e) => Err(QueueError::Claim(e.to_string())),
+        }
     }
 
     /// A full disk does not lose the result: the job stays claimed (and `running`) and the
