@@ -2,8 +2,9 @@
 //! (tests/support/postgres.rs): migrations with many runners starting at once, claims taken
 //! exactly once, leases expiring into requeues and then failure with every attempt
 //! recorded, malformed rows set aside, bad submits refused, cancel pushed through NOTIFY,
-//! cache-aware claiming that starves nobody, the password read from a file, and a database
-//! outage that loses no job's end. No agent runs here: tests/serve_pg.rs runs real ones.
+//! cache-aware claiming that starves nobody, the password read from a file, a database
+//! outage that loses no job's end (stored with the time the job ended), and a requeued job
+//! keeping its place. No agent runs here: tests/serve_pg.rs runs real ones.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -684,4 +685,141 @@ async fn doctor_says_whether_the_queue_is_reachable_and_why_not() {
         "{line}"
     );
     assert!(line.contains("fix:"), "{line}");
+}
+
+/// Seconds since the epoch, as PostgreSQL has `column` of the row `where`.
+fn epoch(pg: &Postgres, column: &str, table_where: &str) -> f64 {
+    pg.sql(&format!(
+        "SELECT extract(epoch FROM {column}) FROM quest_runner.{table_where}"
+    ))
+    .parse()
+    .unwrap()
+}
+
+fn now_epoch() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_recorded_after_an_outage_keeps_the_time_the_job_ended() {
+    let mut pg = Postgres::start();
+    let c = client(&pg).await;
+    for id in ["t1", "t2"] {
+        admin::submit(&c, spec(id), &config(&pg), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    drop(c);
+    let dir = tempfile::tempdir().unwrap();
+    let q = Arc::new(
+        open_at(&pg, dir.path(), Duration::from_secs(60))
+            .await
+            .unwrap(),
+    );
+    let first = q.claim().await.unwrap().unwrap();
+    let second = q.claim().await.unwrap().unwrap();
+    pg.stop();
+    // Both end now; one end is retried by this runner, the other by the next one (this one
+    // is stopped before it can record it).
+    let ended_at = now_epoch();
+    let finishing = {
+        let (q, id) = (q.clone(), first.job.id.clone());
+        tokio::spawn(async move { q.finish(first, succeeded(&id)).await })
+    };
+    let stopped = {
+        let (q, id) = (q.clone(), second.job.id.clone());
+        tokio::spawn(async move { q.finish(second, succeeded(&id)).await })
+    };
+    let pending = dir.path().join("serve/pg-pending");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&pending).map_or(0, |d| d.count()) < 2 {
+        assert!(Instant::now() < deadline, "the ends were not kept on disk");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stopped.abort();
+    let _ = stopped.await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    pg.start_again();
+    finishing.await.unwrap().unwrap();
+    drop(q);
+    let _restarted = open_at(&pg, dir.path(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let recorded_by = now_epoch();
+    for id in ["t1", "t2"] {
+        let row = format!("jobs WHERE id = '{id}'");
+        let finished = epoch(&pg, "finished_at", &row);
+        let attempt = epoch(&pg, "ended_at", &format!("attempts WHERE job_id = '{id}'"));
+        println!(
+            "{id}: stored {:.2} s after it ended, recorded {:.2} s after",
+            finished - ended_at,
+            recorded_by - ended_at
+        );
+        assert!(recorded_by - ended_at >= 4.0);
+        assert!(
+            (finished - ended_at).abs() < 1.5,
+            "{id}: {finished} vs {ended_at}"
+        );
+        assert!(
+            (attempt - finished).abs() < 0.01,
+            "{id}: {attempt} vs {finished}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_job_keeps_its_place_in_the_queue() {
+    let pg = Postgres::start();
+    let c = client(&pg).await;
+    let submit = |id: &'static str| {
+        let (c, config) = (&c, config(&pg));
+        async move {
+            admin::submit(c, spec(id), &config, Duration::from_secs(60))
+                .await
+                .unwrap()
+        }
+    };
+    submit("first").await;
+    let queued_at = || epoch(&pg, "queued_at", "jobs WHERE id = 'first'");
+    let submitted = queued_at();
+    let lease = Duration::from_secs(60);
+    let dir = tempfile::tempdir().unwrap();
+    let dying = open_at(&pg, dir.path(), lease).await.unwrap();
+    let claimed = dying.claim().await.unwrap().unwrap();
+    assert_eq!(claimed.job.id, "first");
+    // Jobs submitted while it runs, a second apart (the claim prefers the longest wait).
+    for id in ["second", "third"] {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        submit(id).await;
+    }
+    // Its runner dies; the restarted one gives it back at once.
+    std::mem::forget(claimed);
+    drop(dying);
+    let restarted = open_at(&pg, dir.path(), lease).await.unwrap();
+    assert_eq!(restarted.recover(3).await.unwrap().requeued, ["first"]);
+    println!(
+        "after a dead runner: queued_at moved {:.2} s",
+        queued_at() - submitted
+    );
+    assert_eq!(queued_at(), submitted, "queued_at kept");
+    let v = show(&pg, "first").await;
+    assert_eq!(v["attempts"][0]["outcome"], "lost", "{v}");
+    assert!(v["attempts"][0]["ended_at"].is_string(), "{v}");
+    let again = restarted.claim().await.unwrap().unwrap();
+    assert_eq!(again.job.id, "first", "claimed before the later jobs");
+    assert_eq!(again.attempt, 2);
+
+    // Given back (SIGTERM): the same.
+    let why = Interruption {
+        reason: "interrupted: the runner got SIGTERM".into(),
+    };
+    restarted.release(again, why).await.unwrap();
+    assert_eq!(queued_at(), submitted, "queued_at kept");
+    let v = show(&pg, "first").await;
+    assert_eq!(v["attempts"][1]["outcome"], "interrupted", "{v}");
+    let third = restarted.claim().await.unwrap().unwrap();
+    assert_eq!((third.job.id.as_str(), third.attempt), ("first", 3));
 }

@@ -24,6 +24,7 @@ impl Shared {
             claim,
             attempt,
             end,
+            ended_at: Some(spool::now()),
         };
         let (outcome, spooled) = self.record_until_reachable(&pending, &shipper).await;
         if spooled && outcome.is_ok() {
@@ -78,8 +79,7 @@ impl Shared {
                     if let Err(e) = &shipped {
                         tracing::warn!(job = %id, "storing the agent's output: {e}");
                     }
-                    let (claim, attempt, end) = (&pending.claim, pending.attempt, &pending.end);
-                    ends::record(&self.session, id, claim, attempt, end).await
+                    ends::record(&self.session, pending).await
                 }
                 Err(e) => Err(e),
             };

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::session::{QueryError, Session};
-use super::spool::End;
+use super::spool::{End, Pending};
 
 /// What recording an end did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,14 +18,18 @@ pub enum Recorded {
     Lost,
 }
 
-/// Records `end` of the claim `claim` on attempt `attempt` of job `id`.
-pub async fn record(
-    session: &Session,
-    id: &str,
-    claim: &str,
-    attempt: i32,
-    end: &End,
-) -> Result<Recorded, QueryError> {
+/// Records the end of a claim, at the time the job ended (an end kept while the database
+/// was unreachable is recorded late). A job given back keeps its place in the queue
+/// (`queued_at`): it was submitted before the jobs queued since.
+pub async fn record(session: &Session, pending: &Pending) -> Result<Recorded, QueryError> {
+    let Pending {
+        id,
+        claim,
+        attempt,
+        end,
+        ..
+    } = pending;
+    let age = pending.age().as_secs_f64();
     let row = match end {
         End::Finish {
             state,
@@ -38,16 +42,18 @@ pub async fn record(
                     c.query_opt(
                         "WITH j AS (
                              UPDATE quest_runner.jobs
-                             SET state = $3, result = $4, finished_at = now(),
+                             SET state = $3, result = $4,
+                                 finished_at = now() - $7::float8 * interval '1 second',
                                  claim = NULL, runner = NULL, session = NULL, lease_until = NULL
                              WHERE id = $1 AND claim = $2
                              RETURNING id, state
                          ), a AS (
-                             UPDATE quest_runner.attempts SET ended_at = now(), outcome = $5
+                             UPDATE quest_runner.attempts
+                             SET ended_at = now() - $7::float8 * interval '1 second', outcome = $5
                              WHERE job_id IN (SELECT id FROM j) AND number = $6
                          )
                          SELECT state FROM j",
-                        &[&id, &claim, state, result, &outcome, &attempt],
+                        &[id, claim, state, result, &outcome, attempt, &age],
                     )
                     .await
                 })
@@ -63,19 +69,19 @@ pub async fn record(
                                               THEN 'queued' ELSE 'cancelled' END,
                                  result = CASE WHEN cancel_requested_at IS NULL
                                                THEN NULL ELSE $3::jsonb END,
-                                 finished_at = CASE WHEN cancel_requested_at IS NULL
-                                                    THEN NULL ELSE now() END,
-                                 queued_at = now(),
+                                 finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL
+                                     ELSE now() - $6::float8 * interval '1 second' END,
                                  claim = NULL, runner = NULL, session = NULL, lease_until = NULL
                              WHERE id = $1 AND claim = $2
                              RETURNING id, state
                          ), a AS (
                              UPDATE quest_runner.attempts
-                             SET ended_at = now(), outcome = 'interrupted', reason = $4
+                             SET ended_at = now() - $6::float8 * interval '1 second',
+                                 outcome = 'interrupted', reason = $4
                              WHERE job_id IN (SELECT id FROM j) AND number = $5
                          )
                          SELECT state FROM j",
-                        &[&id, &claim, cancelled, reason, &attempt],
+                        &[id, claim, cancelled, reason, attempt, &age],
                     )
                     .await
                 })
@@ -197,7 +203,8 @@ pub async fn stale(session: &Session, taker: Taker<'_>) -> Result<Vec<Stale>, Qu
 
 /// Takes over a stale claim: the job goes to `state` (queued, failed or cancelled, with
 /// `result` for the last two), its attempt ends as `lost` with `reason`. Fenced by the
-/// token and by the staleness itself: a runner that renewed meanwhile keeps its job.
+/// token and by the staleness itself: a runner that renewed meanwhile keeps its job. A
+/// requeued job keeps its `queued_at`, and so its place in the queue.
 pub async fn take_over(
     session: &Session,
     stale: &Stale,
@@ -221,7 +228,6 @@ pub async fn take_over(
                      UPDATE quest_runner.jobs
                      SET state = $3, result = $4,
                          finished_at = CASE WHEN $3 = 'queued' THEN NULL ELSE now() END,
-                         queued_at = now(),
                          claim = NULL, runner = NULL, session = NULL, lease_until = NULL
                      WHERE id = $1 AND claim = $2 AND state = 'running'
                        AND ((runner = $6 AND session <> $7) OR ($8 AND lease_until < now()))

@@ -223,15 +223,7 @@ impl Shared {
                     continue;
                 }
             };
-            match ends::record(
-                &self.session,
-                &pending.id,
-                &pending.claim,
-                pending.attempt,
-                &pending.end,
-            )
-            .await
-            {
+            match ends::record(&self.session, &pending).await {
                 Ok(Recorded::Applied(state)) => {
                     tracing::info!(job = %pending.id, %state, "recorded a job's end kept while the database was unreachable");
                     spool::remove(&self.state, &pending.id);

@@ -38,7 +38,7 @@ CREATE TABLE quest_runner.jobs (
     state        text NOT NULL DEFAULT 'queued'
                  CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled', 'rejected')),
     submitted_at timestamptz NOT NULL DEFAULT now(),
-    -- Since when the job waits: its submission, or its last requeue.
+    -- When the job was queued: its submission (a requeue keeps it: the job keeps its place).
     queued_at    timestamptz NOT NULL DEFAULT now(),
     -- Runs started so far (the attempts table has one row each).
     attempts     integer NOT NULL DEFAULT 0,

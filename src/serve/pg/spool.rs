@@ -41,6 +41,27 @@ pub struct Pending {
     pub claim: String,
     pub attempt: i32,
     pub end: End,
+    /// When the job ended (RFC 3339, this host's clock): the end is stored with this time,
+    /// however much later the database takes it. Absent in files of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+}
+
+impl Pending {
+    /// How long ago the job ended, by this host's clock (0 when unknown): the database
+    /// subtracts it from its own `now()`, so a clock skew between the two does not matter.
+    pub fn age(&self) -> std::time::Duration {
+        self.ended_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .and_then(|t| std::time::SystemTime::now().duration_since(t).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Now, as [`Pending::ended_at`] keeps it.
+pub fn now() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
 pub fn dir(state: &StateDir) -> PathBuf {
