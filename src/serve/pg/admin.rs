@@ -336,9 +336,27 @@ pub async fn show(client: &Client, id: &str) -> Result<Value, PgError> {
 }
 
 /// Cancels a queued job at once, or asks the runner of a running one to stop it (its
-/// runner hears of it through `NOTIFY` at once).
+/// runner hears of it through `NOTIFY` at once). Each step is one statement, applied whole
+/// or not at all; a job that moved between them (claimed, or given back) is tried again.
 pub async fn cancel(client: &Client, id: &str) -> Result<CancelOutcome, PgError> {
     check_id(id)?;
+    for _ in 0..CANCEL_TRIES {
+        if let Some(done) = cancel_once(client, id).await? {
+            return Ok(done);
+        }
+    }
+    Err(PgError::Local(format!(
+        "job {id:?} moved between queued and running {CANCEL_TRIES} times while it was being \
+         cancelled; nothing was changed: try again"
+    )))
+}
+
+/// How often `cancel` tries a job that keeps moving under it.
+const CANCEL_TRIES: usize = 5;
+
+/// One try of [`cancel`]: `None` when the job was neither queued nor running at its step,
+/// but is one of them now.
+async fn cancel_once(client: &Client, id: &str) -> Result<Option<CancelOutcome>, PgError> {
     let result = made_up_result(
         id,
         Outcome::CANCELLED_ON_REQUEST,
@@ -353,7 +371,7 @@ pub async fn cancel(client: &Client, id: &str) -> Result<CancelOutcome, PgError>
         .await
         .map_err(sql("cancelling the job"))?;
     if dequeued.is_some() {
-        return Ok(CancelOutcome::Dequeued);
+        return Ok(Some(CancelOutcome::Dequeued));
     }
     let requested = client
         .query_opt(
@@ -364,16 +382,17 @@ pub async fn cancel(client: &Client, id: &str) -> Result<CancelOutcome, PgError>
         .await
         .map_err(sql("asking for the job's cancel"))?;
     if requested.is_some() {
-        return Ok(CancelOutcome::Requested);
+        return Ok(Some(CancelOutcome::Requested));
     }
     let state = client
         .query_opt("SELECT state FROM quest_runner.jobs WHERE id = $1", &[&id])
         .await
         .map_err(sql("reading the job"))?;
-    match state {
-        Some(row) => Err(PgError::AlreadyFinished {
+    match state.map(|row| row.get::<_, String>(0)) {
+        Some(s) if s == "queued" || s == "running" => Ok(None),
+        Some(state) => Err(PgError::AlreadyFinished {
             id: id.to_string(),
-            state: row.get(0),
+            state,
         }),
         None => Err(PgError::NotFound(id.to_string())),
     }
