@@ -1,0 +1,350 @@
+//! The PostgreSQL queue soaked with faults, as an operator would meet them: three runners on
+//! state dirs of their own claiming 120 jobs submitted in waves, one killed (its work and
+//! claims dropped, as kill -9 does) and restarted, the database stopped for five seconds
+//! while another runner is killed and a third stopped (its jobs given back), cancels from a
+//! fourth client. Then: no job lost, none run to its end twice, none run by two runners at
+//! once, and nothing left (no job queued or running, no end waiting on disk).
+//!
+//! The queue, its leases, recovery and on-disk ends are the real ones against a real
+//! PostgreSQL; a job's "run" is a sleep of 100-400 ms, 6 s for one in ten (tests/serve_pg.rs
+//! runs real agents).
+//! Ignored by default (about half a minute); scripts/test runs it and prints the figures.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use postgres::Postgres;
+use quest_runner::config::{Config, QueueConfig};
+use quest_runner::job::JobSpec;
+use quest_runner::run::{Cancel, JobResult, Outcome};
+use quest_runner::serve::pg::{admin, target::PgTarget, PgQueue, Ticket};
+use quest_runner::serve::{Claimed, Interruption, JobSource};
+use quest_runner::state::StateDir;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+const LEASE: Duration = Duration::from_secs(2);
+const MAX_ATTEMPTS: u32 = 5;
+/// How long a stopped runner waits for its jobs' ends to be recorded.
+const GRACE: Duration = Duration::from_secs(3);
+
+fn config(pg: &Postgres) -> Config {
+    let mut config: Config = serde_json::from_value(json!({
+        "accounts": {"main": {"agent": "claude", "api_key_file": "/run/k"}}
+    }))
+    .unwrap();
+    config.queue = Some(QueueConfig {
+        postgres: pg.conninfo(),
+        password_file: None,
+        lease: None,
+    });
+    config
+}
+
+fn target(pg: &Postgres) -> PgTarget {
+    PgTarget::from_config(config(pg).queue.as_ref().unwrap()).unwrap()
+}
+
+fn spec(id: &str) -> JobSpec {
+    serde_json::from_value(json!({
+        "id": id, "repo": "https://example.invalid/r.git", "rev": REV, "trust": "trusted",
+        "agent": "claude", "account": "main", "prompt": "p",
+    }))
+    .unwrap()
+}
+
+async fn submit_wave(pg: &Postgres, from: usize, count: usize) {
+    let c = admin::connect(&target(pg)).await.unwrap();
+    for n in from..from + count {
+        let id = format!("s{n:03}");
+        admin::submit(&c, spec(&id), &config(pg), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+}
+
+/// What the runners did, as the jobs themselves saw it.
+#[derive(Default)]
+struct Tally {
+    /// Jobs whose run reached its end, and how often.
+    completed: Mutex<HashMap<String, u32>>,
+    /// Jobs being run now.
+    running: Mutex<HashSet<String>>,
+    /// Claims of a job another live run held.
+    overlaps: AtomicUsize,
+}
+
+/// Takes a job out of [`Tally::running`] however its run ends (an abort too).
+struct Running(Arc<Tally>, String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.lock().unwrap().remove(&self.1);
+    }
+}
+
+/// One job's run: a sleep, watching for a cancel and for its runner's stop (then the job is
+/// given back, as SIGTERM does).
+async fn work(
+    q: Arc<PgQueue>,
+    tally: Arc<Tally>,
+    claimed: Claimed<Ticket>,
+    mut term: watch::Receiver<bool>,
+) {
+    let id = claimed.job.id.clone();
+    if !tally.running.lock().unwrap().insert(id.clone()) {
+        tally.overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    let running = Running(tally.clone(), id.clone());
+    let n: u64 = id[1..].parse().unwrap();
+    // One job in ten runs 6 s: long enough to be running when the outage's faults strike.
+    let ms = if n % 10 == 7 {
+        6000
+    } else {
+        100 + (n * 37) % 300
+    };
+    let until = Instant::now() + Duration::from_millis(ms);
+    let job = spec(&id).validate(Duration::from_secs(60)).unwrap();
+    let mut result = JobResult::new(&job);
+    result.outcome = Outcome::Succeeded;
+    while Instant::now() < until {
+        if *term.borrow() {
+            drop(running);
+            let why = Interruption {
+                reason: "interrupted: the runner got SIGTERM".into(),
+            };
+            let _ = q.release(claimed, why).await;
+            return;
+        }
+        if q.cancel_requested(&id).await {
+            result.outcome = Outcome::Cancelled(Cancel::Terminate);
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+            _ = term.changed() => {}
+        }
+    }
+    drop(running);
+    if result.outcome == Outcome::Succeeded {
+        *tally
+            .completed
+            .lock()
+            .unwrap()
+            .entry(id.clone())
+            .or_default() += 1;
+    }
+    let _ = q.finish(claimed, result).await;
+}
+
+/// A runner: claims up to two jobs at a time, recovers dead runners' jobs every second.
+/// Killed (`kill`), its runs are dropped where they are; stopped (`term`), they are given
+/// back first.
+struct Runner {
+    kill: watch::Sender<bool>,
+    term: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Runner {
+    async fn start(pg: &Postgres, dir: &Path, tally: &Arc<Tally>) -> Runner {
+        let q = loop {
+            let opened = PgQueue::open(
+                target(pg),
+                &StateDir::at(dir),
+                &config(pg),
+                LEASE,
+                Duration::from_secs(600),
+            )
+            .await;
+            match opened {
+                Ok(q) => break Arc::new(q),
+                // The state dir's lock, while the killed process's tasks wind down.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        let (kill, killed) = watch::channel(false);
+        let (term, termed) = watch::channel(false);
+        let task = tokio::spawn(serve(q, tally.clone(), killed, termed));
+        Runner { kill, term, task }
+    }
+
+    async fn kill(self) {
+        self.kill.send(true).unwrap();
+        self.task.await.unwrap();
+    }
+
+    /// Like SIGTERM: the jobs are given back, and what is not recorded within the grace
+    /// (the database is down) is left on disk for the next start.
+    async fn stop(mut self) {
+        self.term.send(true).unwrap();
+        if tokio::time::timeout(GRACE, &mut self.task).await.is_err() {
+            self.kill.send(true).unwrap();
+            self.task.await.unwrap();
+        }
+    }
+}
+
+async fn serve(
+    q: Arc<PgQueue>,
+    tally: Arc<Tally>,
+    mut killed: watch::Receiver<bool>,
+    termed: watch::Receiver<bool>,
+) {
+    let _ = q.recover(MAX_ATTEMPTS).await;
+    let mut jobs = JoinSet::new();
+    let mut last_recovery = Instant::now();
+    loop {
+        if *killed.borrow() {
+            jobs.abort_all();
+            while jobs.join_next().await.is_some() {}
+            return; // q dropped with every claim it held: no end, no release
+        }
+        if *termed.borrow() {
+            loop {
+                tokio::select! {
+                    joined = jobs.join_next() => if joined.is_none() { return },
+                    _ = killed.changed() => {
+                        jobs.abort_all();
+                        while jobs.join_next().await.is_some() {}
+                        return;
+                    }
+                }
+            }
+        }
+        while jobs.len() < 2 {
+            match q.claim().await {
+                Ok(Some(c)) => {
+                    jobs.spawn(work(q.clone(), tally.clone(), c, termed.clone()));
+                }
+                _ => break,
+            }
+        }
+        if last_recovery.elapsed() > Duration::from_secs(1) {
+            let _ = q.recover(MAX_ATTEMPTS).await;
+            last_recovery = Instant::now();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            Some(_) = jobs.join_next(), if !jobs.is_empty() => {}
+            _ = killed.changed() => {}
+        }
+    }
+}
+
+fn count(pg: &Postgres, condition: &str) -> usize {
+    pg.sql(&format!(
+        "SELECT count(*) FROM quest_runner.jobs WHERE {condition}"
+    ))
+    .parse()
+    .unwrap()
+}
+
+fn pending_ends(dirs: &[PathBuf]) -> usize {
+    dirs.iter()
+        .map(|d| std::fs::read_dir(d.join("serve/pg-pending")).map_or(0, |r| r.count()))
+        .sum()
+}
+
+async fn cancel(pg: &Postgres, id: &str) -> bool {
+    let Ok(c) = admin::connect(&target(pg)).await else {
+        return false;
+    };
+    admin::cancel(&c, id).await.is_ok()
+}
+
+async fn sleep_s(s: f64) {
+    tokio::time::sleep(Duration::from_secs_f64(s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak of half a minute; scripts/test runs it"]
+async fn the_postgres_queue_soaked_with_faults_loses_nothing_and_runs_nothing_twice() {
+    let started = Instant::now();
+    let mut pg = Postgres::start();
+    let tally = Arc::new(Tally::default());
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let paths: Vec<PathBuf> = dirs.iter().map(|d| d.path().to_path_buf()).collect();
+    submit_wave(&pg, 0, 60).await;
+    let mut runners = Vec::new();
+    for dir in &paths {
+        runners.push(Some(Runner::start(&pg, dir, &tally).await));
+    }
+    let mut cancelled = 0;
+    sleep_s(0.5).await;
+    cancelled += cancel(&pg, "s005").await as usize + cancel(&pg, "s059").await as usize;
+    sleep_s(1.0).await;
+    // kill -9 of runner 0 mid-job, restarted a second later.
+    runners[0].take().unwrap().kill().await;
+    submit_wave(&pg, 60, 30).await;
+    sleep_s(1.0).await;
+    runners[0] = Some(Runner::start(&pg, &paths[0], &tally).await);
+    cancelled += cancel(&pg, "s070").await as usize + cancel(&pg, "s089").await as usize;
+    sleep_s(1.0).await;
+
+    // The outage: runner 1 killed and runner 2 stopped during it.
+    tokio::task::block_in_place(|| pg.stop());
+    sleep_s(1.0).await;
+    runners[1].take().unwrap().kill().await;
+    sleep_s(1.0).await;
+    runners[2].take().unwrap().stop().await;
+    sleep_s(3.0).await;
+    let kept = pending_ends(&paths);
+    tokio::task::block_in_place(|| pg.start_again());
+    for i in [1, 2] {
+        runners[i] = Some(Runner::start(&pg, &paths[i], &tally).await);
+    }
+    submit_wave(&pg, 90, 30).await;
+    cancelled += cancel(&pg, "s100").await as usize + cancel(&pg, "s119").await as usize;
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while count(&pg, "state IN ('queued', 'running')") > 0 || pending_ends(&paths) > 0 {
+        assert!(Instant::now() < deadline, "jobs left unfinished");
+        sleep_s(0.2).await;
+    }
+    for r in runners.into_iter().flatten() {
+        r.stop().await;
+    }
+
+    let total = count(&pg, "true");
+    let done = count(&pg, "state = 'done'");
+    let cancelled_rows = count(&pg, "state = 'cancelled'");
+    let lost = 120 - count(&pg, "state IN ('done', 'cancelled')");
+    let completed = tally.completed.lock().unwrap().clone();
+    let twice: Vec<_> = completed.iter().filter(|(_, n)| **n > 1).collect();
+    let requeued = count(&pg, "attempts > 1");
+    let left = count(&pg, "state IN ('queued', 'running')") + pending_ends(&paths);
+    let overlaps = tally.overlaps.load(Ordering::SeqCst);
+    println!(
+        "soak: {total} jobs, 3 runners, 2 kill -9 (one during a 5 s outage), 1 stopped during it, \
+         {cancelled} cancels: {done} done, {cancelled_rows} cancelled, {requeued} requeued, \
+         {kept} ends kept on disk through the outage; \
+         {lost} lost, {} run twice, {overlaps} run by two at once, {left} left, in {:.0} s",
+        twice.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(total, 120);
+    assert_eq!(lost, 0, "lost");
+    assert!(twice.is_empty(), "run twice: {twice:?}");
+    assert_eq!(overlaps, 0, "run by two runners at once");
+    assert_eq!(left, 0, "left behind");
+    assert!(
+        requeued > 0,
+        "the kills requeued nothing: the faults missed"
+    );
+    assert_eq!(
+        done + cancelled_rows,
+        120,
+        "every job done or cancelled (no failed)"
+    );
+}
