@@ -370,3 +370,29 @@ fn a_cancel_that_fails_on_a_full_disk_leaves_the_job_queued_as_it_was() {
     assert_eq!(shown["state"], "cancelled", "{shown}");
     assert_eq!(shown["result"]["outcome"], "cancelled", "{shown}");
 }
+
+#[test]
+fn a_job_given_back_on_a_full_disk_is_requeued_and_the_error_says_what_is_missing() {
+    use quest_runner::serve::queue::{FsQueue, JobState};
+    use quest_runner::serve::Interruption;
+    let (runner, _keys, repo, rev) = setup();
+    let _tmpfs = Tmpfs::mount(runner.state(), "1m");
+    let state = quest_runner::state::StateDir::at(runner.state());
+    let queue = FsQueue::open(&state, Duration::from_secs(60)).unwrap();
+    drop_job(&runner, "r1.json".as_ref(), &job(&repo, &rev, "r1"));
+    let claimed = queue.claim_now().unwrap().expect("claimed");
+    let filler = fill(runner.state());
+    let why = Interruption {
+        reason: "interrupted: the runner got SIGTERM".into(),
+    };
+    let err = queue.release_now(claimed, why).unwrap_err().to_string();
+    assert!(
+        err.contains("requeued job \"r1\", but without the end of its attempt"),
+        "{err}"
+    );
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(queue.find_state("r1"), Some(JobState::Queued));
+    std::fs::remove_file(filler).unwrap();
+    let again = queue.claim_now().unwrap().expect("claimed again");
+    assert_eq!(again.attempt, 2);
+}

@@ -68,9 +68,16 @@ impl FsQueue {
         }
         self.set_aside(&id, claimed.attempt)?;
         let running = self.path(JobState::Running, &id);
-        write_entry(&running, &entry)?;
+        // A full disk, say: the job is requeued all the same (a rename needs no room), and
+        // the error says that its attempt's end is not in its history.
+        let recorded = write_entry(&running, &entry);
         let queued = self.path(JobState::Queued, &id);
         std::fs::rename(&running, &queued).at("requeueing", &running)?;
+        if let Err(e) = recorded {
+            return Err(QueueError::Release(format!(
+                "requeued job {id:?}, but without the end of its attempt: {e}"
+            )));
+        }
         tracing::info!(job = %id, reason = %why.reason, "requeued");
         Ok(())
     }

@@ -121,6 +121,8 @@ pub enum QueueError {
     Claim(String),
     #[error("cancelling: {0}")]
     Cancel(String),
+    #[error("giving a job back: {0}")]
+    Release(String),
 }
 
 /// How long [`FsQueue`]'s `finish` retries recording a job's end on a full disk.
