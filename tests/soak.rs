@@ -1,5 +1,5 @@
-//! The PostgreSQL queue soaked with faults, as an operator would meet them: three runners on
-//! state dirs of their own claiming 120 jobs submitted in waves, one killed (its work and
+//! The queues soaked with faults, as an operator would meet them. The PostgreSQL queue: three
+//! runners on state dirs of their own claiming 120 jobs submitted in waves, one killed (its work and
 //! claims dropped, as kill -9 does) and restarted, the database stopped for five seconds
 //! while another runner is killed and a third stopped (its jobs given back), cancels from a
 //! fourth client. Then: no job lost, none run to its end twice, none run by two runners at
@@ -8,7 +8,12 @@
 //! The queue, its leases, recovery and on-disk ends are the real ones against a real
 //! PostgreSQL; a job's "run" is a sleep of 100-400 ms, 6 s for one in ten (tests/serve_pg.rs
 //! runs real agents).
-//! Ignored by default (about half a minute); scripts/test runs it and prints the figures.
+//!
+//! The directory queue likewise: three runner threads on one state dir, two killed mid-job
+//! (their claim locks dropped) and recovered by the others, cancels, and a FIFO, a non-UTF-8
+//! name, a 256 MiB file and a link dropped in, each set aside once.
+//!
+//! Ignored by default (about 40 s); scripts/test runs them and prints the figures.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -82,6 +87,8 @@ struct Tally {
     running: Mutex<HashSet<String>>,
     /// Claims of a job another live run held.
     overlaps: AtomicUsize,
+    /// Runs dropped by a kill of their runner.
+    killed_mid_job: AtomicUsize,
 }
 
 /// Takes a job out of [`Tally::running`] however its run ends (an abort too).
@@ -346,5 +353,185 @@ async fn the_postgres_queue_soaked_with_faults_loses_nothing_and_runs_nothing_tw
         done + cancelled_rows,
         120,
         "every job done or cancelled (no failed)"
+    );
+}
+
+/// A directory-queue runner: a thread claiming one job at a time and recovering dead
+/// runners' jobs every half second, until `stop`; `kill` drops its claim where it is.
+fn fs_runner(
+    queue: quest_runner::serve::queue::FsQueue,
+    tally: Arc<Tally>,
+    kill: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    use quest_runner::serve::queue::made_up_result;
+    std::thread::spawn(move || {
+        let mut last_recovery = Instant::now();
+        while !stop.load(Ordering::SeqCst) && !kill.load(Ordering::SeqCst) {
+            if last_recovery.elapsed() > Duration::from_millis(500) {
+                queue.recover_now(MAX_ATTEMPTS).unwrap();
+                last_recovery = Instant::now();
+            }
+            let Some(claimed) = queue.claim_now().unwrap() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let id = claimed.job.id.clone();
+            if !tally.running.lock().unwrap().insert(id.clone()) {
+                tally.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            let running = Running(tally.clone(), id.clone());
+            let n: u64 = id[1..].parse().unwrap();
+            let until = Instant::now() + Duration::from_millis(50 + (n * 37) % 150);
+            let mut outcome = Outcome::Succeeded;
+            while Instant::now() < until {
+                if kill.load(Ordering::SeqCst) {
+                    tally.killed_mid_job.fetch_add(1, Ordering::SeqCst);
+                    return; // the claim (its lock) dropped with the thread: no end
+                }
+                if queue.cancel_pending(&id) {
+                    outcome = Outcome::Cancelled(Cancel::Terminate);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(running);
+            if outcome == Outcome::Succeeded {
+                *tally
+                    .completed
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default() += 1;
+            }
+            let result = made_up_result(&id, outcome, "soak");
+            queue.finish_now(claimed, outcome, result).unwrap();
+        }
+    })
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).map_or(Vec::new(), |d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    })
+}
+
+#[test]
+#[ignore = "a soak of some seconds; scripts/test runs it"]
+fn the_directory_queue_soaked_with_faults_loses_nothing_and_runs_nothing_twice() {
+    use quest_runner::serve::queue::FsQueue;
+    use std::sync::atomic::AtomicBool;
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(dir.path());
+    let open = || FsQueue::open(&state, Duration::from_secs(60)).unwrap();
+    let config: Config = serde_json::from_value(json!({
+        "accounts": {"main": {"agent": "claude", "api_key_file": "/run/k"}}
+    }))
+    .unwrap();
+    let submitter = open();
+    for n in 0..60 {
+        submitter
+            .submit(spec(&format!("s{n:03}")), &config)
+            .unwrap();
+    }
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let start =
+        |kill: &Arc<AtomicBool>| fs_runner(open(), tally.clone(), kill.clone(), stop.clone());
+    let kills: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::default()).collect();
+    let mut runners: Vec<_> = kills.iter().map(start).collect();
+
+    // What other programs may drop in: none of it may stall or be claimed.
+    let queue = dir.path().join("queue");
+    let made = std::process::Command::new("mkfifo")
+        .arg(queue.join("fifo.json"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xff.json");
+    std::fs::write(queue.join(bad), "{}").unwrap();
+    let big = std::fs::File::create(queue.join(".big")).unwrap();
+    big.set_len(256 << 20).unwrap();
+    std::fs::rename(queue.join(".big"), queue.join("big.json")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", queue.join("link.json")).unwrap();
+
+    let mut cancelled = 0;
+    let kill_one = |i: usize, runners: &mut Vec<std::thread::JoinHandle<()>>| {
+        kills[i].store(true, Ordering::SeqCst);
+        let dead = std::mem::replace(&mut runners[i], std::thread::spawn(|| {}));
+        dead.join().unwrap();
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for id in ["s003", "s050"] {
+        cancelled += submitter.cancel(id).is_ok() as usize;
+    }
+    kill_one(0, &mut runners);
+    for n in 60..90 {
+        submitter
+            .submit(spec(&format!("s{n:03}")), &config)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    kill_one(1, &mut runners);
+    let fresh: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::default()).collect();
+    runners.extend(fresh.iter().map(start));
+    for id in ["s070", "s089"] {
+        cancelled += submitter.cancel(id).is_ok() as usize;
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !names(&queue).is_empty() || !names(&dir.path().join("running")).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left: {:?} {:?}",
+            names(&queue),
+            names(&dir.path().join("running"))
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for r in runners {
+        r.join().unwrap();
+    }
+
+    let done = names(&dir.path().join("done")).len();
+    let cancelled_files = names(&dir.path().join("cancelled")).len();
+    let failed = names(&dir.path().join("failed")).len();
+    let rejected = names(&dir.path().join("serve/rejected")).len() / 2;
+    let completed = tally.completed.lock().unwrap().clone();
+    let twice = completed.values().filter(|n| **n > 1).count();
+    let overlaps = tally.overlaps.load(Ordering::SeqCst);
+    let lost = 90 - done - cancelled_files;
+    let requeued = names(&dir.path().join("done"))
+        .iter()
+        .filter(|n| {
+            let text = std::fs::read_to_string(dir.path().join("done").join(n)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            v["attempts"].as_array().unwrap().len() > 1
+        })
+        .count();
+    let killed = tally.killed_mid_job.load(Ordering::SeqCst);
+    let left = names(&queue).len()
+        + names(&dir.path().join("running")).len()
+        + names(&dir.path().join("serve/cancel")).len();
+    println!(
+        "soak (directory queue): 90 jobs, 3 runners, {killed} killed mid-job, 4 bad files, \
+         {cancelled} cancels: {done} done ({requeued} after a requeue), {cancelled_files} \
+         cancelled, {rejected} set aside; \
+         {lost} lost, {twice} run twice, {overlaps} run by two at once, {left} left, in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((lost, failed), (0, 0), "lost or failed");
+    assert_eq!(twice, 0, "run twice");
+    assert_eq!(overlaps, 0, "run by two at once");
+    assert_eq!(left, 0, "left behind");
+    assert_eq!(rejected, 4, "the bad files set aside, each once");
+    assert!(
+        killed > 0 && requeued > 0,
+        "the kills missed: {killed}, {requeued}"
     );
 }
