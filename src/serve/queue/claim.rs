@@ -12,6 +12,7 @@ use super::read::{job_files, read_bounded, shown, JobFile, ReadError};
 use super::{now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
 use crate::job::{check_id, Job, JobSpec};
 use crate::lockfile::LockFile;
+use crate::run::Outcome;
 use crate::serve::source::Claimed;
 use crate::util::io::{IoContext, IoError};
 
@@ -86,6 +87,17 @@ impl FsQueue {
                 return Err(IoError::at("reading", &running, e).into());
             }
         };
+        if entry
+            .stored_result()
+            .is_some_and(|r| matches!(r.outcome(), Outcome::Cancelled(_)))
+        {
+            // A cancel that wrote its result into the file but was cut short before moving
+            // it (it crashed): the move is all it had left.
+            let cancelled = self.path(JobState::Cancelled, id);
+            std::fs::rename(&running, &cancelled).at("cancelling", &running)?;
+            tracing::info!(job = %id, "cancelled: its cancel had been cut short");
+            return Ok(None);
+        }
         let attempt = entry.attempts.len() as u32 + 1;
         entry.attempts.push(Attempt {
             number: attempt,

@@ -215,3 +215,24 @@ fn the_listing_reads_each_kind_of_stored_result() {
     assert_eq!(row("c").outcome.as_deref(), Some("failed"));
     assert_eq!(row("c").message.as_deref(), Some("it failed"));
 }
+
+#[test]
+fn a_cancel_cut_short_between_its_write_and_its_move_is_finished_by_the_next_claim() {
+    let (_dir, q) = queue();
+    q.submit(spec(Some("cut")), &config()).unwrap();
+    // What a cancel that crashed after its first step leaves: the result in the queued file.
+    let queued = q.path(JobState::Queued, "cut");
+    let mut entry = entry::read_entry(&queued).unwrap();
+    entry.result = Some(made_up_result(
+        "cut",
+        Outcome::CANCELLED_ON_REQUEST,
+        "cancelled",
+    ));
+    entry::write_entry(&queued, &entry).unwrap();
+    q.submit(spec(Some("next")), &config()).unwrap();
+    let claimed = q.claim_now().unwrap().expect("the next job");
+    assert_eq!(claimed.job.id, "next");
+    assert_eq!(q.find_state("cut"), Some(JobState::Cancelled));
+    let (_, shown) = q.show("cut").unwrap();
+    assert!(shown.attempts.is_empty(), "it never ran");
+}
