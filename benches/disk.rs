@@ -107,6 +107,7 @@ fn limits(bytes: u64) -> DiskLimits {
     DiskLimits {
         limit: Some(bytes),
         reserve: Reserve::Default,
+        ..DiskLimits::default()
     }
 }
 

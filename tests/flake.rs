@@ -126,6 +126,7 @@ fn full_config() -> Config {
             disk: DiskLimits {
                 limit: Some(20 << 30),
                 reserve: Reserve::Off,
+                ..DiskLimits::default()
             },
             tokens: Some(500_000),
         },

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::file::FieldError;
-use crate::disk::{DiskLimits, Reserve, DEFAULT_LIMIT};
+use crate::disk::{DiskLimits, Reserve, DEFAULT_FILES, DEFAULT_LIMIT};
 
 /// Per-job limits: cgroup v2 where the runner's cgroup is delegated, rlimits or nothing
 /// elsewhere (`doctor` and `serve`'s log say which).
@@ -19,7 +19,8 @@ pub struct LimitsConfig {
     /// cpu.max of each job: a job is throttled to that share.
     pub cpus: Option<MilliCpus>,
     /// The most one job may have on disk at once (checkout, temp dirs, its files and git
-    /// data) and the space kept free for the next job. See [`crate::disk`].
+    /// data), in bytes and in files, and the bytes and inodes kept free for the next job.
+    /// See [`crate::disk`].
     pub disk: DiskLimits,
     /// The most model tokens a job may use (input, output, cache reads and writes), counted
     /// by the model gateway: the request after the one that reaches it is refused and the
@@ -50,6 +51,12 @@ pub struct LimitsFile {
     /// A size, or `"off"` [default: 1G or 5% of the file system, the smaller].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_reserve: Option<Size>,
+    /// Files (inodes), or `"off"` [default: 1000000].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_files: Option<Count>,
+    /// Inodes, or `"off"` [default: 65536 or 5% of the file system's, the smaller].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_reserve_files: Option<Count>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
 }
@@ -77,8 +84,39 @@ impl Size {
     }
 }
 
+/// A number of files, as a number or `"off"` (a string of digits is read as the number).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Count {
+    Number(u64),
+    Text(String),
+}
+
+impl Count {
+    /// The number, or `None` for `"off"`.
+    pub fn limit(&self) -> Result<Option<u64>, String> {
+        let n = match self {
+            Count::Number(n) => *n,
+            Count::Text(t) if t.trim().eq_ignore_ascii_case("off") => return Ok(None),
+            Count::Text(t) => t.trim().parse().map_err(|_| {
+                format!("{t:?} is not a number of files (a whole number, or \"off\")")
+            })?,
+        };
+        match n {
+            0 => Err("0 files is no limit (use \"off\")".into()),
+            n => Ok(Some(n)),
+        }
+    }
+}
+
+/// `"off"`, or the number.
+fn count_field(n: Option<u64>) -> Count {
+    n.map_or_else(|| Count::Text("off".into()), Count::Number)
+}
+
 impl LimitsFile {
-    /// From the config's `limits.disk` and `limits.disk_reserve` (each a size or `"off"`).
+    /// From the config's `limits.disk`, `limits.disk_files` and their reserves (each a size or
+    /// a count, or `"off"`); an error starts with the field's name.
     pub fn disk_limits(&self) -> Result<DiskLimits, String> {
         let limit = match &self.disk {
             None => Some(DEFAULT_LIMIT),
@@ -88,12 +126,28 @@ impl LimitsFile {
         let reserve = match &self.disk_reserve {
             None => Reserve::Default,
             Some(size) if size.is_off() => Reserve::Off,
-            Some(size) => Reserve::Bytes(
+            Some(size) => Reserve::Amount(
                 size.bytes()
                     .map_err(|e| format!("limits.disk_reserve: {e}"))?,
             ),
         };
-        Ok(DiskLimits { limit, reserve })
+        let files = match &self.disk_files {
+            None => Some(DEFAULT_FILES),
+            Some(n) => n.limit().map_err(|e| format!("limits.disk_files: {e}"))?,
+        };
+        let reserve_files = match &self.disk_reserve_files {
+            None => Reserve::Default,
+            Some(n) => n
+                .limit()
+                .map_err(|e| format!("limits.disk_reserve_files: {e}"))?
+                .map_or(Reserve::Off, Reserve::Amount),
+        };
+        Ok(DiskLimits {
+            limit,
+            files,
+            reserve,
+            reserve_files,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -143,7 +197,16 @@ impl From<&LimitsConfig> for LimitsFile {
         let disk_reserve = match limits.disk.reserve {
             Reserve::Default => None,
             Reserve::Off => Some(Size::Text("off".into())),
-            Reserve::Bytes(bytes) => Some(Size::Bytes(bytes)),
+            Reserve::Amount(bytes) => Some(Size::Bytes(bytes)),
+        };
+        let disk_files = match limits.disk.files {
+            Some(DEFAULT_FILES) => None,
+            n => Some(count_field(n)),
+        };
+        let disk_reserve_files = match limits.disk.reserve_files {
+            Reserve::Default => None,
+            Reserve::Off => Some(count_field(None)),
+            Reserve::Amount(n) => Some(count_field(Some(n))),
         };
         LimitsFile {
             memory: limits.memory.map(Size::Bytes),
@@ -151,6 +214,8 @@ impl From<&LimitsConfig> for LimitsFile {
             cpus: limits.cpus.map(|c| c.0 as f64 / 1000.0),
             disk,
             disk_reserve,
+            disk_files,
+            disk_reserve_files,
             tokens: limits.tokens,
         }
     }

@@ -18,7 +18,7 @@ pub mod postgres;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
 pub use file::{ConfigFile, FieldError};
-pub use limits::{LimitsConfig, LimitsFile, MilliCpus, Size};
+pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
 pub use postgres::{QueueConfig, QueueFile};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,5 +1,5 @@
-//! Bounding what a job writes to disk (`limits.disk`), and keeping room for the next job
-//! (`limits.disk_reserve`).
+//! Bounding what a job writes to disk (`limits.disk`, `limits.disk_files`), and keeping room
+//! for the next job (`limits.disk_reserve`, `limits.disk_reserve_files`).
 //!
 //! A job writes its checkout, its private temp dirs, its own files (the agent's state and
 //! transcript) and git data (the worktree's admin dir, objects and refs). Without a bound,
@@ -23,6 +23,12 @@
 //! - a reserve ([`Reserve`]): no job starts while a file system jobs write has less free,
 //!   and while one is below it, the runner stops its job that has the most on it.
 //!
+//! Files count as well as bytes: empty files weigh nothing, yet a job creating them until
+//! ENOSPC took the file system's last inode, and the next job could not even create its clone's
+//! lock file. No rlimit bounds inodes (and quotas need what is said above), so the same walk
+//! counts them (`limits.disk_files`, firing `limit_fired: "disk"` too) and the reserve keeps
+//! free inodes as well as bytes (`limits.disk_reserve_files`; `statvfs`'s `f_favail`).
+//!
 //! What this does not do: be instantaneous. Between two ticks a job can write what the disk
 //! takes in 50 ms (and more while a large tree is walked), or preallocate several files just
 //! under the limit each; the reserve is the margin for that, and is why the default keeps
@@ -36,38 +42,60 @@ use std::path::Path;
 
 /// `limits.disk` when the config names none.
 pub const DEFAULT_LIMIT: u64 = 10 << 30;
+/// `limits.disk_files` when the config names none: what a job may hold in files (inodes:
+/// files, directories, links). A Chromium checkout is ~500,000, a large `node_modules` tree
+/// 100,000–300,000; a million leaves room for both, and is 3% of a 500 GB ext4's inodes.
+pub const DEFAULT_FILES: u64 = 1_000_000;
 /// The default reserve: this much, or [`DEFAULT_RESERVE_PERCENT`] of the file system if that
 /// is less (a small `/tmp` is not refused for good).
 pub const DEFAULT_RESERVE: u64 = 1 << 30;
+/// The default reserve of inodes: what [`DEFAULT_RESERVE`] holds at ext4's default of one
+/// inode per 16 KiB, or [`DEFAULT_RESERVE_PERCENT`] of the file system's inodes, the smaller.
+pub const DEFAULT_RESERVE_FILES: u64 = DEFAULT_RESERVE / (16 << 10);
 pub const DEFAULT_RESERVE_PERCENT: u64 = 5;
 
-/// How much free space the runner keeps on a file system jobs write.
+/// How much the runner keeps free on a file system jobs write: bytes (`limits.disk_reserve`)
+/// or inodes (`limits.disk_reserve_files`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reserve {
     Off,
-    /// [`DEFAULT_RESERVE`] or [`DEFAULT_RESERVE_PERCENT`] of the file system, the smaller.
+    /// The default amount or [`DEFAULT_RESERVE_PERCENT`] of the file system, the smaller.
     Default,
-    Bytes(u64),
+    Amount(u64),
 }
 
 impl Reserve {
-    /// The reserve on a file system of `size` bytes.
+    /// The reserve of bytes on a file system of `size` bytes.
     pub fn bytes(self, size: u64) -> u64 {
-        match self {
-            Reserve::Off => 0,
-            Reserve::Default => DEFAULT_RESERVE.min(size / 100 * DEFAULT_RESERVE_PERCENT),
-            Reserve::Bytes(b) => b,
+        self.of(size, DEFAULT_RESERVE)
+    }
+
+    /// The reserve of inodes on a file system of `inodes` inodes (0: one with no fixed
+    /// number, such as btrfs, which never runs out of them on its own: no reserve).
+    pub fn files(self, inodes: u64) -> u64 {
+        match inodes {
+            0 => 0,
+            _ => self.of(inodes, DEFAULT_RESERVE_FILES),
         }
     }
 
-    fn describe(self) -> String {
+    fn of(self, total: u64, default: u64) -> u64 {
         match self {
-            Reserve::Off => "no reserve".into(),
+            Reserve::Off => 0,
+            Reserve::Default => default.min(total / 100 * DEFAULT_RESERVE_PERCENT),
+            Reserve::Amount(n) => n,
+        }
+    }
+
+    fn describe(self, default: &str, unit: &str) -> String {
+        match self {
+            Reserve::Off => format!("no reserve of {unit}"),
             Reserve::Default => format!(
-                "a reserve of {} or {DEFAULT_RESERVE_PERCENT}% of each file system, the smaller",
-                human(DEFAULT_RESERVE)
+                "a reserve of {default} or {DEFAULT_RESERVE_PERCENT}% of each file system's {unit}, \
+                 the smaller"
             ),
-            Reserve::Bytes(b) => format!("a reserve of {}", human(b)),
+            Reserve::Amount(n) if unit == "bytes" => format!("a reserve of {}", human(n)),
+            Reserve::Amount(n) => format!("a reserve of {} {unit}", count(n)),
         }
     }
 }
@@ -75,16 +103,21 @@ impl Reserve {
 /// The disk limits of every job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskLimits {
-    /// The most a job may have on disk at once; `None`: no limit.
+    /// The most a job may have on disk at once, in bytes; `None`: no limit.
     pub limit: Option<u64>,
+    /// The most files (inodes) a job may have at once; `None`: no limit.
+    pub files: Option<u64>,
     pub reserve: Reserve,
+    pub reserve_files: Reserve,
 }
 
 impl Default for DiskLimits {
     fn default() -> DiskLimits {
         DiskLimits {
             limit: Some(DEFAULT_LIMIT),
+            files: Some(DEFAULT_FILES),
             reserve: Reserve::Default,
+            reserve_files: Reserve::Default,
         }
     }
 }
@@ -92,7 +125,10 @@ impl Default for DiskLimits {
 impl DiskLimits {
     /// Whether there is nothing to watch.
     pub fn is_off(&self) -> bool {
-        self.limit.is_none() && self.reserve == Reserve::Off
+        self.limit.is_none()
+            && self.files.is_none()
+            && self.reserve == Reserve::Off
+            && self.reserve_files == Reserve::Off
     }
 
     /// One line for the log and `doctor`.
@@ -105,14 +141,24 @@ impl DiskLimits {
             ),
             None => "no per-job disk limit (limits.disk off)".into(),
         };
-        format!("{limit}; {}", self.reserve.describe())
+        let files = match self.files {
+            Some(n) => format!("limits.disk_files {} files per job", count(n)),
+            None => "no per-job file count limit (limits.disk_files off)".into(),
+        };
+        format!(
+            "{limit}; {files}; {}; {}",
+            self.reserve.describe(&human(DEFAULT_RESERVE), "bytes"),
+            self.reserve_files
+                .describe(&count(DEFAULT_RESERVE_FILES), "inodes")
+        )
     }
 }
 
 /// Refuses to start a job while the file system of one of `dirs` has less than the reserve
-/// free: the message names it, what is free and the reserve.
-pub fn room_to_start(dirs: &[&Path], reserve: Reserve) -> Result<(), String> {
-    if reserve == Reserve::Off {
+/// free, of bytes or of inodes: the message names it, the resource, what is free and the
+/// reserve.
+pub fn room_to_start(dirs: &[&Path], limits: &DiskLimits) -> Result<(), String> {
+    if limits.reserve == Reserve::Off && limits.reserve_files == Reserve::Off {
         return Ok(());
     }
     let mut seen = Vec::new();
@@ -124,15 +170,27 @@ pub fn room_to_start(dirs: &[&Path], reserve: Reserve) -> Result<(), String> {
             continue;
         }
         seen.push(room.dev);
-        let keep = reserve.bytes(room.size);
+        let keep = limits.reserve.bytes(room.size);
         if room.free < keep {
             return Err(format!(
                 "not enough disk space to start a job: the file system of {} has {} free, \
-                 below the runner's reserve of {} (limits.disk_reserve); free some space or \
-                 lower the reserve",
+                 below the runner's reserve of {} (bytes, limits.disk_reserve); free some \
+                 space or lower the reserve",
                 dir.display(),
                 human(room.free),
                 human(keep)
+            ));
+        }
+        let keep = limits.reserve_files.files(room.files);
+        if room.files_free < keep {
+            return Err(format!(
+                "not enough disk space to start a job: the file system of {} has {} inodes \
+                 free of {}, below the runner's reserve of {} (inodes, \
+                 limits.disk_reserve_files); remove files there or lower the reserve",
+                dir.display(),
+                count(room.files_free),
+                count(room.files),
+                count(keep)
             ));
         }
     }
@@ -165,6 +223,19 @@ pub fn human(bytes: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
+}
+
+/// A count for people: `1,000,000`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ pub struct Space {
     pub free: u64,
     /// The file system's size in bytes.
     pub size: u64,
+    /// Inodes available to the runner's user (`f_favail`).
+    pub files_free: u64,
+    /// The file system's inodes (`f_files`; 0 where it has no fixed number, as on btrfs).
+    pub files: u64,
 }
 
 /// The room on the file system of `dir`.
@@ -27,6 +31,8 @@ pub fn space(dir: &Path) -> std::io::Result<Space> {
         dev,
         free: st.f_bavail.saturating_mul(st.f_frsize),
         size: st.f_blocks.saturating_mul(st.f_frsize),
+        files_free: st.f_favail,
+        files: st.f_files,
     })
 }
 
@@ -34,22 +40,32 @@ pub fn space(dir: &Path) -> std::io::Result<Space> {
 /// Node agent's transcript or a git object write needs more than that.
 pub const FULL_BELOW: u64 = 256 * 1024;
 
-/// The bytes available on the file system of `dir` if that is below [`FULL_BELOW`]; `None`
-/// when there is room, or when it cannot be asked (the answer is only ever a hint).
-pub fn full(dir: &Path) -> Option<u64> {
+/// Below this many inodes available a file system counts as full: a clone's lock file, a
+/// worktree or an agent's transcript needs more.
+pub const FULL_BELOW_FILES: u64 = 64;
+
+/// Why the file system of `dir` is full: `is full (12 KiB free)` or `has no inodes left (3
+/// free)`; `None` when there is room, or when it cannot be asked (the answer is only ever a
+/// hint).
+pub fn full(dir: &Path) -> Option<String> {
     let st = rustix::fs::statvfs(dir).ok()?;
     let available = st.f_bavail.saturating_mul(st.f_frsize);
-    (available < FULL_BELOW).then_some(available)
+    if available < FULL_BELOW {
+        return Some(format!("is full ({} KiB free)", available / 1024));
+    }
+    // `f_files` 0: no fixed number of inodes (btrfs), never out of them on its own.
+    (st.f_files > 0 && st.f_favail < FULL_BELOW_FILES)
+        .then(|| format!("has no inodes left ({} free)", st.f_favail))
 }
 
-/// One clause naming each of `dirs` whose file system is full, e.g. `; /var/lib/x's file
-/// system is full (0 KiB free)`; empty when none is. File systems shared by several of
+/// One clause naming each of `dirs` whose file system is full, e.g. `; the file system of
+/// /var/lib/x is full (0 KiB free)`; empty when none is. File systems shared by several of
 /// `dirs` are named once.
 pub fn full_clause(dirs: &[&Path]) -> String {
     let mut seen = Vec::new();
     let mut clause = String::new();
     for dir in dirs {
-        let Some(free) = full(dir) else { continue };
+        let Some(why) = full(dir) else { continue };
         let dev = std::fs::metadata(dir).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
         if let Ok(dev) = dev {
             if seen.contains(&dev) {
@@ -57,11 +73,7 @@ pub fn full_clause(dirs: &[&Path]) -> String {
             }
             seen.push(dev);
         }
-        clause.push_str(&format!(
-            "; the file system of {} is full ({} KiB free)",
-            dir.display(),
-            free / 1024
-        ));
+        clause.push_str(&format!("; the file system of {} {why}", dir.display()));
     }
     clause
 }

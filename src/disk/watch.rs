@@ -10,9 +10,14 @@
 //!   and [`MAX_INTERVAL`] (at most 1% of a core): growth the file systems' free space does
 //!   not show, because something else freed as much meanwhile.
 //!
-//! It fires when the job has more than the limit on disk, or when a file system it writes is
-//! below the reserve and, of this runner's running jobs on it ([`Registry`]), this one has
-//! the most there. The caller stops the job; the result says `limit_fired: "disk"`.
+//! Bytes and files alike: the same `statvfs` gives free inodes, the same walk counts the
+//! job's entries, and a job creating empty files (which cost no blocks on tmpfs) is walked as
+//! soon as the file systems lost more than half its remaining file headroom.
+//!
+//! It fires when the job has more than the limit on disk (bytes, or files), or when a file
+//! system it writes is below the reserve (of bytes, or of inodes) and, of this runner's
+//! running jobs on it ([`Registry`]), this one has the most there (bytes, or files). The
+//! caller stops the job; the result says `limit_fired: "disk"`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::usage::{self, Seen, Usage};
-use super::{human, DiskLimits};
+use super::{count, human, DiskLimits};
 
 pub const TICK: Duration = Duration::from_millis(50);
 pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
@@ -43,16 +48,32 @@ pub struct Fired {
     pub message: String,
 }
 
+/// What a job holds on one file system.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Held {
+    bytes: u64,
+    files: u64,
+}
+
+/// Which of a file system's resources is short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Bytes,
+    Inodes,
+}
+
+type ByDev = HashMap<u64, Held>;
+
 /// The running jobs of one runner and what each had on disk at its last walk, by file
 /// system: which job the reserve stops.
 #[derive(Debug, Default)]
 pub struct Registry {
-    /// Bytes by file system (`st_dev`), by job id.
-    jobs: Mutex<HashMap<String, HashMap<u64, u64>>>,
+    /// Bytes and files by file system (`st_dev`), by job id.
+    jobs: Mutex<HashMap<String, ByDev>>,
 }
 
 impl Registry {
-    fn set(&self, id: &str, by_dev: HashMap<u64, u64>) {
+    fn set(&self, id: &str, by_dev: ByDev) {
         self.lock().insert(id.to_string(), by_dev);
     }
 
@@ -60,18 +81,21 @@ impl Registry {
         self.lock().remove(id);
     }
 
-    /// Whether `id` has the most on file system `dev` of the jobs there (ties: the first by
-    /// id, so exactly one job fires).
-    fn largest_on(&self, dev: u64, id: &str) -> bool {
+    /// Whether `id` has the most of `resource` on file system `dev` of the jobs there (ties:
+    /// the first by id, so exactly one job fires).
+    fn largest_on(&self, dev: u64, resource: Resource, id: &str) -> bool {
         let jobs = self.lock();
         let top = jobs
             .iter()
-            .filter_map(|(job, by_dev)| Some((job, *by_dev.get(&dev)?)))
+            .filter_map(|(job, by_dev)| {
+                let held = by_dev.get(&dev)?;
+                Some((job, held.of(resource)))
+            })
             .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
         top.is_some_and(|(top, _)| top == id)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u64, u64>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ByDev>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -98,19 +122,7 @@ impl Watchdog {
         }
         let (tx, rx) = tokio::sync::watch::channel(None);
         let peak = Arc::new(AtomicU64::new(0));
-        let state = State {
-            id: id.to_string(),
-            trees,
-            limits,
-            registry: registry.clone(),
-            peak: peak.clone(),
-            used: 0,
-            free_at_walk: HashMap::new(),
-            named_fs: None,
-            last_walk: None,
-            last_took: Duration::ZERO,
-            interval: MIN_INTERVAL,
-        };
+        let state = State::new(id, trees, limits, registry.clone(), peak.clone());
         let task = tokio::spawn(watch(state, tx));
         Some(Watchdog {
             fired: rx,
@@ -154,8 +166,9 @@ struct State {
     registry: Arc<Registry>,
     peak: Arc<AtomicU64>,
     /// What the job had at the last walk.
-    used: u64,
-    free_at_walk: HashMap<u64, u64>,
+    used: Held,
+    /// Free bytes and inodes of each file system at the last walk.
+    free_at_walk: HashMap<u64, Held>,
     /// The file systems of the trees, each with a path on it (found at the first tick).
     named_fs: Option<Vec<(u64, PathBuf)>>,
     last_walk: Option<Instant>,
@@ -191,15 +204,56 @@ async fn watch(mut state: State, fired: tokio::sync::watch::Sender<Option<Fired>
     }
 }
 
-/// One file system the job writes: its room now, and a path on it to name it by.
+/// One file system the job writes: its room now (bytes and inodes), the reserve on it, and a
+/// path on it to name it by.
 struct Fs {
     dev: u64,
-    free: u64,
-    reserve: u64,
+    free: Held,
+    reserve: Held,
     named: PathBuf,
 }
 
+impl Fs {
+    /// The resource it has less of than the reserve, if any (bytes first).
+    fn short_of(&self) -> Option<Resource> {
+        [Resource::Bytes, Resource::Inodes]
+            .into_iter()
+            .find(|r| self.free.of(*r) < self.reserve.of(*r))
+    }
+}
+
+impl Held {
+    fn of(self, resource: Resource) -> u64 {
+        match resource {
+            Resource::Bytes => self.bytes,
+            Resource::Inodes => self.files,
+        }
+    }
+}
+
 impl State {
+    fn new(
+        id: &str,
+        trees: Vec<Tree>,
+        limits: DiskLimits,
+        registry: Arc<Registry>,
+        peak: Arc<AtomicU64>,
+    ) -> State {
+        State {
+            id: id.to_string(),
+            trees,
+            limits,
+            registry,
+            peak,
+            used: Held::default(),
+            free_at_walk: HashMap::new(),
+            named_fs: None,
+            last_walk: None,
+            last_took: Duration::ZERO,
+            interval: MIN_INTERVAL,
+        }
+    }
+
     /// One tick: walks if due, and says whether the watchdog fires.
     #[cfg(test)]
     fn tick(&mut self) -> Option<Fired> {
@@ -210,18 +264,22 @@ impl State {
     /// The job's file systems now, when a walk is due (see the module's doc).
     fn walk_due(&mut self) -> Option<Vec<Fs>> {
         let file_systems = self.file_systems();
-        let lost: u64 = file_systems
-            .iter()
-            .map(|fs| {
-                self.free_at_walk
-                    .get(&fs.dev)
-                    .map_or(0, |was| was.saturating_sub(fs.free))
-            })
-            .sum();
-        let low = file_systems.iter().any(|f| f.free < f.reserve);
-        let headroom = self.limits.limit.map(|l| l.saturating_sub(self.used));
+        let mut lost = Held::default();
+        for fs in &file_systems {
+            if let Some(was) = self.free_at_walk.get(&fs.dev) {
+                lost.bytes += was.bytes.saturating_sub(fs.free.bytes);
+                lost.files += was.files.saturating_sub(fs.free.files);
+            }
+        }
+        let low = file_systems.iter().any(|f| f.short_of().is_some());
+        // Half the headroom left under a limit was taken since the last walk.
+        let near = |limit: Option<u64>, used: u64, lost: u64| {
+            limit.is_some_and(|l| lost.saturating_mul(2) > l.saturating_sub(used))
+        };
+        let urgent = low
+            || near(self.limits.limit, self.used.bytes, lost.bytes)
+            || near(self.limits.files, self.used.files, lost.files);
         let since = self.last_walk.map_or(Duration::MAX, |at| at.elapsed());
-        let urgent = headroom.is_some_and(|h| lost.saturating_mul(2) > h) || low;
         if since >= self.interval || (urgent && since >= self.last_took * 2) {
             Some(file_systems)
         } else {
@@ -231,7 +289,6 @@ impl State {
 
     /// Walks the job's trees and says whether the watchdog fires.
     fn walk_and_judge(&mut self, file_systems: &[Fs]) -> Option<Fired> {
-        let low: Vec<&Fs> = file_systems.iter().filter(|f| f.free < f.reserve).collect();
         let started = Instant::now();
         let (parts, by_dev) = self.walk();
         let took = started.elapsed();
@@ -239,39 +296,65 @@ impl State {
         self.interval = (took * INTERVAL_PER_WALK).clamp(MIN_INTERVAL, MAX_INTERVAL);
         self.last_walk = Some(Instant::now());
         self.free_at_walk = file_systems.iter().map(|f| (f.dev, f.free)).collect();
-        let used: u64 = parts.iter().map(|(_, u)| u.bytes).sum();
+        let used = Held {
+            bytes: parts.iter().map(|(_, u)| u.bytes).sum(),
+            files: parts.iter().map(|(_, u)| u.entries).sum(),
+        };
         self.used = used;
-        self.peak.fetch_max(used, Ordering::Relaxed);
+        self.peak.fetch_max(used.bytes, Ordering::Relaxed);
         self.registry.set(&self.id, by_dev.clone());
 
-        let breakdown = breakdown(&parts);
-        if let Some(limit) = self.limits.limit.filter(|l| used > *l) {
+        if let Some(limit) = self.limits.limit.filter(|l| used.bytes > *l) {
             return Some(Fired {
                 message: format!(
-                    "the disk limit fired: the job had {} on disk, over limits.disk ({}): {breakdown}",
-                    human(used),
-                    human(limit)
+                    "the disk limit fired: the job had {} on disk, over limits.disk ({}): {}",
+                    human(used.bytes),
+                    human(limit),
+                    breakdown(&parts, Resource::Bytes)
                 ),
             });
         }
-        let stopped = low
-            .iter()
-            .find(|fs| self.registry.largest_on(fs.dev, &self.id))?;
+        if let Some(limit) = self.limits.files.filter(|l| used.files > *l) {
+            return Some(Fired {
+                message: format!(
+                    "the disk limit fired: the job had {} files on disk, over limits.disk_files \
+                     ({}): {}",
+                    count(used.files),
+                    count(limit),
+                    breakdown(&parts, Resource::Inodes)
+                ),
+            });
+        }
+        let (stopped, short) = file_systems.iter().find_map(|fs| {
+            let short = fs.short_of()?;
+            self.registry
+                .largest_on(fs.dev, short, &self.id)
+                .then_some((fs, short))
+        })?;
+        let held = by_dev.get(&stopped.dev).copied().unwrap_or_default();
+        let show = |n: Held| match short {
+            Resource::Bytes => human(n.bytes),
+            Resource::Inodes => format!("{} inodes", count(n.files)),
+        };
+        let (field, most) = match short {
+            Resource::Bytes => ("limits.disk_reserve", "most on it"),
+            Resource::Inodes => ("limits.disk_reserve_files", "most files on it"),
+        };
         Some(Fired {
             message: format!(
                 "the disk reserve fired: the file system of {} had {} free, below the runner's \
-                 reserve of {} (limits.disk_reserve), and of the runner's jobs this one had the \
-                 most on it ({}; {} in all: {breakdown})",
+                 reserve of {} ({field}), and of the runner's jobs this one had the {most} \
+                 ({}; {} in all: {})",
                 stopped.named.display(),
-                human(stopped.free),
-                human(stopped.reserve),
-                human(by_dev.get(&stopped.dev).copied().unwrap_or(0)),
-                human(used)
+                show(stopped.free),
+                show(stopped.reserve),
+                show(held),
+                show(used),
+                breakdown(&parts, short)
             ),
         })
     }
 
-    /// The distinct file systems of the job's trees.
     /// The distinct file systems of the job's trees, found once (one tree each names it).
     fn file_systems(&mut self) -> Vec<Fs> {
         let named = self.named_fs.get_or_insert_with(|| {
@@ -285,17 +368,23 @@ impl State {
             }
             found
         });
+        let limits = self.limits;
         named
             .iter()
             .filter_map(|(dev, path)| {
                 let st = rustix::fs::statvfs(path).ok()?;
                 Some(Fs {
                     dev: *dev,
-                    free: st.f_bavail.saturating_mul(st.f_frsize),
-                    reserve: self
-                        .limits
-                        .reserve
-                        .bytes(st.f_blocks.saturating_mul(st.f_frsize)),
+                    free: Held {
+                        bytes: st.f_bavail.saturating_mul(st.f_frsize),
+                        files: st.f_favail,
+                    },
+                    reserve: Held {
+                        bytes: limits
+                            .reserve
+                            .bytes(st.f_blocks.saturating_mul(st.f_frsize)),
+                        files: limits.reserve_files.files(st.f_files),
+                    },
                     named: path.clone(),
                 })
             })
@@ -303,14 +392,16 @@ impl State {
     }
 
     /// What each labelled part of the job holds now, and what it holds on each file system.
-    fn walk(&mut self) -> (Vec<(&'static str, Usage)>, HashMap<u64, u64>) {
+    fn walk(&mut self) -> (Vec<(&'static str, Usage)>, ByDev) {
         let mut seen = Seen::with_roots(self.trees.iter().map(|t| t.path.as_path()));
         let mut parts: Vec<(&'static str, Usage)> = Vec::new();
-        let mut by_dev: HashMap<u64, u64> = HashMap::new();
+        let mut by_dev = ByDev::new();
         for tree in &self.trees {
             let usage = usage::measure(&tree.path, &mut seen);
             if let Ok(st) = rustix::fs::lstat(&tree.path) {
-                *by_dev.entry(st.st_dev).or_default() += usage.bytes;
+                let held = by_dev.entry(st.st_dev).or_default();
+                held.bytes += usage.bytes;
+                held.files += usage.entries;
             }
             add(&mut parts, tree.label, usage);
         }
@@ -325,13 +416,21 @@ fn add(parts: &mut Vec<(&'static str, Usage)>, label: &'static str, usage: Usage
     }
 }
 
-/// `checkout 9.9 GiB, temp dirs 310 MiB, …`, largest first, and what could not be seen.
-fn breakdown(parts: &[(&'static str, Usage)]) -> String {
+/// `checkout 9.9 GiB, temp dirs 310 MiB, …` (or `checkout 5,998 files, …`), largest first,
+/// and what could not be seen.
+fn breakdown(parts: &[(&'static str, Usage)], by: Resource) -> String {
+    let held = |u: &Usage| match by {
+        Resource::Bytes => u.bytes,
+        Resource::Inodes => u.entries,
+    };
     let mut sorted: Vec<&(&str, Usage)> = parts.iter().collect();
-    sorted.sort_by_key(|part| std::cmp::Reverse(part.1.bytes));
+    sorted.sort_by_key(|part| std::cmp::Reverse(held(&part.1)));
     let mut text = sorted
         .iter()
-        .map(|(label, u)| format!("{label} {}", human(u.bytes)))
+        .map(|(label, u)| match by {
+            Resource::Bytes => format!("{label} {}", human(u.bytes)),
+            Resource::Inodes => format!("{label} {} files", count(u.entries)),
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let unseen: u64 = parts.iter().map(|(_, u)| u.unseen).sum();

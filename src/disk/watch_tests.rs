@@ -9,18 +9,17 @@ fn write_file(path: &std::path::Path, bytes: usize) {
 }
 
 fn state(id: &str, trees: Vec<Tree>, limits: DiskLimits, registry: &Arc<Registry>) -> State {
-    State {
-        id: id.into(),
-        trees,
-        limits,
-        registry: registry.clone(),
-        peak: Arc::new(AtomicU64::new(0)),
-        used: 0,
-        free_at_walk: HashMap::new(),
-        named_fs: None,
-        last_walk: None,
-        last_took: Duration::ZERO,
-        interval: MIN_INTERVAL,
+    let peak = Arc::new(AtomicU64::new(0));
+    State::new(id, trees, limits, registry.clone(), peak)
+}
+
+/// Only a byte limit of `bytes`: no file limit, no reserve.
+fn bytes_only(bytes: u64) -> DiskLimits {
+    DiskLimits {
+        limit: Some(bytes),
+        files: None,
+        reserve: NO_RESERVE,
+        reserve_files: NO_RESERVE,
     }
 }
 
@@ -40,10 +39,7 @@ fn the_limit_fires_past_the_limit_and_names_the_trees() {
     std::fs::create_dir(&checkout).unwrap();
     std::fs::create_dir(&temp).unwrap();
     write_file(&checkout.join("small"), 100 << 10);
-    let limits = DiskLimits {
-        limit: Some(2 << 20),
-        reserve: NO_RESERVE,
-    };
+    let limits = bytes_only(2 << 20);
     let registry = Arc::new(Registry::default());
     let trees = vec![tree("checkout", &checkout), tree("temp dirs", &temp)];
     let mut s = state("j1", trees, limits, &registry);
@@ -76,7 +72,9 @@ fn below_the_reserve_the_largest_job_fires() {
     // Every file system is below a reserve this large.
     let limits = DiskLimits {
         limit: None,
-        reserve: Reserve::Bytes(u64::MAX / 2),
+        files: None,
+        reserve: Reserve::Amount(u64::MAX / 2),
+        reserve_files: NO_RESERVE,
     };
     let registry = Arc::new(Registry::default());
     let mut small = state("small", vec![tree("checkout", &a)], limits, &registry);
@@ -100,10 +98,7 @@ fn below_the_reserve_the_largest_job_fires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_fires_soon_after_a_job_writes_past_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let limits = DiskLimits {
-        limit: Some(8 << 20),
-        reserve: NO_RESERVE,
-    };
+    let limits = bytes_only(8 << 20);
     let registry = Arc::new(Registry::default());
     let trees = vec![tree("temp dirs", dir.path())];
     let mut dog = Watchdog::start("j1", trees, limits, registry.clone()).unwrap();
@@ -136,9 +131,132 @@ async fn a_watchdog_fires_soon_after_a_job_writes_past_its_limit() {
         Vec::new(),
         DiskLimits {
             limit: None,
-            reserve: NO_RESERVE
+            files: None,
+            reserve: NO_RESERVE,
+            reserve_files: NO_RESERVE,
         },
         registry
     )
     .is_none());
+}
+
+/// `n` empty files `e-0`, `e-1`, … in `dir`, starting at `from`.
+fn empty_files(dir: &std::path::Path, from: usize, n: usize) {
+    for i in from..from + n {
+        std::fs::File::create(dir.join(format!("e-{i}"))).unwrap();
+    }
+}
+
+/// Only a file limit of `files`: no byte limit, no reserve.
+fn files_only(files: u64) -> DiskLimits {
+    DiskLimits {
+        limit: None,
+        files: Some(files),
+        reserve: NO_RESERVE,
+        reserve_files: NO_RESERVE,
+    }
+}
+
+/// Thousands of empty files, which weigh next to nothing in bytes, fire the file limit with
+/// the count in the message; as many under the limit do not.
+#[test]
+fn the_file_limit_fires_on_many_empty_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (checkout, temp) = (dir.path().join("checkout"), dir.path().join("temp"));
+    std::fs::create_dir(&checkout).unwrap();
+    std::fs::create_dir(&temp).unwrap();
+    empty_files(&checkout, 0, 1500);
+    let registry = Arc::new(Registry::default());
+    let trees = vec![tree("checkout", &checkout), tree("temp dirs", &temp)];
+    let mut s = state("j1", trees, files_only(2000), &registry);
+    assert_eq!(s.tick(), None, "1,502 entries: under the limit");
+    assert_eq!(s.used.files, 1502, "the files and the two roots");
+    empty_files(&temp, 0, 1000);
+    // Not due yet, but the file system lost more than half the job's file headroom: walked
+    // at once.
+    let fired = s.tick().expect("over the file limit");
+    assert_eq!(
+        fired.message,
+        "the disk limit fired: the job had 2,502 files on disk, over limits.disk_files (2,000): \
+         checkout 1,501 files, temp dirs 1,001 files"
+    );
+    assert!(s.used.bytes < 1 << 20, "empty files: {:?}", s.used);
+}
+
+/// Below the inode reserve, the job with the most files there fires, not the one with the most
+/// bytes; the others go on.
+#[test]
+fn below_the_inode_reserve_the_job_with_most_files_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bulky, many) = (dir.path().join("bulky"), dir.path().join("many"));
+    std::fs::create_dir(&bulky).unwrap();
+    std::fs::create_dir(&many).unwrap();
+    write_file(&bulky.join("f"), 4 << 20);
+    empty_files(&many, 0, 500);
+    // Every file system with inodes is below a reserve this large.
+    let limits = DiskLimits {
+        limit: None,
+        files: None,
+        reserve: NO_RESERVE,
+        reserve_files: Reserve::Amount(u64::MAX / 2),
+    };
+    let registry = Arc::new(Registry::default());
+    let mut bulky = state("bulky", vec![tree("checkout", &bulky)], limits, &registry);
+    let mut many = state("many", vec![tree("checkout", &many)], limits, &registry);
+    let _ = bulky.tick();
+    let fired = many.tick().expect("the job with most files fires");
+    assert!(
+        fired
+            .message
+            .starts_with("the disk reserve fired: the file system of ")
+            && fired.message.contains(
+                "inodes (limits.disk_reserve_files), and of the runner's jobs this one had the \
+                 most files on it (501 inodes; 501 inodes in all: checkout 501 files)"
+            ),
+        "{}",
+        fired.message
+    );
+    assert_eq!(
+        bulky.tick(),
+        None,
+        "the job with more bytes, fewer files, goes on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_fires_soon_after_a_job_creates_files_past_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Arc::new(Registry::default());
+    let trees = vec![tree("temp dirs", dir.path())];
+    let mut dog = Watchdog::start("j1", trees, files_only(3000), registry).unwrap();
+    tokio::time::sleep(TICK * 2).await;
+    let path = dir.path().to_path_buf();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    // Empty files as fast as one thread makes them, until the watchdog fires (or 20,000).
+    let writer = std::thread::spawn(move || {
+        let mut made = 0;
+        while !stopping.load(Ordering::Relaxed) && made < 20_000 {
+            std::fs::File::create(path.join(format!("e-{made}"))).unwrap();
+            made += 1;
+        }
+        made
+    });
+    let fired = tokio::time::timeout(Duration::from_secs(5), dog.fired())
+        .await
+        .expect("fired within 5 s");
+    stop.store(true, Ordering::Relaxed);
+    let made = writer.join().unwrap();
+    eprintln!("{made} files made when it fired: {}", fired.message);
+    assert!(
+        fired
+            .message
+            .starts_with("the disk limit fired: the job had ")
+            && fired
+                .message
+                .contains(" files on disk, over limits.disk_files (3,000)"),
+        "{}",
+        fired.message
+    );
+    assert!(made > 3000, "{made} files when it fired");
 }

@@ -203,7 +203,7 @@ impl Runner {
     /// reserve free; the error says which has not.
     pub fn room_to_start(&self) -> Result<(), String> {
         let dirs = [self.state.root(), self.temp_parent.path.as_path()];
-        crate::disk::room_to_start(&dirs, self.disk.reserve)
+        crate::disk::room_to_start(&dirs, &self.disk)
     }
 
     /// The policy of `job` in the workspace at `paths`, or why a private file cannot be

@@ -267,12 +267,14 @@ fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: bool) -> Runner {
     config.limits.disk = if limited {
         DiskLimits {
             limit: Some(LIMIT),
-            reserve: Reserve::Default,
+            ..DiskLimits::default()
         }
     } else {
         DiskLimits {
             limit: None,
+            files: None,
             reserve: Reserve::Off,
+            reserve_files: Reserve::Off,
         }
     };
     let mut runner = Runner::new(state.clone(), config);
