@@ -13,6 +13,7 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
     match super::context(globals, false) {
         Ok(ctx) => {
             checks.push(disk_check(&ctx));
+            checks.push(file_systems_check(&ctx));
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
@@ -98,9 +99,27 @@ fn disk_check(ctx: &Context) -> Check {
             Ok(()) => runner.disk.summary(),
             Err(why) => why.clone(),
         },
-        fix: room
-            .is_err()
-            .then(|| "free space on that file system, or lower limits.disk_reserve".into()),
+        fix: room.is_err().then(|| {
+            "free space (or remove files, for inodes) on that file system, or lower \
+                 limits.disk_reserve (limits.disk_reserve_files)"
+                .into()
+        }),
+    }
+}
+
+/// The free bytes and inodes of the file systems jobs write: what a job filling one would
+/// take, and what the reserve is kept of.
+fn file_systems_check(ctx: &Context) -> Check {
+    let temp = crate::workspace::temp_parent();
+    Check {
+        name: "job file systems".into(),
+        ok: true,
+        warn: false,
+        detail: crate::disk::rooms(&[
+            ("state dir", ctx.state.root()),
+            ("temp dirs", temp.path.as_path()),
+        ]),
+        fix: None,
     }
 }
 

@@ -197,6 +197,44 @@ pub fn room_to_start(dirs: &[&Path], limits: &DiskLimits) -> Result<(), String> 
     Ok(())
 }
 
+/// The room on the file system of each of `dirs` (named by its label), for `doctor`:
+/// `state dir /var/lib/x: 40 GiB free of 100 GiB, 6,123,456 inodes free of 6,553,600; temp
+/// dirs /tmp: on the same file system as the state dir`.
+pub fn rooms(dirs: &[(&str, &Path)]) -> String {
+    let mut seen: Vec<(u64, &str)> = Vec::new();
+    let mut parts = Vec::new();
+    for (label, dir) in dirs {
+        // A directory not made yet will be made on its nearest existing ancestor's.
+        let on = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
+        let room = match space::space(on) {
+            Ok(room) => room,
+            Err(e) => {
+                parts.push(format!("{label} {}: {e}", dir.display()));
+                continue;
+            }
+        };
+        if let Some((_, first)) = seen.iter().find(|(dev, _)| *dev == room.dev) {
+            parts.push(format!(
+                "{label} {}: on the same file system as the {first}",
+                dir.display()
+            ));
+            continue;
+        }
+        seen.push((room.dev, label));
+        let inodes = match room.files {
+            0 => "no fixed number of inodes".to_string(),
+            n => format!("{} inodes free of {}", count(room.files_free), count(n)),
+        };
+        parts.push(format!(
+            "{label} {}: {} free of {}, {inodes}",
+            dir.display(),
+            human(room.free),
+            human(room.size)
+        ));
+    }
+    parts.join("; ")
+}
+
 /// Limits every file the command and its descendants write to `bytes` (RLIMIT_FSIZE; never
 /// above the runner's own hard limit, which only CAP_SYS_RESOURCE could raise).
 pub fn limit_file_size(cmd: &mut std::process::Command, bytes: u64) {

@@ -169,3 +169,27 @@ fn a_job_does_not_start_below_the_inode_reserve() {
     std::fs::remove_dir_all(&fill).unwrap();
     assert_eq!(room_to_start(&[&mnt], &limits), Ok(()), "emptied again");
 }
+
+#[test]
+fn rooms_show_bytes_and_inodes_once_per_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let line = rooms(&[("state dir", dir.path()), ("temp dirs", &sub)]);
+    let unmade = rooms(&[("state dir", &sub.join("not/yet"))]);
+    assert!(
+        unmade.contains(" inodes ") && !unmade.contains("os error"),
+        "{unmade}"
+    );
+    let first = format!("state dir {}: ", dir.path().display());
+    assert!(
+        line.starts_with(&first)
+            && line.contains(" free of ")
+            && (line.contains(" inodes free of ") || line.contains("no fixed number of inodes"))
+            && line.ends_with(&format!(
+                "temp dirs {}: on the same file system as the state dir",
+                sub.display()
+            )),
+        "{line}"
+    );
+}
