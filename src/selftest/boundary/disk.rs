@@ -1,12 +1,14 @@
-//! The disk attempt (`disk-fill`): a job fills its file system beside a job that needs only a
-//! little room. Both are real jobs of a runner with the suite's agent, sandbox and scripted
-//! model, run at once, on a state directory of their own: a tmpfs small enough to fill
-//! (mounting one needs root; without root the attempt is skipped and says so).
+//! The disk attempts: a job fills its file system beside a job that needs only a little room,
+//! with bytes (`disk-fill`: 4 MiB files) and with inodes (`disk-fill-inodes`: empty files, which
+//! cost no bytes, until the file system has no inode left). Both jobs are real jobs of a runner
+//! with the suite's agent, sandbox and scripted model, run at once, on a state directory of
+//! their own: a tmpfs small enough to fill (mounting one needs root; without root the attempts
+//! are skipped and say so).
 //!
-//! - Control: the same pair with `limits.disk` and the reserve off. The filler fills the file
-//!   system, and the job beside it cannot write its work: the harm must show.
-//! - The run: the disk limit stops the filler (`limit_fired: "disk"`), and the job beside it
-//!   writes its work, commits and succeeds.
+//! - Control: the same pair with the disk limits and the reserves off. The filler fills the
+//!   file system, and the job beside it cannot write its work: the harm must show.
+//! - The run: the disk limit (`limits.disk`, `limits.disk_files`) stops the filler
+//!   (`limit_fired: "disk"`), and the job beside it writes its work, commits and succeeds.
 //! - The `no-disk-limit` mutation runs the pair with the limit off: the harm must show.
 //!
 //! Both jobs run the same script step (so the order in which their requests reach the model
@@ -32,10 +34,15 @@ use crate::selftest::model_server::{ModelServer, Step};
 use crate::state::StateDir;
 
 pub const ID: &str = "disk-fill";
+pub const INODES_ID: &str = "disk-fill-inodes";
 /// The pair's file system: large enough that a filler going flat out (~2 GB/s here) is
 /// stopped well before it is full, small enough to fill in a second when nothing stops it.
 const FS_SIZE: &str = "size=512m";
 const LIMIT: u64 = 64 << 20;
+/// The inode pair's: bytes to spare, and inodes for a filler to take in a second or two. A
+/// job beside needs a few hundred (its clone, worktree, git data and the agent's files).
+const INODES_FS: &str = "size=512m,nr_inodes=20000";
+const FILES_LIMIT: u64 = 2000;
 /// What the job beside writes and commits.
 const WORK_BYTES: u64 = 4 << 20;
 
@@ -112,9 +119,78 @@ impl Pair {
     }
 }
 
-/// The attempt's report and its controls. Without root (no tmpfs), one control says it was
-/// skipped.
-pub async fn attempt(s: &Setup<'_>) -> (Option<AttemptReport>, Vec<ControlReport>) {
+/// Which resource the filler takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// 4 MiB files until ENOSPC, against `limits.disk`.
+    Bytes,
+    /// Empty files until ENOSPC, against `limits.disk_files`.
+    Inodes,
+}
+
+impl Form {
+    fn id(self) -> &'static str {
+        match self {
+            Form::Bytes => ID,
+            Form::Inodes => INODES_ID,
+        }
+    }
+
+    fn mount_options(self) -> &'static str {
+        match self {
+            Form::Bytes => FS_SIZE,
+            Form::Inodes => INODES_FS,
+        }
+    }
+
+    /// The runner's disk limits when limited: the form's limit, the default reserves.
+    fn limits(self) -> DiskLimits {
+        DiskLimits {
+            limit: Some(LIMIT),
+            files: (self == Form::Inodes).then_some(FILES_LIMIT),
+            ..DiskLimits::default()
+        }
+    }
+
+    /// The filler's loop: it ends when the disk refuses, with `$i` files written (each file
+    /// under RLIMIT_FSIZE: the watchdog, not the per-file limit, must stop it).
+    fn fill(self) -> &'static str {
+        match self {
+            Form::Bytes => {
+                "i=0; while head -c 4194304 /dev/zero > fill-$i 2>/dev/null; do i=$((i+1)); done"
+            }
+            Form::Inodes => "i=0; while : 2>/dev/null > e-$i; do i=$((i+1)); done",
+        }
+    }
+
+    /// The file system of `dir` is as full as the filler gets it.
+    fn is_full(self, dir: &Path) -> bool {
+        crate::disk::space::space(dir).is_ok_and(|s| match self {
+            Form::Bytes => s.free < 1 << 20,
+            Form::Inodes => s.files_free < 16,
+        })
+    }
+
+    fn what(self) -> String {
+        match self {
+            Form::Bytes => format!(
+                "a job fills its file system ({}) beside a job that needs {} MiB",
+                FS_SIZE.trim_start_matches("size="),
+                WORK_BYTES >> 20
+            ),
+            Form::Inodes => format!(
+                "a job creates empty files until its file system ({}) has no inode left, beside \
+                 a job that needs {} MiB",
+                INODES_FS.trim_start_matches("size=512m,"),
+                WORK_BYTES >> 20
+            ),
+        }
+    }
+}
+
+/// The attempts' reports (bytes, then inodes) and their controls. Without root (no tmpfs),
+/// one control says they were skipped.
+pub async fn attempt(s: &Setup<'_>) -> (Vec<AttemptReport>, Vec<ControlReport>) {
     let mut controls = Vec::new();
     if !rustix::process::geteuid().is_root() {
         controls.push(ControlReport::new(
@@ -122,55 +198,59 @@ pub async fn attempt(s: &Setup<'_>) -> (Option<AttemptReport>, Vec<ControlReport
             true,
             "mounting the small file system it fills needs root".into(),
         ));
-        return (None, controls);
+        return (Vec::new(), controls);
     }
     let revs = match disk_repo(s.world) {
         Ok(revs) => revs,
         Err(e) => {
             controls.push(ControlReport::new("disk-fill: its repository", false, e));
-            return (None, controls);
+            return (Vec::new(), controls);
         }
     };
+    let mut reports = Vec::new();
+    for form in [Form::Bytes, Form::Inodes] {
+        reports.extend(form_attempt(s, &revs, form, &mut controls).await);
+    }
+    (reports, controls)
+}
+
+/// One form's control pair (limits off) and run.
+async fn form_attempt(
+    s: &Setup<'_>,
+    revs: &Revs,
+    form: Form,
+    controls: &mut Vec<ControlReport>,
+) -> Option<AttemptReport> {
+    let id = form.id();
+    let harm = format!("{id} harms the job beside it without the disk limit");
     let mut control_harmed = None;
     if s.control {
-        match pair(s, &revs, false, "control").await {
+        match pair(s, revs, form, false, "control").await {
             Ok(p) => {
                 let harmed = p.harmed() && p.filled;
                 control_harmed = Some(harmed);
-                controls.push(ControlReport::new(
-                    "disk-fill harms the job beside it without the disk limit",
-                    harmed,
-                    p.summary(),
-                ));
-                controls.push(clean_control("control", &p));
+                controls.push(ControlReport::new(&harm, harmed, p.summary()));
+                controls.push(clean_control(id, "control", &p));
             }
-            Err(e) => controls.push(ControlReport::new(
-                "disk-fill harms the job beside it without the disk limit",
-                false,
-                e,
-            )),
+            Err(e) => controls.push(ControlReport::new(&harm, false, e)),
         }
     }
-    let run = match pair(s, &revs, !s.unlimited, "run").await {
+    let run = match pair(s, revs, form, !s.unlimited, "run").await {
         Ok(p) => p,
         Err(e) => {
-            controls.push(ControlReport::new("disk-fill: the pair ran", false, e));
-            return (None, controls);
+            controls.push(ControlReport::new(&format!("{id}: the pair ran"), false, e));
+            return None;
         }
     };
     controls.push(ControlReport::new(
-        "disk-fill: the limit stops the filler, the job beside succeeds",
+        &format!("{id}: the limit stops the filler, the job beside succeeds"),
         s.unlimited || (run.stopped_by_the_limit() && !run.harmed()),
         run.summary(),
     ));
-    controls.push(clean_control("run", &run));
-    let report = AttemptReport {
-        id: ID,
-        what: format!(
-            "a job fills its file system ({}) beside a job that needs {} MiB",
-            FS_SIZE.trim_start_matches("size="),
-            WORK_BYTES >> 20
-        ),
+    controls.push(clean_control(id, "run", &run));
+    Some(AttemptReport {
+        id,
+        what: form.what(),
         rule: Rule::Disk,
         control_escaped: control_harmed,
         ran: run.filler_started && (run.stopped_by_the_limit() || run.filled),
@@ -178,13 +258,12 @@ pub async fn attempt(s: &Setup<'_>) -> (Option<AttemptReport>, Vec<ControlReport
         refused_by_runner: None,
         evidence: run.summary(),
         network: None,
-    };
-    (Some(report), controls)
+    })
 }
 
-fn clean_control(which: &str, p: &Pair) -> ControlReport {
+fn clean_control(id: &str, which: &str, p: &Pair) -> ControlReport {
     ControlReport::new(
-        &format!("disk-fill ({which}): no process or workspace left"),
+        &format!("{id} ({which}): no process or workspace left"),
         p.left == 0 && p.leftovers.is_empty(),
         format!(
             "{} process(es); left: {:?}",
@@ -217,17 +296,16 @@ fn disk_repo(world: &World) -> Result<Revs, String> {
     Ok(Revs { repo, fill, beside })
 }
 
-/// The one step both jobs run. The filler writes 4 MiB files until the disk refuses (each
-/// under RLIMIT_FSIZE: the watchdog, not the per-file limit, must stop it), then holds what
-/// it wrote; the other writes and commits its work.
-fn step(token: &str) -> Step {
+/// The one step both jobs run. The filler writes files until the disk refuses
+/// ([`Form::fill`]), then holds what it wrote; the other writes and commits its work.
+fn step(token: &str, form: Form) -> Step {
+    let fill = form.fill();
     // `$w`: the waiting processes' names are in their argv[0] only, not in the script text
     // that the command's own shell carries in its command line.
     Step::bash(format!(
         "w=wait; if [ -e fill-me ]; then \
            (exec -a \"fill-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
-           i=0; while head -c 4194304 /dev/zero > fill-$i 2>/dev/null; do i=$((i+1)); done; \
-           echo FILLED-$i; (exec -a fill-hold sleep 300); \
+           {fill}; echo FILLED-$i; (exec -a fill-hold sleep 300); \
          else \
            (exec -a \"beside-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
            {{ head -c {WORK_BYTES} /dev/urandom > work.bin && git add work.bin && \
@@ -238,21 +316,30 @@ fn step(token: &str) -> Step {
 
 /// Runs one pair on a small file system of its own: the runner of the pair, its two jobs,
 /// the race between them, then what they left.
-async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<Pair, String> {
+async fn pair(
+    s: &Setup<'_>,
+    revs: &Revs,
+    form: Form,
+    limited: bool,
+    label: &str,
+) -> Result<Pair, String> {
+    let label = format!("{}{label}", if form == Form::Inodes { "i" } else { "" });
     let token = format!("{}{label}", s.world.token);
     let dir = s.world.path().join(format!("disk-{label}"));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let fs = Tmpfs::mount(&dir, FS_SIZE)?;
+    let fs = Tmpfs::mount(&dir, form.mount_options())?;
     let state = StateDir::at(dir.join("state"));
     std::fs::create_dir_all(state.root()).map_err(|e| e.to_string())?;
-    let runner = pair_runner(s, &state, limited);
+    let runner = pair_runner(s, &state, limited.then(|| form.limits()));
 
-    s.server.set_script(vec![step(&token), step(&token)]);
+    s.server
+        .set_script(vec![step(&token, form), step(&token, form)]);
     let before = s.server.exchanges().len();
     let jobs = PairJobs {
         filler: pair_job(s, revs, "disk-fill", &revs.fill, &token),
         beside: pair_job(s, revs, "disk-beside", &revs.beside, &token),
         state,
+        form,
     };
     let raced = race(&runner, &jobs, &dir, &token).await;
     let pair = collect(s, &jobs, raced, before, &token);
@@ -261,22 +348,15 @@ async fn pair(s: &Setup<'_>, revs: &Revs, limited: bool, label: &str) -> Result<
 }
 
 /// A runner on the pair's state directory, with the suite's environment and hooks, and the
-/// disk limit and its reserve on (`limited`) or off.
-fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: bool) -> Runner {
+/// disk limits and reserves `limited` (`None`: all off).
+fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: Option<DiskLimits>) -> Runner {
     let mut config = s.config.clone();
-    config.limits.disk = if limited {
-        DiskLimits {
-            limit: Some(LIMIT),
-            ..DiskLimits::default()
-        }
-    } else {
-        DiskLimits {
-            limit: None,
-            files: None,
-            reserve: Reserve::Off,
-            reserve_files: Reserve::Off,
-        }
-    };
+    config.limits.disk = limited.unwrap_or(DiskLimits {
+        limit: None,
+        files: None,
+        reserve: Reserve::Off,
+        reserve_files: Reserve::Off,
+    });
     let mut runner = Runner::new(state.clone(), config);
     runner.env_source = s.env_source.clone();
     runner.operator_home = Some(s.world.operator_home.clone());
@@ -303,6 +383,7 @@ struct PairJobs {
     filler: Job,
     beside: Job,
     state: StateDir,
+    form: Form,
 }
 
 impl PairJobs {
@@ -359,17 +440,21 @@ async fn race(runner: &Runner, jobs: &PairJobs, dir: &Path, token: &str) -> Race
             beside_done.load(Ordering::SeqCst) || running(&waiting)
         })
         .await;
+        // The job beside's `go` is made now and renamed later: on a file system with no inode
+        // left the suite could not create it, and the job beside would wait, not fail.
+        let beside = jobs.checkout(&jobs.beside);
+        let _ = std::fs::write(beside.join("go-soon"), "");
         let _ = std::fs::write(jobs.checkout(&jobs.filler).join("go"), "");
         // Until the filler is stopped, or has filled the file system.
         let mut filled = false;
         wait_until(Duration::from_secs(60), || {
-            filled |= is_full(dir);
+            filled |= jobs.form.is_full(dir);
             filler_done.load(Ordering::SeqCst) || filled
         })
         .await;
-        let _ = std::fs::write(jobs.checkout(&jobs.beside).join("go"), "");
+        let _ = std::fs::rename(beside.join("go-soon"), beside.join("go"));
         wait_until(Duration::from_secs(150), || {
-            filled |= is_full(dir);
+            filled |= jobs.form.is_full(dir);
             beside_done.load(Ordering::SeqCst)
         })
         .await;
@@ -438,11 +523,6 @@ fn running(token: &str) -> bool {
         std::fs::read(format!("/proc/{pid}/cmdline"))
             .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
     })
-}
-
-/// Less than a megabyte free: as full as a writer of 4 MiB files gets it.
-fn is_full(dir: &Path) -> bool {
-    crate::disk::space::space(dir).is_ok_and(|s| s.free < 1 << 20)
 }
 
 /// A tmpfs mounted over a directory for the pair; unmounted (lazily: a process of a failed

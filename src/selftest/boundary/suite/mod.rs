@@ -194,7 +194,7 @@ impl SuiteRun<'_> {
     }
 
     /// The disk-fill attempt: a job filling its disk beside another, with the runner's config.
-    async fn disk_attempt(&self) -> (Option<AttemptReport>, Vec<ControlReport>) {
+    async fn disk_attempt(&self) -> (Vec<AttemptReport>, Vec<ControlReport>) {
         let cfg = self.cfg;
         // The agents in the model's network namespace, but not in the planted mount
         // namespace: the pair's file system is mounted after it was made, and is not in it.
