@@ -73,6 +73,8 @@ in
       cpus = optional t.cpus "cpu.max of each job, in CPUs: a job is throttled to that share.";
       disk = optional t.sizeOrOff "The most one job may have on disk at once (checkout, temp dirs, its files and git data), or `off` (default: 10G).";
       disk_reserve = optional t.sizeOrOff "Space kept free on the file systems jobs write, or `off` (default: 1G or 5% of the file system, the smaller).";
+      disk_files = optional t.countOrOff "The most files (inodes) one job may have at once, counted where `disk` is, or `off` (default: 1000000).";
+      disk_reserve_files = optional t.countOrOff "Inodes kept free on the file systems jobs write, or `off` (default: 65536 or 5% of the file system's, the smaller).";
       tokens = optional types.ints.positive ''
         The most model tokens a job may use (input, output, cache reads and writes), counted by
         the runner's model gateway: the request after the one that reaches it is refused and the

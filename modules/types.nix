@@ -77,6 +77,12 @@ rec {
     description = "size in bytes, or with a unit (`10G`), or `off`";
   };
 
+  # A number of files, or `off` for no limit (src/config/limits.rs Count: limits.disk_files,
+  # limits.disk_reserve_files).
+  countOrOff = types.either types.ints.positive (types.enum [ "off" ]) // {
+    description = "number of files (inodes), or `off`";
+  };
+
   # A share of CPUs (src/serve/limits.rs parse_cpus): 0.001 to 4096.
   cpus = types.addCheck types.number (v: v >= 1.0e-3 && v <= 4096) // {
     description = "number of CPUs between 0.001 and 4096 (`1.5`)";

@@ -125,8 +125,9 @@ fn full_config() -> Config {
             cpus: Some(MilliCpus(1500)),
             disk: DiskLimits {
                 limit: Some(20 << 30),
+                files: Some(2_000_000),
                 reserve: Reserve::Off,
-                ..DiskLimits::default()
+                reserve_files: Reserve::Off,
             },
             tokens: Some(500_000),
         },
@@ -149,7 +150,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
       allow_untrusted = true;
       default_timeout = "45m";
       concurrency = 3;
-      limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; tokens = 500000; };
+      limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
     };
     queue.postgresql = {
       enable = true;
