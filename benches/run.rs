@@ -408,8 +408,12 @@ fn in_the_jobs_namespace(direct: &Command, home: &Path) -> Command {
         companion: None,
         own: agent::OwnFiles::default(),
         confined: None,
+        net_bridge: None,
     };
-    quest_runner::run::confine::confine(&mut launch, &policy, &ws, home).expect("namespace");
+    // On the host's network, as the agent alone is: the namespace's file system is what is
+    // timed (the bridges, a `--unshare-net` and two loopback hops, show in "via runner").
+    quest_runner::run::confine::confine(&mut launch, &policy, &ws, (home, None))
+        .expect("namespace");
     let confined = launch.confined.expect("confined on Linux");
     let mut cmd = Command::new(&confined.program);
     cmd.args(confined.args(&launch.program, &launch.args))

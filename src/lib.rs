@@ -5,6 +5,7 @@
 //! This crate grows along that line; each stage is one module.
 
 pub mod agent;
+pub mod agentnet;
 pub mod binaries;
 pub mod cli;
 pub mod config;

@@ -5,5 +5,9 @@ fn main() -> ExitCode {
     if let Some(code) = quest_runner::jobshell::dispatch() {
         return code;
     }
+    // The bridges of the job's network namespace (src/agentnet.rs).
+    if let Some(code) = quest_runner::agentnet::dispatch() {
+        return code;
+    }
     quest_runner::cli::main()
 }

@@ -61,7 +61,33 @@ fn ripgrep_check() -> Check {
     }
 }
 
-/// Whether bubblewrap can create the namespaces a sandbox needs, by asking it to.
+/// bubblewrap, started as the job's namespace is: as the agent's identity when the runner is
+/// root (through setpriv), else as the runner.
+fn as_the_agent(bwrap: &std::path::Path) -> Result<Command, Check> {
+    use crate::sandbox::boundary::{Identity, AGENT_ID};
+    if Identity::current() == Identity::Runner {
+        return Ok(Command::new(bwrap));
+    }
+    let Ok(setpriv) = binaries::find(Tool::Setpriv) else {
+        return Err(Check {
+            name: "user namespaces".into(),
+            ok: false,
+            warn: false,
+            detail: "not checked: setpriv not found (a root runner starts the agent's \
+                     namespace as an unprivileged identity with it)"
+                .into(),
+            fix: Some("apt-get install util-linux, or set QUEST_RUNNER_SETPRIV".into()),
+        });
+    };
+    let id = AGENT_ID.to_string();
+    let mut cmd = Command::new(setpriv);
+    cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+        .arg(bwrap);
+    Ok(cmd)
+}
+
+/// Whether bubblewrap can create the namespaces a job needs, nested as a job nests them (the
+/// commands' sandbox inside the agent's namespace), by asking it to.
 fn userns_check() -> Check {
     let name = "user namespaces".to_string();
     let Ok(bwrap) = binaries::find(Tool::Bwrap) else {
@@ -73,29 +99,9 @@ fn userns_check() -> Check {
             fix: Some("apt-get install bubblewrap".into()),
         };
     };
-    // As the job runs: the agent's namespace (as the agent's identity when the runner is
-    // root), and the commands' sandbox inside it.
-    let identity = crate::sandbox::boundary::Identity::current();
-    let mut cmd = match identity {
-        crate::sandbox::boundary::Identity::Agent => {
-            let Ok(setpriv) = binaries::find(Tool::Setpriv) else {
-                return Check {
-                    name,
-                    ok: false,
-                    warn: false,
-                    detail: "not checked: setpriv not found (a root runner starts the agent's \
-                             namespace as an unprivileged identity with it)"
-                        .into(),
-                    fix: Some("apt-get install util-linux, or set QUEST_RUNNER_SETPRIV".into()),
-                };
-            };
-            let id = crate::sandbox::boundary::AGENT_ID.to_string();
-            let mut cmd = Command::new(setpriv);
-            cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
-                .arg(&bwrap);
-            cmd
-        }
-        crate::sandbox::boundary::Identity::Runner => Command::new(&bwrap),
+    let mut cmd = match as_the_agent(&bwrap) {
+        Ok(cmd) => cmd,
+        Err(check) => return check,
     };
     let namespace = [
         "--unshare-user",

@@ -85,6 +85,7 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
 /// The job's way to its model: the gateway's address and token, never the account's key.
 fn claude_gateway() -> GatewayAccess {
     GatewayAccess {
+        port: 9,
         base_url: "http://127.0.0.1:7".into(),
         token: "qrgw-jobtoken".into(),
         provider: None,
@@ -93,6 +94,7 @@ fn claude_gateway() -> GatewayAccess {
 
 fn oc_gateway() -> GatewayAccess {
     GatewayAccess {
+        port: 9,
         base_url: "http://127.0.0.1:7/v1".into(),
         token: "qrgw-jobtoken".into(),
         provider: Some("p".into()),

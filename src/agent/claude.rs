@@ -164,6 +164,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
             read_only: vec![config_dir.join("settings.json"), self::token_file(job_dir)],
         },
         confined: None,
+        net_bridge: None,
     })
 }
 

@@ -41,6 +41,8 @@ pub struct Launch {
     /// How the agent is started inside the job's namespace; set by the runner after planning
     /// (`None`: not confined, on macOS or in the suite's mutation check).
     pub confined: Option<crate::sandbox::boundary::Confined>,
+    /// The runner's side of the bridges into the job's network namespace, when it has one.
+    pub net_bridge: Option<crate::sandbox::boundary::NetBridge>,
 }
 
 pub use crate::sandbox::boundary::OwnFiles;
@@ -90,6 +92,8 @@ pub struct GatewayAccess {
     pub base_url: String,
     /// The job's token, sent where the API key would be.
     pub token: String,
+    /// The gateway's port on loopback: bridged into the job's network namespace.
+    pub port: u16,
     /// opencode: the provider pointed at the gateway.
     pub provider: Option<String>,
 }

@@ -286,27 +286,39 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launc
         files: planned_files(&file_inputs),
         transcript: job_dir.join("transcript.jsonl"),
         companion: Some(host_plan(policy, inputs, node, &srt_package)),
-        own: own_files(job_dir, &dirs),
+        own: own_files(job_dir, &dirs, account, inputs.gateway),
         confined: None,
+        net_bridge: None,
     })
 }
 
 /// What opencode reads and writes of its own: its private directories, its config directory
 /// too (it writes its own files there at start), but the runner's settings, instructions and
 /// plugin in it read-only.
-fn own_files(job_dir: &Path, dirs: &Dirs) -> super::OwnFiles {
+fn own_files(
+    job_dir: &Path,
+    dirs: &Dirs,
+    account: &OpencodeAccount,
+    gateway: Option<&super::GatewayAccess>,
+) -> super::OwnFiles {
     let config = dirs.config.join("opencode");
+    let mut write = vec![
+        dirs.cwd.clone(),
+        dirs.home.clone(),
+        dirs.tmp.clone(),
+        dirs.state.clone(),
+        dirs.cache.clone(),
+        dirs.data.clone(),
+        dirs.config.clone(),
+    ];
+    // Without the gateway opencode holds the account's login itself (OAuth entries it
+    // refreshes): the one private file its namespace shows, where its link points.
+    if let (Some(auth), None) = (&account.auth_file, gateway) {
+        write.push(auth.clone());
+    }
     super::OwnFiles {
         read: vec![job_dir.to_path_buf()],
-        write: vec![
-            dirs.cwd.clone(),
-            dirs.home.clone(),
-            dirs.tmp.clone(),
-            dirs.state.clone(),
-            dirs.cache.clone(),
-            dirs.data.clone(),
-            dirs.config.clone(),
-        ],
+        write,
         read_only: ["opencode.json", "AGENTS.md", "package-lock.json", "plugin"]
             .iter()
             .map(|name| config.join(name))

@@ -90,6 +90,11 @@ pub(super) async fn run_agent(
         None => None,
     };
     drop(commands);
+    // Before the agent: its first request goes through the bridge.
+    let _bridge = match &launch.net_bridge {
+        Some(bridge) => Some(super::confine::start_bridge(bridge, adjust).await?),
+        None => None,
+    };
     let mut child = spawn_agent(launch, &mut cmd)?;
     spawned(Instant::now());
     let tree = ProcessTree::new(child.id(), markers);

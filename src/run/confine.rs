@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::Launch;
 use crate::binaries::{self, Tool};
-use crate::sandbox::boundary::{self, Identity, Tools, AGENT_ID};
+use crate::sandbox::boundary::{self, Identity, NetBridge, Tools, AGENT_ID};
 use crate::sandbox::SandboxPolicy;
 use crate::util::io::{IoContext, IoError};
 use crate::workspace::WorkspacePaths;
@@ -22,18 +22,46 @@ pub enum ConfineError {
          searchable (chmod o+x) or move the state directory"
     )]
     Unreachable { path: PathBuf, blocked: PathBuf },
+    #[error(
+        "the agent holds its account's login itself ({0}, e.g. opencode's OAuth entries), which a \
+         runner that is root cannot hand to the agent's unprivileged identity (uid {AGENT_ID}): \
+         run quest-runner as its service user (the README's setup (b)), or give the account an \
+         API key, which the runner's gateway holds for it"
+    )]
+    HeldLogin(PathBuf),
+    #[error("the job's network bridges need the runner's binary: {0}")]
+    Runner(String),
     #[error(transparent)]
     Io(#[from] IoError),
+}
+
+/// A link the agent follows to a file of the runner's that others may not read (the
+/// account's login, which the agent refreshes itself) cannot be read by the agent's identity.
+fn refuse_held_logins(launch: &Launch) -> Result<(), ConfineError> {
+    use std::os::unix::fs::MetadataExt;
+    for file in &launch.files {
+        if let crate::agent::Contents::Symlink(target) = &file.contents {
+            let private = std::fs::metadata(target).is_ok_and(|m| m.mode() & 0o004 == 0);
+            if private {
+                return Err(ConfineError::HeldLogin(target.clone()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rewrites `launch` (the agent, and its companion) to start inside the job's namespace.
 /// Nothing to do when the policy does not confine the agent (macOS, or the suite's mutation).
 /// Public for the benchmark, which starts an agent on its own in the same namespace.
+///
+/// `gateway_port`: where the agent reaches its model through the runner's gateway; then the
+/// namespace has a network of its own, with the gateway and the job's proxy bridged in. `None`
+/// (the agent holds its login and talks to its provider itself) keeps the host's network.
 pub fn confine(
     launch: &mut Launch,
     policy: &SandboxPolicy,
     ws: &WorkspacePaths,
-    state_root: &Path,
+    (state_root, gateway_port): (&Path, Option<u16>),
 ) -> Result<(), ConfineError> {
     if !policy.confine_agent {
         return Ok(());
@@ -46,8 +74,13 @@ pub fn confine(
             Identity::Runner => PathBuf::new(),
         },
     };
+    let bridges = match gateway_port {
+        Some(port) => Some(bridges(ws, port, policy.proxy_port, identity)?),
+        None => None,
+    };
     let passwd = match identity {
         Identity::Agent => {
+            refuse_held_logins(launch)?;
             let passwd = write_passwd(&ws.job_dir, &policy.home)?;
             hand_over(ws)?;
             Some(passwd)
@@ -60,7 +93,7 @@ pub fn confine(
         identity,
         passwd.as_deref(),
         &tools,
-        &launch.cwd,
+        (&launch.cwd, bridges.as_ref().map(|(agent, _)| agent)),
     ));
     if let Some(host) = launch.companion.as_mut() {
         host.confined = Some(boundary::plan(
@@ -69,12 +102,13 @@ pub fn confine(
             identity,
             passwd.as_deref(),
             &tools,
-            &host.cwd,
+            (&host.cwd, bridges.as_ref().map(|(_, host)| host)),
         ));
         if identity == Identity::Agent {
             host.socket_owner = Some(AGENT_ID);
         }
     }
+    launch.net_bridge = bridges.map(|(agent, _)| agent);
     if identity == Identity::Agent {
         let plans = [launch.confined.as_ref()]
             .into_iter()
@@ -86,6 +120,34 @@ pub fn confine(
         }
     }
     Ok(())
+}
+
+/// The bridges into the namespace's network: the agent's (the gateway, and the proxy when
+/// some host is reachable), and the sandbox host's (the proxy only: srt's bridges carry the
+/// commands' traffic there). Their sockets go in `<job dir>/net`.
+fn bridges(
+    ws: &WorkspacePaths,
+    gateway: u16,
+    proxy: Option<u16>,
+    identity: Identity,
+) -> Result<(NetBridge, NetBridge), ConfineError> {
+    let owner = (identity == Identity::Agent).then_some(AGENT_ID);
+    let runner = crate::jobshell::runner_binary().map_err(ConfineError::Runner)?;
+    let dir = ws.job_dir.join("net");
+    std::fs::create_dir_all(&dir).at("creating", &dir)?;
+    let agent = NetBridge {
+        runner: runner.clone(),
+        dir: dir.clone(),
+        ports: std::iter::once(gateway).chain(proxy).collect(),
+        owner,
+    };
+    let host = NetBridge {
+        runner,
+        dir,
+        ports: proxy.into_iter().collect(),
+        owner,
+    };
+    Ok((agent, host))
 }
 
 /// The trees the agent's identity writes or reads as their owner: the checkout and temp
@@ -184,4 +246,47 @@ fn grant_traversal(source: &Path, state_root: &Path) -> Result<(), ConfineError>
             .at("letting the agent's identity search", dir)?;
     }
     Ok(())
+}
+
+/// How long the runner's side of the bridges may take to bind its sockets.
+const BRIDGE_START: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the runner's side of the bridges into the job's network (adjusted as the agent's
+/// command is: the suite's network namespace), once its sockets are bound. Stopped when the
+/// returned child is dropped.
+pub(super) async fn start_bridge(
+    bridge: &NetBridge,
+    adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+) -> Result<tokio::process::Child, String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut cmd = std::process::Command::new(&bridge.runner);
+    cmd.args(crate::agentnet::outside_args(
+        &bridge.dir,
+        bridge.owner,
+        &bridge.ports,
+    ))
+    .env_clear()
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::inherit());
+    if let Some(adjust) = adjust {
+        adjust(&mut cmd);
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the job's network bridge: {e}"))?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err("the job's network bridge has no stdout".into());
+    };
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    match tokio::time::timeout(BRIDGE_START, lines.next_line()).await {
+        Ok(Ok(Some(line))) if line == "ready" => Ok(child),
+        Ok(_) => Err("the job's network bridge exited before it was ready".into()),
+        Err(_) => Err(format!(
+            "the job's network bridge was not ready within {}s",
+            BRIDGE_START.as_secs()
+        )),
+    }
 }

@@ -168,8 +168,9 @@ impl JobRun<'_> {
         let mut launch = agent::plan(&inputs).map_err(Stop::error)?;
         launch.write_files().map_err(Stop::error)?;
         // After the files: a root runner hands them, with the job's trees, to the agent.
-        super::confine::confine(&mut launch, policy, paths, self.runner.state.root())
-            .map_err(Stop::error)?;
+        let gateway_port = model.as_ref().map(|(_, access)| access.port);
+        let at = (self.runner.state.root(), gateway_port);
+        super::confine::confine(&mut launch, policy, paths, at).map_err(Stop::error)?;
         Ok((launch, model))
     }
 

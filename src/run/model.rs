@@ -67,6 +67,7 @@ impl Runner {
             log: workspace::job_root(&self.state, &job.id).join("model.log"),
         })?;
         let access = agent::GatewayAccess {
+            port: gateway.addr.port(),
             base_url: grant.base_url.clone(),
             token: grant.token.clone(),
             provider,

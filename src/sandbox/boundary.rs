@@ -68,6 +68,20 @@ pub struct Tools {
     pub setpriv: PathBuf,
 }
 
+/// The job's own network: the ports of the runner's services bridged into it
+/// ([`crate::agentnet`]). No ports: a network with nothing in it but loopback.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NetBridge {
+    /// The runner's binary, whose `inside` mode is the namespace's first program.
+    pub runner: PathBuf,
+    /// Where the bridge's sockets are (in the runner's files for the job, which the namespace
+    /// shows read-only: a socket is connected to, never written).
+    pub dir: PathBuf,
+    pub ports: Vec<u16>,
+    /// Who may connect to the sockets besides the runner: the agent's identity.
+    pub owner: Option<u32>,
+}
+
 /// One process's confinement: the command that starts it inside the job's boundary, up to
 /// and including the `--` after which the process's own program and arguments follow.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -111,13 +125,15 @@ impl Confined {
 }
 
 /// The command that starts a process in `cwd` inside the job's boundary.
+/// `net`: the namespace's own network and what is bridged into it; `None`: the host's (the
+/// agent reaches its model itself, without the gateway).
 pub fn plan(
     policy: &SandboxPolicy,
     own: &OwnFiles,
     identity: Identity,
     passwd: Option<&Path>,
     tools: &Tools,
-    cwd: &Path,
+    (cwd, net): (&Path, Option<&NetBridge>),
 ) -> Confined {
     let mut prefix: Vec<String> = Vec::new();
     let s = |p: &Path| p.to_string_lossy().into_owned();
@@ -127,7 +143,14 @@ pub fn plan(
         prefix.push(s(&tools.bwrap));
     }
     prefix.extend(namespace_args(policy, own, passwd));
+    if net.is_some() {
+        prefix.push("--unshare-net".to_string());
+    }
     prefix.extend(["--chdir".to_string(), s(cwd), "--".to_string()]);
+    if let Some(bridge) = net.filter(|b| !b.ports.is_empty()) {
+        prefix.push(s(&bridge.runner));
+        prefix.extend(crate::agentnet::inside_args(&bridge.dir, &bridge.ports));
+    }
     let program = match identity {
         Identity::Agent => tools.setpriv.clone(),
         Identity::Runner => tools.bwrap.clone(),

@@ -78,8 +78,10 @@ fn denied_trees_are_hidden_before_the_workspace_is_bound_back() {
     for ns in ["--unshare-user", "--unshare-pid", "--die-with-parent"] {
         assert!(args.iter().any(|a| a == ns), "{ns}");
     }
-    // The network namespace is the host's until the gateway and proxy are bridged into it.
-    assert!(!args.iter().any(|a| a == "--unshare-all"));
+    // The network is the plan's to add (with its bridges), never all namespaces at once.
+    assert!(!args
+        .iter()
+        .any(|a| a == "--unshare-all" || a == "--unshare-net"));
 }
 
 #[test]
@@ -93,7 +95,7 @@ fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
         Identity::Agent,
         Some(&passwd),
         &tools(),
-        Path::new("/co"),
+        (Path::new("/co"), None),
     );
     assert_eq!(confined.program, PathBuf::from("/usr/bin/setpriv"));
     let args = confined.args(Path::new("/bin/agent"), &["-p".to_string()]);
@@ -126,8 +128,62 @@ fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
         Identity::Runner,
         None,
         &tools(),
-        Path::new("/co"),
+        (Path::new("/co"), None),
     );
     assert_eq!(as_runner.program, PathBuf::from("/usr/bin/bwrap"));
     assert_eq!(as_runner.prefix[0], "--unshare-user");
+}
+
+#[test]
+fn a_bridged_network_starts_the_agent_through_the_bridge() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = policy(root.path());
+    let bridge = NetBridge {
+        runner: "/bin/quest-runner".into(),
+        dir: "/state/jobs/j1/runner/net".into(),
+        ports: vec![4000, 4001],
+        owner: Some(AGENT_ID),
+    };
+    let confined = plan(
+        &policy,
+        &OwnFiles::default(),
+        Identity::Runner,
+        None,
+        &tools(),
+        (Path::new("/co"), Some(&bridge)),
+    );
+    let args = confined.args(Path::new("/bin/agent"), &["-p".to_string()]);
+    let chdir = args.iter().position(|a| a == "--chdir").unwrap();
+    assert!(args[..chdir].iter().any(|a| a == "--unshare-net"));
+    assert_eq!(
+        args[chdir..],
+        [
+            "--chdir",
+            "/co",
+            "--",
+            "/bin/quest-runner",
+            crate::agentnet::FLAG,
+            "inside",
+            "/state/jobs/j1/runner/net",
+            "4000,4001",
+            "--",
+            "/bin/agent",
+            "-p"
+        ]
+    );
+    // Without ports the namespace's network is loopback alone, and no bridge starts.
+    let none = NetBridge {
+        ports: vec![],
+        ..bridge
+    };
+    let alone = plan(
+        &policy,
+        &OwnFiles::default(),
+        Identity::Runner,
+        None,
+        &tools(),
+        (Path::new("/co"), Some(&none)),
+    );
+    assert!(alone.prefix.iter().any(|a| a == "--unshare-net"));
+    assert!(!alone.prefix.iter().any(|a| a == crate::agentnet::FLAG));
 }

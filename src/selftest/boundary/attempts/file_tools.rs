@@ -56,12 +56,12 @@ pub(super) fn edit_steps(
     vec![read_tool(agent, path), edit]
 }
 
-/// Lists the directory `path` with opencode's own tool (Claude Code has none in a sandboxed
-/// session: its Glob and Grep are off there, for `rg` through Bash).
+/// Lists the directory `path` with opencode's own tool, its glob (Claude Code has none in a
+/// sandboxed session: its Glob and Grep are off there, for `rg` through Bash).
 pub(super) fn list_tool(path: &std::path::Path) -> Step {
     Step::Tool {
-        name: "list".into(),
-        input: json!({"path": path}),
+        name: "glob".into(),
+        input: json!({"pattern": "*", "path": path}),
     }
 }
 

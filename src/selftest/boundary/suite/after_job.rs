@@ -146,7 +146,7 @@ impl JobEvidence<'_> {
                 },
             ),
             ControlReport::new(
-                "file-tool refusals come from the runner's rules or its namespace",
+                "file-tool attempts end in the runner's rules, its namespace, or the job's trees",
                 not_runner.is_empty(),
                 if not_runner.is_empty() {
                     "all".into()

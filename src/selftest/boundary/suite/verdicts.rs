@@ -142,10 +142,21 @@ pub(super) fn refused_by_runner(agent: AgentKind, output: &str) -> bool {
         "EROFS",
         "EACCES",
         "permission denied",
+        // opencode's file system layer: "NotFound: FileSystem.makeDirectory (…)", and EROFS
+        // as "Unknown: FileSystem.writeFile (…)".
+        "FileSystem.",
+        // opencode's glob over a directory the namespace does not have.
+        "ripgrep execution failed",
     ]
     .iter()
     .any(|e| output.contains(e));
-    rules || namespace
+    // A tool that says it wrote, where the host shows nothing (the attempt did not escape):
+    // it wrote inside the job's own trees (Claude Code resolves `<link>/..` as text, into the
+    // checkout).
+    let contained = ["created successfully", "updated successfully"]
+        .iter()
+        .any(|e| output.contains(e));
+    rules || namespace || contained
 }
 
 /// The private temp dirs of the job at `job_root`, read back from the sandbox settings the

@@ -1,0 +1,214 @@
+//! The network of the job's namespace: nothing but its own loopback, with the runner's model
+//! gateway and the job's network proxy bridged in on the same ports, so what the agent's
+//! process reaches is what the job's policy lets it (its model through the gateway, the hosts
+//! the proxy decides) and nothing else of the host's network: no other loopback service, no
+//! link-local metadata address, no host off the allowlist — whatever a tool of a later agent
+//! release tries.
+//!
+//! Two small modes of the runner's binary, each a plain process with threads:
+//! - `inside`, the first program of the namespace: binds `127.0.0.1:<port>` there for each
+//!   port, starts the agent, and carries each connection to `<dir>/<port>.sock`; it exits
+//!   with the agent's status.
+//! - `outside`, beside the agent on the runner's side (where the runner's commands for the
+//!   job run, e.g. the suite's network namespace): binds those sockets and carries each
+//!   connection on to `127.0.0.1:<port>`, where the gateway and the proxy listen. It says
+//!   `ready` once they are bound, and lives until the runner stops it.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The first argument that selects these modes.
+pub const FLAG: &str = "--quest-agent-net";
+
+/// The bridge's socket for `port` in `dir`.
+pub fn socket(dir: &Path, port: u16) -> PathBuf {
+    dir.join(format!("{port}.sock"))
+}
+
+/// The arguments that start `program` inside the namespace through the bridge (after the
+/// runner's binary).
+pub fn inside_args(dir: &Path, ports: &[u16]) -> Vec<String> {
+    vec![
+        FLAG.to_string(),
+        "inside".to_string(),
+        dir.to_string_lossy().into_owned(),
+        ports_arg(ports),
+        "--".to_string(),
+    ]
+}
+
+/// The arguments of the runner's side of the bridge; `owner`: the uid that may connect.
+pub fn outside_args(dir: &Path, owner: Option<u32>, ports: &[u16]) -> Vec<String> {
+    vec![
+        FLAG.to_string(),
+        "outside".to_string(),
+        dir.to_string_lossy().into_owned(),
+        owner.map_or("-".to_string(), |u| u.to_string()),
+        ports_arg(ports),
+    ]
+}
+
+fn ports_arg(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Runs a mode when this process was started as one.
+pub fn dispatch() -> Option<ExitCode> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).map(|a| a.as_os_str()) != Some(FLAG.as_ref()) {
+        return None;
+    }
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let result = match text.get(2).map(String::as_str) {
+        Some("inside") => inside(&text[3..]),
+        Some("outside") => outside(&text[3..]),
+        _ => Err("usage: --quest-agent-net inside|outside ...".to_string()),
+    };
+    Some(match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("quest-runner (the job's network): {e}");
+            ExitCode::from(125)
+        }
+    })
+}
+
+fn parse_ports(s: &str) -> Result<Vec<u16>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse().map_err(|_| format!("bad port {p:?}")))
+        .collect()
+}
+
+/// `<dir> <ports> -- <program> <args>...`
+fn inside(args: &[String]) -> Result<ExitCode, String> {
+    let [dir, ports, dashes, program, rest @ ..] = args else {
+        return Err("inside: <dir> <ports> -- <program> [args]".into());
+    };
+    if dashes != "--" {
+        return Err("inside: <dir> <ports> -- <program> [args]".into());
+    }
+    let dir = PathBuf::from(dir);
+    for port in parse_ports(ports)? {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .map_err(|e| format!("binding 127.0.0.1:{port} in the job's namespace: {e}"))?;
+        let sock = socket(&dir, port);
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let sock = sock.clone();
+                std::thread::spawn(move || {
+                    if let Ok(out) = UnixStream::connect(&sock) {
+                        join(conn, out);
+                    }
+                });
+            }
+        });
+    }
+    let status = std::process::Command::new(program)
+        .args(rest)
+        .status()
+        .map_err(|e| format!("starting {program}: {e}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    };
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// `<dir> <owner uid | -> <ports>`
+fn outside(args: &[String]) -> Result<ExitCode, String> {
+    let [dir, owner, ports] = args else {
+        return Err("outside: <dir> <owner|-> <ports>".into());
+    };
+    let dir = PathBuf::from(dir);
+    let owner: Option<u32> = match owner.as_str() {
+        "-" => None,
+        uid => Some(uid.parse().map_err(|_| format!("bad uid {uid:?}"))?),
+    };
+    let mut listeners = Vec::new();
+    for port in parse_ports(ports)? {
+        let sock = socket(&dir, port);
+        let _ = std::fs::remove_file(&sock);
+        let listener =
+            UnixListener::bind(&sock).map_err(|e| format!("binding {}: {e}", sock.display()))?;
+        if let Some(uid) = owner {
+            let id = (
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(uid)),
+            );
+            rustix::fs::chown(&sock, id.0, id.1)
+                .map_err(|e| format!("handing {} to uid {uid}: {e}", sock.display()))?;
+        }
+        listeners.push((listener, port));
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let mut threads = Vec::new();
+    for (listener, port) in listeners {
+        threads.push(std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    if let Ok(out) = TcpStream::connect(("127.0.0.1", port)) {
+                        join(conn, out);
+                    }
+                });
+            }
+        }));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A stream that can be read and written from two threads, and half-closed.
+trait Duplex: Read + Write + Send + Sized + 'static {
+    fn split(&self) -> std::io::Result<Self>;
+    fn close_write(&self);
+}
+
+impl Duplex for TcpStream {
+    fn split(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn close_write(&self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+impl Duplex for UnixStream {
+    fn split(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn close_write(&self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+/// Carries bytes both ways until each side has closed, half-closing as each ends (a request
+/// sent whole, then its answer).
+fn join<A: Duplex, B: Duplex>(mut a: A, mut b: B) {
+    let (Ok(mut a_out), Ok(mut b_out)) = (a.split(), b.split()) else {
+        return;
+    };
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut a, &mut b_out);
+        b_out.close_write();
+    });
+    let _ = std::io::copy(&mut b, &mut a_out);
+    a_out.close_write();
+    let _ = up.join();
+}
