@@ -162,7 +162,10 @@ fn userns_fix() -> String {
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
     {
         "AppArmor restricts unprivileged user namespaces: install the profile from \
-         `quest-runner apparmor-profile` (or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+         `quest-runner apparmor-profile` for a sandbox, but the job's namespace nests the \
+         commands' sandbox inside the agent's, which that profile does not allow yet (what \
+         bwrap starts may not create a namespace): sysctl \
+         kernel.apparmor_restrict_unprivileged_userns=0 until it does"
             .into()
     } else {
         "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \

@@ -87,6 +87,26 @@ pub fn confine(
         }
         Identity::Runner => None,
     };
+    // The programs themselves, wherever they are installed (an npm prefix under a hidden
+    // home, a checkout of the runner in /tmp): read-only, like the rest of the system.
+    let programs = [
+        Some(launch.program.clone()),
+        launch.companion.as_ref().map(|h| h.program.clone()),
+    ];
+    for program in programs.into_iter().flatten() {
+        if let Some(root) = install_root(&program) {
+            launch.own.read.push(root.clone());
+            if let Some(host) = launch.companion.as_mut() {
+                host.own.read.push(root);
+            }
+        }
+    }
+    if let Some(bridge) = bridges.as_ref().map(|(agent, _)| agent) {
+        launch.own.read.push(bridge.runner.clone());
+        if let Some(host) = launch.companion.as_mut() {
+            host.own.read.push(bridge.runner.clone());
+        }
+    }
     launch.confined = Some(boundary::plan(
         policy,
         &launch.own,
@@ -120,6 +140,17 @@ pub fn confine(
         }
     }
     Ok(())
+}
+
+/// Where `program` is installed: the `node_modules` it lives in (npm's agents, srt, and what
+/// they load beside them), else its own directory; `None` for a program not found.
+fn install_root(program: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(program).ok()?;
+    let in_modules = real
+        .ancestors()
+        .find(|d| d.file_name().is_some_and(|n| n == "node_modules"))
+        .map(Path::to_path_buf);
+    in_modules.or_else(|| real.parent().map(Path::to_path_buf))
 }
 
 /// The bridges into the namespace's network: the agent's (the gateway, and the proxy when
