@@ -94,7 +94,10 @@ pub fn confine(
         launch.companion.as_ref().map(|h| h.program.clone()),
     ];
     for program in programs.into_iter().flatten() {
-        if let Some(root) = install_root(&program) {
+        // Never a directory that holds what the policy hides (a binary dropped in /root).
+        let root =
+            install_root(&program).filter(|r| !policy.deny_read.iter().any(|d| d.starts_with(r)));
+        if let Some(root) = root {
             launch.own.read.push(root.clone());
             if let Some(host) = launch.companion.as_mut() {
                 host.own.read.push(root);
