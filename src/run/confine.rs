@@ -208,9 +208,10 @@ fn hand_over(ws: &WorkspacePaths) -> Result<(), IoError> {
     Ok(())
 }
 
-/// `chown -R` without following a link: a link the job committed must not hand the agent
-/// what it points to.
-fn chown_tree(path: &Path) -> std::io::Result<()> {
+/// `chown -R` to the agent's identity without following a link: a link the job committed
+/// must not hand the agent what it points to. (Public for the suite's mutation checks, which
+/// hand a tree the policy now lets jobs write to that identity as well.)
+pub fn chown_tree(path: &Path) -> std::io::Result<()> {
     use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,

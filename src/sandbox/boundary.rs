@@ -207,7 +207,11 @@ pub fn namespace_args(
     // The empty directories over the hidden trees, read-only once what is bound back inside
     // them is in place (each bind is a mount of its own, untouched): a write there would land
     // in memory, not on the host, but it is refused as a command's would be.
-    for path in hidden.iter().filter(|p| p.is_dir()) {
+    let bound_over = |p: &PathBuf| {
+        let binds = policy.allow_read.iter().chain(&policy.allow_write);
+        binds.chain(&own.read).chain(&own.write).any(|b| b == p)
+    };
+    for path in hidden.iter().filter(|p| p.is_dir() && !bound_over(p)) {
         out.extend([
             "--remount-ro".to_string(),
             path.to_string_lossy().into_owned(),

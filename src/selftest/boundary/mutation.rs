@@ -122,6 +122,7 @@ impl Mutation {
             Mutation::WriteBareClone => {
                 policy.allow_write.push(bare.to_path_buf());
                 policy.deny_write.retain(|p| !p.starts_with(bare));
+                writable_by_the_agent(bare);
             }
             Mutation::NoDenyWrite => policy.deny_write.clear(),
             Mutation::NoDenyRead => {
@@ -140,6 +141,7 @@ impl Mutation {
             Mutation::SharedCloneWritable => {
                 policy.allow_write.push(bare.join("objects"));
                 policy.allow_write.push(bare.join("refs"));
+                writable_by_the_agent(bare);
             }
             Mutation::AdminPointersWritable => policy.deny_write.retain(|p| {
                 !p.file_name()
@@ -160,6 +162,18 @@ impl Mutation {
                     .into_iter()
                     .collect()
             }),
+        }
+    }
+}
+
+/// A root runner's agent runs as an identity of its own, which cannot write the runner's
+/// files whatever the policy says: for a mutation that lets jobs write the shared clone to
+/// free its attempt, the clone (the suite's own) is handed to that identity too, as it would
+/// be in a runner that writes everything as the agent's uid (the service user's setup).
+fn writable_by_the_agent(bare: &Path) {
+    if rustix::process::geteuid().is_root() {
+        if let Err(e) = crate::run::confine::chown_tree(bare) {
+            tracing::warn!(path = %bare.display(), "handing the shared clone to the agent: {e}");
         }
     }
 }
