@@ -56,23 +56,19 @@ pub(super) fn edit_steps(
     vec![read_tool(agent, path), edit]
 }
 
-/// Lists the directory `path` with opencode's own tool, its glob (Claude Code has none in a
-/// sandboxed session: its Glob and Grep are off there, for `rg` through Bash).
-pub(super) fn list_tool(path: &std::path::Path) -> Step {
-    Step::Tool {
-        name: "glob".into(),
-        input: json!({"pattern": "*", "path": path}),
-    }
-}
-
 /// The file tools through a committed link to a directory outside, then `..` (issue 22): read,
-/// write, edit and list what sits beside the link's target. A path judged as text stays in
-/// the checkout; the kernel follows the link first. None where the home secret could not be
-/// planted.
+/// write, edit and list (opencode's read of a directory lists it) what sits beside the link's
+/// target. A path judged as text stays in the checkout; the kernel follows the link first.
+/// opencode's tools hand the path to the kernel as written; Claude Code's resolve it as text
+/// first (into the checkout), so for it these reach nothing even unconfined and would prove
+/// nothing. None where the home secret could not be planted.
 pub(super) fn link_escapes(world: &World, t: &Targets) -> Vec<Attempt> {
     let Some(dir) = world.home_secret.as_ref().and_then(|s| s.parent()) else {
         return Vec::new();
     };
+    if t.agent != AgentKind::Opencode {
+        return Vec::new();
+    }
     let token = &world.token;
     let up = t.checkout.join(LINK_OUT).join("..");
     let victim = home_victim(dir, token);
@@ -81,7 +77,7 @@ pub(super) fn link_escapes(world: &World, t: &Targets) -> Vec<Attempt> {
     let edited = format!("EDITED-{token}");
     let victim_at = up.join(victim.file_name().unwrap_or_default());
     let edit = edit_steps(t.agent, &victim_at, VICTIM_TEXT, &edited);
-    let mut attempts = vec![
+    vec![
         tool(
             "tool-read-link-up",
             "read a host secret through <committed link>/.. with the agent's read tool".into(),
@@ -106,16 +102,12 @@ pub(super) fn link_escapes(world: &World, t: &Targets) -> Vec<Attempt> {
                 Detect::HostFileHas(victim.clone(), edited.clone()),
             )
         },
-    ];
-    // Claude Code has no listing tool in a sandboxed session (Glob and Grep are off there).
-    if t.agent == AgentKind::Opencode {
-        attempts.push(tool(
+        tool(
             "tool-list-link-up",
-            "list a host directory through <committed link>/.. with the agent's own tool".into(),
+            "list a host directory through <committed link>/.. with the agent's read tool".into(),
             Rule::FileTools,
-            list_tool(&up),
+            read_tool(t.agent, &up),
             Detect::OutputHas(victim_name.unwrap_or_default()),
-        ));
-    }
-    attempts
+        ),
+    ]
 }
