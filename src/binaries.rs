@@ -27,6 +27,9 @@ pub enum Tool {
     /// selftest's sample and hostile repositories), which Nix's build sandbox runs with
     /// nothing of the host. Debian's `bash-static` is on `PATH` under this name.
     BashStatic,
+    /// Asked for the users and groups that `/etc/passwd` and `/etc/group` do not hold: it
+    /// loads the host's NSS modules, which the static runner must not (src/users.rs).
+    Getent,
 }
 
 impl Tool {
@@ -43,6 +46,7 @@ impl Tool {
             Tool::Claude => "claude",
             Tool::Opencode => "opencode",
             Tool::BashStatic => "bash-static",
+            Tool::Getent => "getent",
         }
     }
 
@@ -59,6 +63,7 @@ impl Tool {
             Tool::Claude => "QUEST_RUNNER_CLAUDE",
             Tool::Opencode => "QUEST_RUNNER_OPENCODE",
             Tool::BashStatic => "QUEST_RUNNER_BASH_STATIC",
+            Tool::Getent => "QUEST_RUNNER_GETENT",
         }
     }
 }
