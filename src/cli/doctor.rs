@@ -1,6 +1,8 @@
 //! `quest-runner doctor`: every check a job would make of this host (both agents'), facts
 //! about the host (user namespaces, Nix, limits, temp dirs), and this runner's own state
-//! (disk, queue, state directory, private files). Exit 3 when one fails.
+//! (disk, queue, state directory, private files, each account's files). Exit 2 when the
+//! config or an account's file is bad, as `run` and `submit` exit on it; else 3 when a check
+//! fails.
 
 use super::{Context, Failure, Globals};
 use crate::exit::Exit;
@@ -31,6 +33,7 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
                 fix: None,
             });
             checks.push(private_files_check(&ctx));
+            checks.extend(account_checks(&ctx));
         }
         Err(e) => checks.push(Check {
             name: PRIVATE_FILES_CHECK.into(),
@@ -54,13 +57,40 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
         }
         failed += usize::from(!c.ok);
     }
-    match failed {
-        0 => Ok(()),
-        n => Err(Failure::new(
+    let bad_input = checks
+        .iter()
+        .any(|c| !c.ok && (c.name == PRIVATE_FILES_CHECK || c.name.starts_with(ACCOUNT_CHECK)));
+    match (failed, bad_input) {
+        (0, _) => Ok(()),
+        (n, true) => Err(Failure::new(
+            Exit::BadInput,
+            format!("{n} check(s) failed; the config or an account's file is bad"),
+        )),
+        (n, false) => Err(Failure::new(
             Exit::HostNotReady,
             format!("{n} check(s) failed"),
         )),
     }
+}
+
+const ACCOUNT_CHECK: &str = "account ";
+
+/// Each account's files, read as a job's open reads them.
+fn account_checks(ctx: &Context) -> Vec<Check> {
+    ctx.config
+        .accounts
+        .iter()
+        .map(|(name, account)| {
+            let checked = crate::gateway::account_check::check(name, account);
+            Check {
+                name: format!("{ACCOUNT_CHECK}{name}"),
+                ok: checked.is_ok(),
+                warn: false,
+                detail: checked.unwrap_or_else(|e| e),
+                fix: None,
+            }
+        })
+        .collect()
 }
 
 /// The PostgreSQL queue: reachable with this config, its schema one this runner knows.

@@ -406,6 +406,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 /// Builds the job from the file and the flags, and validates every field.
+/// The files of the job's account, before anything of the job is done: a missing or empty key
+/// is bad input (exit 2), named with its account and file. An account the config lacks is
+/// left to the runner and the queue, which refuse it.
+fn check_account(ctx: &Context, account: &str) -> Result<(), Failure> {
+    match ctx.config.accounts.get(account) {
+        Some(a) => crate::gateway::account_check::check(account, a)
+            .map(drop)
+            .map_err(|e| Failure::new(Exit::BadInput, e)),
+        None => Ok(()),
+    }
+}
+
 fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     use crate::job::JobSpec;
     let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);

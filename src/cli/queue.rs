@@ -271,6 +271,7 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
     } else {
         JobSpec::from_file(&args.job).map_err(bad)?
     };
+    super::check_account(&ctx, &spec.account)?;
     let job = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue.submit(spec, &ctx.config).map_err(failure)?,
         Queue::Pg(db) => {

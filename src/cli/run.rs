@@ -7,6 +7,7 @@ use crate::exit::Exit;
 pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     use crate::run::{Cancel, Runner};
     let job = job_from(args, &ctx)?;
+    super::check_account(&ctx, &job.account)?;
     let mut runner = Runner::new(ctx.state, ctx.config);
     runner.config_file = Some(ctx.config_path);
     let runtime = runtime::runtime(Some(2))?;

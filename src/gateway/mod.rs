@@ -12,6 +12,7 @@
 //! Dropping the grant revokes the token.
 
 pub mod account;
+pub mod account_check;
 pub mod budget;
 pub mod credentials;
 pub mod meter;

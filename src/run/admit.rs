@@ -1,5 +1,5 @@
 //! What refuses a job before anything is fetched: an account the config does not have or
-//! that is for another agent, an untrusted revision the config does not allow, a secret the
+//! that is for another agent or whose files are missing or bad, an untrusted revision the config does not allow, a secret the
 //! sandbox cannot hide, a host that is not ready, a disk below the reserve.
 
 use super::outcome::Stop;
@@ -25,6 +25,8 @@ impl Runner {
                 job.agent.name()
             )));
         }
+        // Before anything is fetched or built: the files a job's open would read.
+        crate::gateway::account_check::check(&job.account, account).map_err(Stop::refused)?;
         if job.trust == Trust::Untrusted && !self.config.allow_untrusted {
             return Err(Stop::refused(
                 "untrusted revisions are refused: their devShells would build on this host. \
