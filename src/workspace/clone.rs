@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::paths::{bare_clone_path, job_root};
 use super::WorkspaceError;
-use crate::git::Git;
+use crate::git::{Git, GitError};
 use crate::job::Job;
 use crate::lockfile::LockFile;
 use crate::remove::remove_tree;
@@ -78,7 +78,8 @@ pub(super) async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceE
     if bare_path.join("HEAD").exists() && !is_set_up(bare_path) {
         adopt_older_clone(bare_path).await?;
     }
-    if !bare_path.join("HEAD").exists() {
+    let created = !bare_path.join("HEAD").exists();
+    if created {
         let staged = bare_path.with_extension("new");
         remove_tree(&staged).at("removing", &staged)?;
         let init = Git::new(&staged)?;
@@ -87,34 +88,18 @@ pub(super) async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceE
         set_up_clone(&staged).await?;
         std::fs::rename(&staged, bare_path).at("publishing", bare_path)?;
     }
-    let has_rev = |bare: &Path| crate::git_objects::has_object(bare, &job.rev).unwrap_or(false);
-    let mut fetched = Vec::new();
-    if !has_rev(bare_path) {
-        if let Some(r) = &job.git_ref {
-            let short = r.strip_prefix("refs/heads/").unwrap_or(r);
-            let spec = format!("+refs/heads/{short}:refs/heads/{short}");
-            if bare
-                .output(&["fetch", "--quiet", "--no-tags", "origin", &spec])
-                .await
-                .is_ok()
-            {
-                fetched.push(format!("branch {short}"));
+    let fetched = match fetch_rev(&bare, bare_path, job).await {
+        Ok(fetched) => fetched,
+        Err(e) => {
+            // A clone this fetch made and nothing filled (a wrong URL) is not left in repos/.
+            if created {
+                if let Err(rm) = remove_tree(bare_path) {
+                    tracing::warn!(clone = %bare_path.display(), "removing the failed clone: {rm}");
+                }
             }
+            return Err(e);
         }
-    }
-    if !has_rev(bare_path) {
-        bare.output(&["fetch", "--quiet", "--no-tags", "origin", &job.rev])
-            .await
-            .ok();
-        fetched.push("the revision itself".to_string());
-    }
-    if !has_rev(bare_path) {
-        return Err(WorkspaceError::RevMissing {
-            rev: job.rev.clone(),
-            repo: job.repo.clone(),
-            what: fetched.join(", then "),
-        });
-    }
+    };
     let local = Git::new(bare_path)?;
     let branch = format!("refs/heads/{}", nix_ref(&job.rev));
     // Usually there already, as a loose ref file. Set again when a gc packed it, or when
@@ -126,10 +111,96 @@ pub(super) async fn fetch(bare_path: &Path, job: &Job) -> Result<Git, WorkspaceE
             .output(&["update-ref", "--no-deref", &branch, &job.rev])
             .await?;
     }
-    if !fetched.is_empty() {
+    if fetched {
         gc_auto(&local, bare_path).await;
     }
     Ok(local)
+}
+
+/// Fetches the job's ref, then the bare revision, until the clone has the revision; a
+/// failure carries git's own words (an unknown host, a missing repository, a refused login).
+/// `false`: the clone had it, nothing was fetched.
+async fn fetch_rev(bare: &Git, bare_path: &Path, job: &Job) -> Result<bool, WorkspaceError> {
+    let has_rev = || crate::git_objects::has_object(bare_path, &job.rev).unwrap_or(false);
+    if has_rev() {
+        return Ok(false);
+    }
+    let mut fetched = Vec::new();
+    let mut git_said = None;
+    if let Some(r) = &job.git_ref {
+        let short = r.strip_prefix("refs/heads/").unwrap_or(r);
+        let spec = format!("+refs/heads/{short}:refs/heads/{short}");
+        match fetch_retrying(bare, &spec).await {
+            Ok(()) => fetched.push(format!("branch {short}")),
+            Err(e) => git_said = Some(e),
+        }
+    }
+    if !has_rev() {
+        if let Err(e) = fetch_retrying(bare, &job.rev).await {
+            git_said = Some(e);
+        }
+        fetched.push("the revision itself".to_string());
+    }
+    if has_rev() {
+        return Ok(true);
+    }
+    Err(WorkspaceError::RevMissing {
+        rev: job.rev.clone(),
+        repo: job.repo.clone(),
+        what: fetched.join(", then "),
+        git: git_said.map_or_else(String::new, |e| format!(": {}", git_words(&e))),
+    })
+}
+
+/// Attempts of a fetch whose failure looks transient (a timeout, a reset, a 5xx), and the
+/// wait before each retry.
+const FETCH_RETRY_WAITS: [std::time::Duration; 2] = [
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(4),
+];
+
+async fn fetch_retrying(bare: &Git, what: &str) -> Result<(), GitError> {
+    let args = ["fetch", "--quiet", "--no-tags", "origin", what];
+    let mut waits = FETCH_RETRY_WAITS.iter();
+    loop {
+        match bare.output(&args).await {
+            Ok(_) => return Ok(()),
+            Err(e) => match waits.next() {
+                Some(wait) if is_transient(&e) => {
+                    tracing::info!(%what, "fetch failed, retrying in {}s: {e}", wait.as_secs());
+                    tokio::time::sleep(*wait).await;
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+}
+
+/// Whether git's error may go away by itself: the network or the server, not the request.
+pub fn is_transient(e: &GitError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    [
+        "could not resolve host",
+        "temporary failure in name resolution",
+        "timed out",
+        "connection reset",
+        "early eof",
+        "the remote end hung up unexpectedly",
+        "rpc failed",
+        "returned error: 5",
+        "gnutls_handshake",
+        "ssl_read",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
+}
+
+/// git's message without the runner's "git fetch ... failed:" framing.
+fn git_words(e: &GitError) -> String {
+    match e {
+        GitError::Failed { message, .. } => format!("git said: {}", message.trim()),
+        other => other.to_string(),
+    }
 }
 
 /// `git gc --auto` on a shared clone with git's default thresholds, in the foreground so it
@@ -331,3 +402,7 @@ fn remove_any(path: &Path) -> std::io::Result<()> {
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+#[path = "clone_tests.rs"]
+mod tests;

@@ -66,11 +66,14 @@ pub enum WorkspaceError {
     Git(#[from] GitError),
     #[error(transparent)]
     Io(#[from] IoError),
-    #[error("revision {rev} is not in {repo} (fetched {what})")]
+    #[error("revision {rev} is not in {repo} (fetched {what}){git}")]
     RevMissing {
         rev: String,
         repo: String,
         what: String,
+        /// `": git said: ..."`, the last fetch's failure; empty when git fetched and the
+        /// revision was not among what it got.
+        git: String,
     },
     #[error("job {0} already has a workspace; job ids must be unique")]
     Duplicate(String),
