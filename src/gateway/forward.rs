@@ -160,16 +160,23 @@ async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> OutResponse {
         Err(e) => {
             let what = format!("error 502 upstream:{}", e);
             gate.log_line(&method, &path, &what, None);
+            let cause = format!("{} did not answer: {e}", gate.spec.upstream.display());
+            *lock(&gate.upstream_error) = Some(format!("{cause} (502 to the agent)"));
             return error(
                 StatusCode::BAD_GATEWAY,
                 "api_error",
-                &format!(
-                    "quest-runner gateway: {} did not answer: {e}",
-                    gate.spec.upstream.display()
-                ),
+                &format!("quest-runner gateway: {cause}"),
             );
         }
     };
+    // Rate limits are the agent's to wait out; they are not why it fails.
+    let status = response.status();
+    if status != StatusCode::TOO_MANY_REQUESTS {
+        *lock(&gate.upstream_error) = (!status.is_success()).then(|| {
+            let upstream = gate.spec.upstream.display();
+            format!("{upstream} answered {status} to {method} {path}")
+        });
+    }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let content_type = parts

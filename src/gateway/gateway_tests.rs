@@ -192,13 +192,13 @@ impl Upstream {
     }
 }
 
-struct Fixture {
-    dir: tempfile::TempDir,
+pub(super) struct Fixture {
+    pub dir: tempfile::TempDir,
     upstream: Upstream,
-    gateway: Gateway,
+    pub gateway: Gateway,
 }
 
-async fn fixture(tls: bool) -> Fixture {
+pub(super) async fn fixture(tls: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start(tls).await;
     let mut options = GatewayOptions::new(dir.path());
@@ -215,7 +215,7 @@ async fn fixture(tls: bool) -> Fixture {
 }
 
 impl Fixture {
-    fn open(&self, id: &str, limit: Option<u64>, budget: Option<u64>) -> JobGrant {
+    pub fn open(&self, id: &str, limit: Option<u64>, budget: Option<u64>) -> JobGrant {
         self.open_with(
             id,
             limit,
@@ -253,7 +253,7 @@ impl Fixture {
 }
 
 /// A plain HTTP/1.1 client to the gateway.
-async fn send(
+pub(super) async fn send(
     url: &str,
     method: &str,
     headers: &[(&str, &str)],
@@ -277,7 +277,7 @@ async fn text(resp: hyper::Response<Incoming>) -> String {
     String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
 }
 
-fn messages(grant: &JobGrant, query: &str) -> (String, Vec<(&'static str, String)>) {
+pub(super) fn messages(grant: &JobGrant, query: &str) -> (String, Vec<(&'static str, String)>) {
     (
         format!("{}/v1/messages{query}", grant.base_url),
         vec![("x-api-key", grant.token.clone())],
@@ -293,6 +293,7 @@ async fn forwards_with_the_real_key_meters_and_logs_without_secrets() {
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let (status, resp) = send(&url, "POST", &h, r#"{"model":"m","stream":true}"#).await;
         assert_eq!(status, 200, "tls={tls}");
+        assert_eq!(grant.upstream_error(), None);
         let body = text(resp).await;
         assert!(body.contains("message_stop"), "{body}");
         let seen = f.upstream.seen();

@@ -138,6 +138,11 @@ impl JobGrant {
         lock(&self.gate.usage).clone()
     }
 
+    /// Why the upstream last failed the job's requests, unless a later one succeeded.
+    pub fn upstream_error(&self) -> Option<String> {
+        lock(&self.gate.upstream_error).clone()
+    }
+
     /// Resolves with the reason once a cap has refused one of the job's requests.
     pub fn limit_fired(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.gate.fired.subscribe()
@@ -157,6 +162,9 @@ struct JobGate {
     usage: Mutex<Usage>,
     fired: tokio::sync::watch::Sender<Option<String>>,
     log: Mutex<Option<std::fs::File>>,
+    /// The upstream's last failure (no answer, an error status), cleared by a success: an
+    /// agent that gives up on its model exits 1, and this is the cause.
+    upstream_error: Mutex<Option<String>>,
 }
 
 struct Inner {
@@ -253,6 +261,7 @@ impl Gateway {
             usage: Mutex::new(Usage::default()),
             fired: tokio::sync::watch::channel(None).0,
             log: Mutex::new(Some(log)),
+            upstream_error: Mutex::new(None),
         });
         lock(&self.inner.jobs).insert(token.clone(), gate.clone());
         Ok(JobGrant {
@@ -272,3 +281,7 @@ impl Gateway {
 #[cfg(test)]
 #[path = "gateway_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "upstream_error_tests.rs"]
+mod upstream_error_tests;

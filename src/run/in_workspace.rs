@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
 use super::model::ModelAccess;
-use super::outcome::{record_end, timed_out_while, Stop};
+use super::outcome::{add_model_error, record_end, timed_out_while, Stop};
 use super::prompt::system_prompt;
 use super::result::{DevShellSummary, JobResult, Outcome};
 use super::tree::job_markers;
@@ -56,10 +56,11 @@ impl JobRun<'_> {
         // `model` is dropped when this returns: the job's token is worthless from then on.
         let (launch, model) = self.plan_agent(&paths, &policy, &system_prompt).await?;
         result.transcript = Some(launch.transcript.clone());
-        let ended = self
+        let (ended, model_error) = self
             .run_agent(&paths, &launch, Services { proxy, model }, result)
             .await?;
         record_end(result, ended, self.job, &paths);
+        add_model_error(result, model_error);
         Ok(())
     }
 
@@ -182,7 +183,7 @@ impl JobRun<'_> {
         launch: &Launch,
         Services { mut proxy, model }: Services,
         result: &mut JobResult,
-    ) -> Result<AgentEnd, Stop> {
+    ) -> Result<(AgentEnd, Option<String>), Stop> {
         let (runner, job) = (self.runner, self.job);
         let started = self.started;
         let spawned =
@@ -217,11 +218,13 @@ impl JobRun<'_> {
         if let Some(proxy) = proxy {
             result.network = Some(proxy.stop().await);
         }
+        let mut model_error = None;
         if let Some((grant, _)) = &model {
             result.usage = Some(grant.usage());
+            model_error = grant.upstream_error();
         }
         drop(model);
-        ended.map_err(Stop::error)
+        ended.map(|e| (e, model_error)).map_err(Stop::error)
     }
 }
 

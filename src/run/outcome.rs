@@ -93,6 +93,14 @@ pub(super) fn record_end(
     }
 }
 
+/// A failed job whose model's upstream failed last says so: an agent that gives up on its
+/// model exits 1, and the cause was only in the transcript and `model.log`.
+pub(super) fn add_model_error(result: &mut JobResult, upstream_error: Option<String>) {
+    if let (Outcome::Failed, Some(cause)) = (result.outcome, upstream_error) {
+        result.add_to_message(&format!("the model gateway's last upstream error: {cause}"));
+    }
+}
+
 /// The message of a job whose timeout ran out before its agent started.
 pub(super) fn timed_out_while(job: &Job, what: &str) -> String {
     format!(
@@ -100,3 +108,7 @@ pub(super) fn timed_out_while(job: &Job, what: &str) -> String {
         humantime::format_duration(job.timeout)
     )
 }
+
+#[cfg(test)]
+#[path = "outcome_tests.rs"]
+mod tests;
