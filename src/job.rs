@@ -89,6 +89,26 @@ pub enum JobError {
         field: &'static str,
         message: String,
     },
+    /// A value of the wrong type, or an unknown field, found while parsing.
+    #[error("invalid job field {name:?}: {message}{example}")]
+    Invalid {
+        name: String,
+        message: String,
+        example: &'static str,
+    },
+}
+
+/// What a job field accepts, as the README's job table says.
+fn example(name: &str) -> &'static str {
+    match name {
+        "trust" => "; e.g. \"trust\": \"trusted\" or \"untrusted\"",
+        "agent" => "; e.g. \"agent\": \"claude\" or \"opencode\"",
+        "timeout" => "; e.g. \"timeout\": \"30m\" (or \"2h\", \"90s\")",
+        "rev" => "; e.g. \"rev\": a full 40-hex commit id",
+        "repo" => "; e.g. \"repo\": \"https://github.com/owner/name\" or an absolute path",
+        "prompt" => "; e.g. \"prompt\": \"fix the failing test in src/lib.rs\"",
+        _ => "",
+    }
 }
 
 fn field(field: &'static str, message: impl Into<String>) -> JobError {
@@ -109,7 +129,14 @@ impl JobSpec {
 
     /// serde's messages already name the unknown or missing field, or the bad variant.
     pub fn from_json(text: &str) -> Result<JobSpec, JobError> {
-        serde_json::from_str(text).map_err(|e| JobError::Parse(e.to_string()))
+        serde_json::from_str(text).map_err(|e| match crate::util::json_path::locate(text, &e) {
+            (Some(name), message) => JobError::Invalid {
+                example: example(&name),
+                name,
+                message,
+            },
+            (None, message) => JobError::Parse(message),
+        })
     }
 
     /// Checks every field; `default_timeout` applies when the job names none.
@@ -161,8 +188,10 @@ impl JobSpec {
         let timeout = match &self.timeout {
             None => default_timeout,
             Some(text) => {
-                let t = humantime::parse_duration(text)
-                    .map_err(|e| field("timeout", format!("{text:?}: {e}")))?;
+                let t = humantime::parse_duration(text).map_err(|e| {
+                    let why = format!("{text:?} is not a duration ({e}){}", example("timeout"));
+                    field("timeout", why)
+                })?;
                 if t.is_zero() || t > MAX_TIMEOUT {
                     return Err(field(
                         "timeout",

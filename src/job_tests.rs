@@ -104,3 +104,30 @@ fn repository_forms() {
         );
     }
 }
+
+#[test]
+fn a_value_of_the_wrong_kind_names_its_field_and_an_example() {
+    for (key, value, says) in [
+        (
+            "timeout",
+            serde_json::json!("forever"),
+            "\"forever\" is not a duration",
+        ),
+        (
+            "timeout",
+            serde_json::json!(30),
+            "invalid type: integer `30`",
+        ),
+        (
+            "trust",
+            serde_json::json!("maybe"),
+            "unknown variant `maybe`",
+        ),
+    ] {
+        let err = error_with(spec(), key, value);
+        let field = format!("invalid job field \"{key}\": {says}");
+        assert!(err.starts_with(&field), "{err}");
+        assert!(err.contains(&format!("; e.g. \"{key}\": ")), "{err}");
+        assert!(!err.contains("at line"), "{err}");
+    }
+}

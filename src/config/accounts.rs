@@ -102,6 +102,23 @@ impl Account {
     }
 }
 
+/// The field of account `name` that serde's error is about. serde reads an account whole
+/// before its `agent` picks the variant, so its error points at the account, not the field:
+/// the account is read again as that variant alone, where the position names the field.
+pub fn locate_error(text: &str, name: &str) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut account = v.get("accounts")?.get(name)?.as_object()?.clone();
+    let agent = account.remove("agent")?;
+    let alone = serde_json::to_string(&account).ok()?;
+    let e = match agent.as_str()? {
+        "claude" => serde_json::from_str::<ClaudeAccount>(&alone).err()?,
+        "opencode" => serde_json::from_str::<OpencodeAccount>(&alone).err()?,
+        _ => return None,
+    };
+    let (field, message) = crate::util::json_path::locate(&alone, &e);
+    Some((format!("accounts.{name}.{}", field?), message))
+}
+
 /// The paths of opencode's `{file:PATH}` references in every string of `value`.
 fn file_references(value: &serde_json::Value) -> Vec<String> {
     use serde_json::Value;

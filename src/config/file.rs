@@ -51,13 +51,41 @@ impl FieldError {
     }
 }
 
+/// `message` and what `field` accepts, as the README's example config writes it.
+pub fn with_example(field: &str, message: String) -> String {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    let example = match last {
+        "budget" => "\"budget\": 20000000 (tokens per UTC day, a whole number)",
+        "tokens" => "\"tokens\": 2000000 (a whole number)",
+        "agent" => "\"agent\": \"claude\" or \"opencode\"",
+        "api_key_file" | "credentials_file" | "auth_file" | "password_file" => {
+            "an absolute path, e.g. \"/run/secrets/anthropic-key\""
+        }
+        "default_timeout" => "\"default_timeout\": \"1h\" (or \"30m\", \"90s\")",
+        "concurrency" => "\"concurrency\": 4",
+        "allow_untrusted" => "\"allow_untrusted\": true",
+        "extra_hosts" | "full_access_hosts" => "[\"mirror.example.org\"]",
+        "memory" | "disk" | "disk_reserve" => "\"4G\" (or \"512M\", a number of bytes)",
+        "pids" => "\"pids\": 1024",
+        "cpus" => "\"cpus\": 1.5",
+        "options" => "\"options\": {\"substituters\": \"\"}",
+        "model" => "\"model\": \"anthropic/claude-sonnet-4-5\"",
+        "base_url" => "\"base_url\": \"https://api.anthropic.com\"",
+        _ if message.starts_with("unknown field") => return message,
+        _ => return format!("{message} (see the README's example config)"),
+    };
+    format!("{message}; e.g. {example}")
+}
+
 impl TryFrom<ConfigFile> for Config {
     type Error = FieldError;
 
     /// Parses every value that has a unit, in the order of the file's fields.
     fn try_from(file: ConfigFile) -> Result<Config, FieldError> {
-        let default_timeout = humantime::parse_duration(&file.default_timeout)
-            .map_err(|e| FieldError::new("default_timeout", e.to_string()))?;
+        let default_timeout = humantime::parse_duration(&file.default_timeout).map_err(|e| {
+            let message = format!("{:?} is not a duration ({e})", file.default_timeout);
+            FieldError::new("default_timeout", with_example("default_timeout", message))
+        })?;
         if file.concurrency == Some(0) {
             return Err(FieldError::new("concurrency", "must be at least 1"));
         }

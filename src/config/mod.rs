@@ -268,9 +268,28 @@ fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             path: path.to_path_buf(),
         });
     }
-    let file: ConfigFile = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
-        path: path.to_path_buf(),
-        source,
+    let file: ConfigFile = serde_json::from_str(text).map_err(|source| {
+        // A wrong value names its field and what it takes, not only serde's line and column.
+        let located = match crate::util::json_path::locate(text, &source) {
+            (Some(field), message) => {
+                let account = field.strip_prefix("accounts.").filter(|n| !n.contains('.'));
+                let refined = account.and_then(|name| accounts::locate_error(text, name));
+                let (field, message) = refined.unwrap_or((field, message));
+                (Some(field), message)
+            }
+            other => other,
+        };
+        match located {
+            (Some(field), message) => ConfigError::Field {
+                path: path.to_path_buf(),
+                message: file::with_example(&field, message),
+                field,
+            },
+            (None, _) => ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
     })?;
     Config::try_from(file).map_err(|FieldError { field, message }| ConfigError::Field {
         path: path.to_path_buf(),

@@ -113,3 +113,39 @@ fn missing_default_is_empty_but_missing_named_file_is_an_error() {
     assert_eq!(Config::load(&path, false).unwrap(), Config::default());
     assert!(Config::load(&path, true).is_err());
 }
+
+#[test]
+fn a_wrong_value_names_its_field_and_an_accepted_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.json");
+    for (text, says) in [
+        (
+            r#"{"accounts": {"w": {"agent": "claude", "budget": "20M", "api_key_file": "/k"}}}"#,
+            "accounts.w.budget: invalid type: string \"20M\", expected u64; e.g. \"budget\": 20000000",
+        ),
+        (
+            r#"{"default_timeout": "forever"}"#,
+            "default_timeout: \"forever\" is not a duration",
+        ),
+        (
+            r#"{"network": {"extra_hosts": "a.example"}}"#,
+            "network.extra_hosts: invalid type: string \"a.example\", expected a sequence; e.g. [",
+        ),
+        (
+            r#"{"accounts": {"w": {"agent": "claude", "colour": 1}}}"#,
+            "accounts.w.colour: unknown field `colour`",
+        ),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let err = Config::load(&path, true).unwrap_err().to_string();
+        let want = format!("invalid config {}: {says}", path.display());
+        assert!(err.starts_with(&want), "{err}\nwanted: {want}");
+        assert!(!err.contains("at line"), "{err}");
+    }
+    std::fs::write(&path, r#"{"accounts": "#).unwrap();
+    let err = Config::load(&path, true).unwrap_err().to_string();
+    assert!(
+        err.contains("at line 1"),
+        "a syntax error keeps its position: {err}"
+    );
+}

@@ -7,6 +7,7 @@ pub mod fs;
 pub mod git_names;
 pub mod hex;
 pub mod io;
+pub mod json_path;
 pub mod rlimit;
 pub mod shell;
 pub mod units;
