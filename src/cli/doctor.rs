@@ -230,12 +230,14 @@ fn host_checks() -> Vec<Check> {
     all.push(Check {
         name: "per-job limits".into(),
         ok: true,
-        warn: false,
+        // A limit the config sets and this host cannot enforce is not `ok`.
+        warn: !cgroups || limits.contains("not enforced"),
         detail: limits,
-        fix: (!cgroups).then(|| {
-            "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup"
-                .into()
-        }),
+        fix: Some(match cgroups {
+            false => "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup",
+            true => "optional: enable the controllers named above in the delegated cgroup",
+        }
+        .into()),
     });
     let temp = crate::workspace::temp_parent();
     all.push(Check {

@@ -28,9 +28,12 @@ Exit codes:
   0    success (for run: the agent exited 0)
   1    the work failed (a Nix error; for run: the agent failed or the job could not run)
   2    bad input: usage, a bad argument or job field, a path that is not a repository, a
-       config file that is missing (when named), unreadable, empty or invalid
-  3    the host is not ready: a missing binary, an unusable state directory
-  4    run: the job was refused (untrusted revision, unknown account, host not ready)
+       config file that is missing (when named), unreadable, empty or invalid, an account
+       whose file is missing, unreadable, empty or not what it should hold (doctor too)
+  3    the host is not ready: a missing binary, an unusable state directory, a failed
+       doctor check
+  4    run: the job was refused (untrusted revision, unknown account, a secret the sandbox
+       cannot hide, no room on disk)
   5    run: the job timed out
   130  interrupted by SIGINT
   143  terminated by SIGTERM";
@@ -81,6 +84,33 @@ struct Globals {
     /// How log lines on stderr are written (filter them with RUST_LOG).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Colour in log lines: `auto` only when stderr is a terminal and NO_COLOR is unset (never
+    /// in a file, a pipe or the journal).
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
+    color: Color,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+impl Color {
+    /// Whether log lines get ANSI escapes (<https://no-color.org>: any non-empty NO_COLOR).
+    fn ansi(self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => {
+                std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
+                    && std::env::var_os("TERM").map_or(true, |t| t != "dumb")
+                    && std::io::stderr().is_terminal()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -234,6 +264,11 @@ impl Failure {
             message: message.to_string(),
         }
     }
+
+    /// Stops the command with exit 0 and nothing said: stdout's reader went away.
+    pub(crate) fn quiet() -> Failure {
+        Failure::new(Exit::Success, "")
+    }
 }
 
 impl From<DevShellError> for Failure {
@@ -255,12 +290,12 @@ pub fn main() -> ExitCode {
             command: EnvOnly::Env(env_args),
         }) = EnvOnlyCli::try_parse_from(&args)
         {
-            init_logging(globals.log_format);
+            init_logging(globals.log_format, globals.color);
             return exit(context(&globals, true).and_then(|ctx| env::env(&ctx, env_args)));
         }
     }
     let cli = Cli::parse_from(args);
-    init_logging(cli.globals.log_format);
+    init_logging(cli.globals.log_format, cli.globals.color);
     exit(run(cli))
 }
 
@@ -269,7 +304,7 @@ fn subcommand_of(args: &[std::ffi::OsString]) -> Option<&str> {
     let mut words = args.iter().skip(1).filter_map(|a| a.to_str());
     while let Some(word) = words.next() {
         match word {
-            "--state-dir" | "--config" | "--log-format" => {
+            "--state-dir" | "--config" | "--log-format" | "--color" => {
                 words.next();
             }
             w if w.starts_with('-') => {}
@@ -291,7 +326,11 @@ pub(crate) fn out_raw(text: impl std::fmt::Display) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{text}")
         .and_then(|()| stdout.flush())
-        .map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
+        .map_err(|e| match e.kind() {
+            // The reader has what it wanted (`jobs --json | head -1`): stop, quietly.
+            std::io::ErrorKind::BrokenPipe => Failure::quiet(),
+            _ => Failure::new(Exit::Failed, format!("writing to stdout: {e}")),
+        })
 }
 
 fn exit(result: Result<(), Failure>) -> ExitCode {
@@ -308,11 +347,12 @@ fn exit(result: Result<(), Failure>) -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, color: Color) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(color.ansi())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.with_target(true).init(),
@@ -405,7 +445,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// Builds the job from the file and the flags, and validates every field.
 /// The files of the job's account, before anything of the job is done: a missing or empty key
 /// is bad input (exit 2), named with its account and file. An account the config lacks is
 /// left to the runner and the queue, which refuse it.
@@ -418,6 +457,7 @@ fn check_account(ctx: &Context, account: &str) -> Result<(), Failure> {
     }
 }
 
+/// Builds the job from the file and the flags, and validates every field.
 fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     use crate::job::JobSpec;
     let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);

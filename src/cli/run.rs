@@ -8,6 +8,15 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     use crate::run::{Cancel, Runner};
     let job = job_from(args, &ctx)?;
     super::check_account(&ctx, &job.account)?;
+    // A host that is not ready is exit 3, as for every command (the runner's own refusal,
+    // which `serve` relies on, would make it 4: a refused job).
+    let checks = crate::preflight::checks_for(job.agent, job.trust == crate::job::Trust::Trusted);
+    if let Some(missing) = crate::preflight::refusal(&checks) {
+        return Err(Failure::new(
+            Exit::HostNotReady,
+            format!("host not ready: {missing}"),
+        ));
+    }
     let mut runner = Runner::new(ctx.state, ctx.config);
     runner.config_file = Some(ctx.config_path);
     let runtime = runtime::runtime(Some(2))?;
@@ -24,7 +33,14 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
     // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the
     // job, so it is reported and the exit code stays the job's.
-    if let Err(e) = out(serde_json::to_string_pretty(&result).unwrap_or_default()) {
+    let printed = out(serde_json::to_string_pretty(&result).unwrap_or_default());
+    if let Err(e) = printed.or_else(|e| {
+        if e.code == Exit::Success {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }) {
         let kept = crate::workspace::job_root(&runner.state, &result.job_id).join("result.json");
         let kept = match kept.is_file() {
             true => format!("the result is kept in {}", kept.display()),

@@ -1,0 +1,152 @@
+//! The command line's conventions: one exit-code table that `--help` prints and every command
+//! follows, a closed pipe that ends quietly, and no colour where there is no terminal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::Runner;
+
+const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited, not killed")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A runner whose config has a good account `work`, and a job for it on a real directory.
+fn runner_with_job() -> (Runner, tempfile::TempDir, std::path::PathBuf) {
+    let runner = Runner::new();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "sk-unused\n").unwrap();
+    let config =
+        serde_json::json!({"accounts": {"work": {"agent": "claude", "api_key_file": key}}});
+    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    let job = dir.path().join("job.json");
+    let spec = serde_json::json!({"repo": dir.path(), "rev": REV, "trust": "trusted",
+        "agent": "claude", "account": "work", "prompt": "p"});
+    std::fs::write(&job, spec.to_string()).unwrap();
+    (runner, dir, job)
+}
+
+#[test]
+fn help_lists_the_exit_codes_of_src_exit() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quest-runner"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<u8> = help
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("  ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(listed, [0, 1, 2, 3, 4, 5, 130, 143], "{help}");
+    assert!(
+        help.contains("3    the host is not ready: a missing binary"),
+        "{help}"
+    );
+}
+
+#[test]
+fn a_missing_binary_is_exit_3_for_run_as_help_says() {
+    let (runner, _dir, job) = runner_with_job();
+    let out = runner
+        .command()
+        .args(["run", "--job"])
+        .arg(&job)
+        // The agent is found (any executable), the sandbox is not.
+        .env("QUEST_RUNNER_CLAUDE", "/bin/true")
+        .env("QUEST_RUNNER_BWRAP", "/nonexistent/bwrap")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("host not ready: bwrap"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_bad_config_or_account_file_is_exit_2_for_doctor_submit_and_run() {
+    let (runner, dir, job) = runner_with_job();
+    let config = runner.state().join("config.json");
+    let missing = dir.path().join("missing-key");
+    let bad_account =
+        serde_json::json!({"accounts": {"work": {"agent": "claude", "api_key_file": missing}}});
+    for (text, says) in [
+        (
+            r#"{"default_timeout": "forever"}"#.to_string(),
+            "default_timeout: \"forever\"",
+        ),
+        (
+            bad_account.to_string(),
+            "account work: accounts.work.api_key_file: ",
+        ),
+    ] {
+        std::fs::write(&config, &text).unwrap();
+        for args in [&["doctor"][..], &["submit"], &["run", "--job"]] {
+            let mut cmd = runner.command();
+            cmd.args(args);
+            if args.len() > 1 || args[0] == "submit" {
+                cmd.arg(&job);
+            }
+            let out = cmd.output().unwrap();
+            let (err, all) = (
+                stderr(&out),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            );
+            assert_eq!(code(&out), 2, "{args:?} on {text}: {err}{all}");
+            assert!(
+                err.contains(says) || all.contains(says),
+                "{args:?}: {err}{all}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_and_logs_have_no_colour_off_a_terminal() {
+    // The reader (`true`) is gone before the runner writes: its write gets EPIPE.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"{ sleep 0.3; "$0" systemd-unit; echo "exit $?" >&2; } | true"#,
+        ])
+        .arg(env!("CARGO_BIN_EXE_quest-runner"))
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&out), "exit 0\n");
+    // Log lines on a pipe: plain text, whatever TERM says; `--color always` forces escapes.
+    let repo = support::Repo::new();
+    let rev = repo.commit(&[("README", "no flake here\n")]);
+    for (color, escapes) in [("auto", false), ("never", false), ("always", true)] {
+        // A state directory each: the answer is cached, and a cache hit logs nothing.
+        let out = Runner::new()
+            .command()
+            .args(["--color", color, "env", "--repo"])
+            .arg(repo.src())
+            .args(["--rev", &rev])
+            .env("TERM", "xterm-256color")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(
+            err.contains("revision has no flake.nix"),
+            "a log line: {out:?}"
+        );
+        assert_eq!(err.contains('\u{1b}'), escapes, "--color {color}: {err}");
+    }
+}
