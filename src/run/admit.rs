@@ -25,8 +25,6 @@ impl Runner {
                 job.agent.name()
             )));
         }
-        // Before anything is fetched or built: the files a job's open would read.
-        crate::gateway::account_check::check(&job.account, account).map_err(Stop::refused)?;
         if job.trust == Trust::Untrusted && !self.config.allow_untrusted {
             return Err(Stop::refused(
                 "untrusted revisions are refused: their devShells would build on this host. \
@@ -38,6 +36,8 @@ impl Runner {
         if let Err(e) = self.private_files() {
             return Err(Stop::refused(e.to_string()));
         }
+        // Before anything is fetched or built: the files a job's open would read.
+        crate::gateway::account_check::check(&job.account, account).map_err(Stop::refused)?;
         let checks = preflight::checks_for(job.agent, job.trust == Trust::Trusted);
         if let Some(missing) = preflight::refusal(&checks) {
             return Err(Stop::refused(format!("host not ready: {missing}")));
