@@ -110,7 +110,7 @@ impl Databases {
             }
         };
         for g in parse_file(&self.group, parse_group) {
-            if g.members.iter().any(|m| *m == user.name) {
+            if g.members.contains(&user.name) {
                 add(g.gid);
             }
         }

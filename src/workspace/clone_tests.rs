@@ -82,7 +82,7 @@ async fn a_revision_the_repository_lacks_is_named_with_gits_words() {
         "-m",
         "c",
     ]);
-    let state = StateDir::at(&dir.path().join("state"));
+    let state = StateDir::at(dir.path().join("state"));
     let e = ensure_bare_clone(&state, &job(&src.display().to_string(), REV))
         .await
         .unwrap_err()
