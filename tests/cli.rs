@@ -129,6 +129,22 @@ fn a_closed_pipe_ends_quietly_and_logs_have_no_colour_off_a_terminal() {
         .output()
         .unwrap();
     assert_eq!(stderr(&out), "exit 0\n");
+    // `jobs --json | head -1`, with a job queued.
+    let (runner, _dir, job) = runner_with_job();
+    let submitted = runner.command().arg("submit").arg(&job).output().unwrap();
+    assert_eq!(code(&submitted), 0, "{}", stderr(&submitted));
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"{ sleep 0.3; "$0" "$@"; echo "exit $?" >&2; } | true"#,
+        ])
+        .arg(env!("CARGO_BIN_EXE_quest-runner"))
+        .arg("--state-dir")
+        .arg(runner.state())
+        .args(["jobs", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&out), "exit 0\n");
     // Log lines on a pipe: plain text, whatever TERM says; `--color always` forces escapes.
     let repo = support::Repo::new();
     let rev = repo.commit(&[("README", "no flake here\n")]);

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::{block_on_interruptible, out, CacheCommand, Context, EnvArgs, Failure, Format};
 use crate::devshell::{self, DevShell, DevShells, GcPolicy};
-use crate::exit::Exit;
 
 pub(super) fn env(ctx: &Context, args: EnvArgs) -> Result<(), Failure> {
     let shells = Arc::new(DevShells::new(&ctx.state, &ctx.config));
@@ -34,7 +33,7 @@ pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failur
             (Some(env), None) => std::fs::read(&env.script).and_then(|b| stdout.write_all(&b)),
         },
     };
-    written.map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
+    written.map_err(super::stdout_failure)
 }
 
 pub(crate) fn shell_json(shell: &DevShell) -> serde_json::Value {

@@ -326,11 +326,16 @@ pub(crate) fn out_raw(text: impl std::fmt::Display) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{text}")
         .and_then(|()| stdout.flush())
-        .map_err(|e| match e.kind() {
-            // The reader has what it wanted (`jobs --json | head -1`): stop, quietly.
-            std::io::ErrorKind::BrokenPipe => Failure::quiet(),
-            _ => Failure::new(Exit::Failed, format!("writing to stdout: {e}")),
-        })
+        .map_err(stdout_failure)
+}
+
+/// A failed write to stdout. A closed pipe is no failure: the reader has what it wanted
+/// (`jobs --json | head -1`), so the command stops, quietly.
+pub(crate) fn stdout_failure(e: std::io::Error) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe => Failure::quiet(),
+        _ => Failure::new(Exit::Failed, format!("writing to stdout: {e}")),
+    }
 }
 
 fn exit(result: Result<(), Failure>) -> ExitCode {

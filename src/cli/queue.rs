@@ -316,7 +316,7 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
         }
         out.write_all(text.as_bytes())
     };
-    written.map_err(|e| Failure::new(Exit::Failed, format!("writing to stdout: {e}")))
+    written.map_err(super::stdout_failure)
 }
 
 /// `quest-runner show ID`: the job's queue entry (job, attempts, result) and its state.
@@ -373,8 +373,10 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
     let mut offset = 0u64;
     let mut out = std::io::stdout().lock();
     loop {
-        offset += copy_from(&path, offset, &mut out)
-            .map_err(|e| Failure::new(Exit::Failed, format!("reading {}: {e}", path.display())))?;
+        offset += copy_from(&path, offset, &mut out).map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => Failure::quiet(),
+            _ => Failure::new(Exit::Failed, format!("reading {}: {e}", path.display())),
+        })?;
         if !args.follow || state.is_finished() {
             break;
         }
