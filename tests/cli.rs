@@ -166,3 +166,45 @@ fn a_closed_pipe_ends_quietly_and_logs_have_no_colour_off_a_terminal() {
         assert_eq!(err.contains('\u{1b}'), escapes, "--color {color}: {err}");
     }
 }
+
+#[test]
+fn show_logs_and_gc_see_jobs_that_run_made() {
+    let (runner, dir, _job) = runner_with_job();
+    let missing = format!("file://{}", dir.path().join("no-such-repo").display());
+    let out = runner
+        .command()
+        .args(["run", "--id", "by-run", "--repo", &missing, "--rev", REV])
+        .args([
+            "--trust",
+            "trusted",
+            "--agent",
+            "claude",
+            "--account",
+            "work",
+        ])
+        .args(["--prompt", "p"])
+        .env("QUEST_RUNNER_CLAUDE", "/bin/true")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "the fetch fails: {}", stderr(&out));
+    let show = runner.command().args(["show", "by-run"]).output().unwrap();
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["made_by"], "run");
+    assert_eq!(shown["state"], "finished");
+    assert_eq!(shown["result"]["outcome"], "error");
+    let message = shown["result"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("git said: "), "{message}");
+    let logs = runner.command().args(["logs", "by-run"]).output().unwrap();
+    assert_eq!(code(&logs), 0, "{}", stderr(&logs));
+    let gc = runner
+        .command()
+        .args(["gc", "--older-than", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&gc), 0, "{}", stderr(&gc));
+    let removed: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(removed["removed"], serde_json::json!(["by-run"]));
+    let gone = runner.command().args(["show", "by-run"]).output().unwrap();
+    assert_eq!(code(&gone), 2, "{}", stderr(&gone));
+}

@@ -19,6 +19,7 @@ mod doctor;
 mod env;
 mod policy;
 mod queue;
+mod ran;
 mod run;
 mod runtime;
 mod selftest;

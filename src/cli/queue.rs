@@ -323,7 +323,14 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
 pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
     let value = match Queue::open(&ctx)? {
         Queue::Dir(queue) => {
-            let (state, entry) = queue.show(&args.id).map_err(failure)?;
+            let (state, entry) = match queue.show(&args.id) {
+                Ok(shown) => shown,
+                Err(QueueError::NotFound(id)) => match super::ran::show(&ctx, &id) {
+                    Some(value) => return super::out(pretty(&value?)),
+                    None => return Err(failure(QueueError::NotFound(id))),
+                },
+                Err(e) => return Err(failure(e)),
+            };
             let mut value = serde_json::to_value(&entry).unwrap_or_default();
             value["id"] = args.id.clone().into();
             value["state"] = state.name().into();
@@ -336,11 +343,11 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             db.run(|client| async move { pg::admin::show(&client, id).await })?
         }
     };
-    super::out(format_args!(
-        "{}",
-        serde_json::to_string_pretty(&value).unwrap_or_default()
-    ))?;
-    Ok(())
+    super::out(pretty(&value))
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
 /// `quest-runner logs ID [--follow] [--transcript]`.
@@ -361,7 +368,14 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
             });
         }
     };
-    let Some(mut state) = queue.find_state(&args.id) else {
+    // A job `run` made has no queue state: it is running until its result is written.
+    let ran = super::ran::dir(&ctx, &args.id).filter(|_| queue.find_state(&args.id).is_none());
+    let state_now = || match &ran {
+        Some(dir) if super::ran::finished(dir) => Some(JobState::Done),
+        Some(_) => Some(JobState::Running),
+        None => queue.find_state(&args.id),
+    };
+    let Some(mut state) = state_now() else {
         return Err(failure(QueueError::NotFound(args.id)));
     };
     let name = if args.transcript {
@@ -381,7 +395,7 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
-        match queue.find_state(&args.id) {
+        match state_now() {
             Some(now) => state = now,
             None => break,
         }
@@ -433,7 +447,12 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 /// removed jobs' ids and the deleted refs as JSON.
 pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
     let removed = match Queue::open(&ctx)? {
-        Queue::Dir(queue) => queue.gc(args.older_than).map_err(failure)?,
+        Queue::Dir(queue) => {
+            let mut removed = queue.gc(args.older_than).map_err(failure)?;
+            let queued = |id: &str| queue.find_state(id).is_some();
+            removed.extend(super::ran::gc(&ctx, args.older_than, &queued));
+            removed
+        }
         Queue::Pg(db) => {
             let older_than = args.older_than;
             let removed =
