@@ -17,6 +17,9 @@ pub enum Tool {
     /// Switches a root runner to the agent's identity before the job's namespace is made
     /// (util-linux).
     Setpriv,
+    /// Gives a root runner's Nix a PID namespace whose `/proc` bubblewrap has not covered
+    /// (util-linux; see `sandbox::boundary::nix_plan`).
+    Unshare,
     Socat,
     Srt,
     /// Runs opencode's sandbox host with srt's library.
@@ -40,6 +43,7 @@ impl Tool {
             Tool::Git => "git",
             Tool::Bwrap => "bwrap",
             Tool::Setpriv => "setpriv",
+            Tool::Unshare => "unshare",
             Tool::Socat => "socat",
             Tool::Srt => "srt",
             Tool::Node => "node",
@@ -57,6 +61,7 @@ impl Tool {
             Tool::Git => "QUEST_RUNNER_GIT",
             Tool::Bwrap => "QUEST_RUNNER_BWRAP",
             Tool::Setpriv => "QUEST_RUNNER_SETPRIV",
+            Tool::Unshare => "QUEST_RUNNER_UNSHARE",
             Tool::Socat => "QUEST_RUNNER_SOCAT",
             Tool::Srt => "QUEST_RUNNER_SRT",
             Tool::Node => "QUEST_RUNNER_NODE",

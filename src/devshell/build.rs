@@ -129,24 +129,43 @@ async fn print_dev_env(
     installable: &str,
     what: &str,
 ) -> Result<Vec<u8>, DevShellError> {
-    let mut cmd = Command::new(&p.nix.path);
-    cmd.args(["--extra-experimental-features", "nix-command flakes"])
+    let mut args: Vec<String> = ["--extra-experimental-features", "nix-command flakes"]
         // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
-        .args(["--option", "accept-flake-config", "false"]);
+        .into_iter()
+        .chain(["--option", "accept-flake-config", "false"])
+        .map(String::from)
+        .collect();
     for (name, value) in &shells.nix_options {
-        cmd.arg("--option").arg(name).arg(value);
+        args.extend(["--option".to_string(), name.clone(), value.clone()]);
     }
-    cmd.args([
-        "print-dev-env",
-        "--json",
-        "--no-update-lock-file",
-        "--profile",
-    ])
-    .arg(root)
-    .arg(installable);
+    args.extend(
+        [
+            "print-dev-env",
+            "--json",
+            "--no-update-lock-file",
+            "--profile",
+        ]
+        .map(String::from),
+    );
+    args.push(root.to_string_lossy().into_owned());
+    args.push(installable.to_string());
     // Removed when this returns, however nix ended (see `scratch`).
     let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
+    let mut cmd = match &p.confine {
+        Some(policy) => {
+            let roots = shells.layout().roots();
+            let plan = super::confine::plan(policy, p, &roots, scratch.path())?;
+            let mut cmd = Command::new(&plan.program);
+            cmd.args(plan.args(&p.nix.path, &args));
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(&p.nix.path);
+            cmd.args(&args);
+            cmd
+        }
+    };
     cmd.env("TMPDIR", scratch.path());
     // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.

@@ -16,6 +16,7 @@ use crate::util::git_names::{is_full_rev, is_ref_name};
 use crate::util::io::IoError;
 
 mod build;
+pub mod confine;
 pub mod entry;
 pub mod key;
 mod maintenance;
@@ -34,6 +35,7 @@ use crate::binaries::BinaryError;
 use crate::config::Config;
 use crate::git::GitError;
 use crate::git_objects;
+use crate::sandbox::SandboxPolicy;
 use crate::state::{StateDir, StateError};
 
 pub(crate) use build::version_at_least;
@@ -167,6 +169,8 @@ pub(crate) struct Prepared {
     pub attr: String,
     pub key: String,
     pub nix: nix_version::NixBinary,
+    /// The job's policy whose boundary nix runs in; `None`: as the runner (`env`, selftest).
+    pub confine: Option<Arc<SandboxPolicy>>,
 }
 
 type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
@@ -249,6 +253,7 @@ impl DevShells {
             attr,
             key,
             nix,
+            confine: None,
         })
     }
 
@@ -295,6 +300,26 @@ impl DevShells {
         if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
             return Ok(hit);
         }
+        let shared = self.join_or_start(prepared);
+        let result = shared.await;
+        self.forget_finished();
+        result
+    }
+
+    /// [`get`](Self::get) for a job: a miss runs nix inside `policy`'s boundary
+    /// ([`confine`]). A hit is the same as `get`'s; concurrent misses share the first
+    /// request's run, whose policy hides the same host trees (they differ only in the job's
+    /// own workspace, which nix never reads).
+    pub async fn get_confined(
+        self: &Arc<Self>,
+        req: &Request,
+        policy: Arc<SandboxPolicy>,
+    ) -> Result<DevShell, DevShellError> {
+        let mut prepared = self.prepare(req)?;
+        if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
+            return Ok(hit);
+        }
+        prepared.confine = Some(policy);
         let shared = self.join_or_start(prepared);
         let result = shared.await;
         self.forget_finished();

@@ -2,6 +2,7 @@
 //! policy and network, the agent's launch plan and files, the agent's run with what meters
 //! it, and how the run ended.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
@@ -42,11 +43,11 @@ impl JobRun<'_> {
     /// Runs the job's steps in its workspace, filling `result`; an error names the step.
     pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
         let mut paths = self.ws.paths.clone();
-        let devshell_attr = self.prepare_devshell(&mut paths, result).await?;
-        let mut policy = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
-        if let Some(hook) = &self.runner.hooks.policy {
-            hook(&mut policy);
-        }
+        // Nix runs inside the job's boundary: the policy before the devShell is known (its
+        // script is a read the commands get, not one nix needs).
+        let before = self.policy(&paths)?;
+        let devshell_attr = self.prepare_devshell(&mut paths, &before, result).await?;
+        let mut policy = self.policy(&paths)?;
         // Started before the agent's files are rendered: they name its port.
         let proxy = self.start_network(&paths, &mut policy).await?;
         let system_prompt = {
@@ -64,12 +65,22 @@ impl JobRun<'_> {
         Ok(())
     }
 
+    /// The job's policy for the workspace at `paths`, as the runner's hook adjusts it.
+    fn policy(&self, paths: &WorkspacePaths) -> Result<SandboxPolicy, Stop> {
+        let mut policy = self.runner.policy(self.job, paths).map_err(Stop::error)?;
+        if let Some(hook) = &self.runner.hooks.policy {
+            hook(&mut policy);
+        }
+        Ok(policy)
+    }
+
     /// Builds (or finds cached) the revision's devShell, for a trusted job, and puts a copy
     /// of its script in the job's directory: the sandbox may read that, but not the cache.
     /// Returns the devShell's attribute, when there is one to load.
     async fn prepare_devshell(
         &self,
         paths: &mut WorkspacePaths,
+        policy: &SandboxPolicy,
         result: &mut JobResult,
     ) -> Result<Option<String>, Stop> {
         let job = self.job;
@@ -82,7 +93,15 @@ impl JobRun<'_> {
             git_ref: Some(self.ws.nix_ref.clone()),
             attr: None,
         };
-        let building = with_progress(self.runner.devshells.get(&req), &job.rev);
+        let shells = &self.runner.devshells;
+        // Off only where the agent is not confined either (macOS, the suite's mutation).
+        let building = async {
+            match policy.confine_agent {
+                true => shells.get_confined(&req, Arc::new(policy.clone())).await,
+                false => shells.get(&req).await,
+            }
+        };
+        let building = with_progress(building, &job.rev);
         let shell = match tokio::time::timeout_at(self.deadline, building).await {
             Ok(shell) => shell.map_err(Stop::error)?,
             Err(_) => {

@@ -220,6 +220,83 @@ pub fn namespace_args(
     out
 }
 
+/// Which store the nix client that builds a job's devShell uses, and so how it is confined
+/// ([`nix_plan`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum NixStore {
+    /// Setup (a): the runner is root and Nix writes the local store itself, building as the
+    /// users of `build-users-group`. Nix must stay root with its capabilities (it writes the
+    /// store, switches to build users, mounts its build sandbox), and a user namespace would
+    /// map no build user: so no user namespace, the capabilities kept (`--cap-add ALL`), and
+    /// the file rules enforced by the mount namespace alone, with the store and Nix's state
+    /// directory writable.
+    LocalAsRoot {
+        store: PathBuf,
+        state: PathBuf,
+        log: PathBuf,
+    },
+    /// Setup (b): the runner's own unprivileged user, talking to the daemon's socket; the
+    /// namespace is made as for the agent, with the socket bound in.
+    Daemon { socket: PathBuf },
+}
+
+/// The command that starts the devShell's nix client inside the job's boundary: the policy's
+/// denied trees absent ([`namespace_args`], the same rendering as the agent's, of the
+/// policy's read rules only: Nix reads none of the job's workspace), `own` (the repository it
+/// evaluates, its GC roots and scratch dir) given back, and no network namespace but its own
+/// (no host loopback, no link-local address): the fixed-output builds of a local store share
+/// it. `unshare` is the program only for [`NixStore::LocalAsRoot`].
+///
+/// Root's PID namespace comes from `unshare --pid --mount-proc`, not from bubblewrap:
+/// bubblewrap, run by root, covers its own `/proc`'s `sys` and friends, and a covered `/proc`
+/// is one that Nix's build sandbox (a user namespace of its own) may not mount again. The
+/// `/proc` of that PID namespace is bound in uncovered; the host's, whose `<pid>/root` leads
+/// back to the host's files, is never visible.
+pub fn nix_plan(
+    policy: &SandboxPolicy,
+    own: &OwnFiles,
+    store: &NixStore,
+    tools: &Tools,
+    unshare: &Path,
+    cwd: &Path,
+) -> Confined {
+    let view = SandboxPolicy {
+        allow_read: Vec::new(),
+        allow_write: Vec::new(),
+        deny_write: Vec::new(),
+        ..policy.clone()
+    };
+    let mut own = own.clone();
+    match store {
+        NixStore::LocalAsRoot { store, state, log } => {
+            own.write
+                .extend([store.clone(), state.clone(), log.clone()]);
+        }
+        NixStore::Daemon { socket } => own.read.push(socket.clone()),
+    }
+    let mut args = namespace_args(&view, &own, None);
+    args.insert(0, "--unshare-net".to_string());
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let (program, mut prefix) = match store {
+        NixStore::LocalAsRoot { .. } => {
+            args.retain(|a| a != "--unshare-user" && a != "--unshare-pid");
+            if let Some(at) = args.iter().position(|a| a == "--proc") {
+                args[at] = "--bind".to_string();
+                args.insert(at + 1, "/proc".to_string());
+            }
+            args.splice(0..0, ["--cap-add".to_string(), "ALL".to_string()]);
+            let launcher = ["--pid", "--fork", "--kill-child", "--mount-proc", "--"];
+            let mut prefix: Vec<String> = launcher.map(String::from).to_vec();
+            prefix.push(s(&tools.bwrap));
+            (unshare.to_path_buf(), prefix)
+        }
+        NixStore::Daemon { .. } => (tools.bwrap.clone(), Vec::new()),
+    };
+    prefix.extend(args);
+    prefix.extend(["--chdir".to_string(), s(cwd), "--".to_string()]);
+    Confined { program, prefix }
+}
+
 /// A denied path made absent: an empty directory over a directory, an empty file over a file.
 /// A path that does not exist needs nothing (the system is read-only: it cannot appear).
 fn hide(path: &Path) -> Vec<String> {

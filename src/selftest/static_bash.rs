@@ -39,6 +39,8 @@ pub enum StaticBashError {
          (Nix reads a path: URL without decoding it); choose a directory with a plainer name"
     )]
     UnsafePath { path: PathBuf },
+    #[error("nix store add-path {dir} failed ({status})")]
+    NotAdded { dir: PathBuf, status: String },
     #[error(transparent)]
     Io(#[from] IoError),
 }
@@ -95,6 +97,31 @@ impl BuilderInput {
         }
         let nar_hash = crate::nar::nar_hash(&dir).at("hashing", &dir)?;
         Ok(BuilderInput { dir, nar_hash })
+    }
+
+    /// The same input as a store path (`nix store add-path`): what a nix confined to a job's
+    /// boundary can read wherever the copy was made (a temp dir, the state directory: both
+    /// hidden from it). The NAR hash, and so the lock, is the copy's.
+    pub fn in_store(&self) -> Result<BuilderInput, StaticBashError> {
+        let nix = binaries::find(Tool::Nix)?;
+        let out = std::process::Command::new(&nix)
+            .args(["--extra-experimental-features", "nix-command"])
+            .args(["store", "add-path", "--name", INPUT])
+            .arg(&self.dir)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .at("running", &nix)?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || !text.starts_with('/') {
+            return Err(StaticBashError::NotAdded {
+                dir: self.dir.clone(),
+                status: out.status.to_string(),
+            });
+        }
+        Ok(BuilderInput {
+            dir: PathBuf::from(text),
+            nar_hash: self.nar_hash.clone(),
+        })
     }
 
     pub fn dir(&self) -> &Path {

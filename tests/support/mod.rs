@@ -55,7 +55,10 @@ pub fn fixture_bash() -> &'static BuilderInput {
             "static-bash-{}",
             &quest_runner::util::hex::encode(digest)[..16]
         ));
-        BuilderInput::install_from(&bash, &dir).unwrap()
+        // In the store: a nix confined to a job's boundary (tests/devshell_confined.rs) reads
+        // neither /tmp nor the scratch dir of scripts/test-daemon.
+        let input = BuilderInput::install_from(&bash, &dir).unwrap();
+        input.in_store().unwrap()
     })
 }
 
@@ -101,7 +104,13 @@ impl Repo {
             .iter()
             .any(|(name, _)| *name == "flake.nix")
             .then_some(("flake.lock", lock.as_str()));
-        for (name, content) in files.iter().chain(&lock) {
+        let files: Vec<(&str, &str)> = files.iter().copied().chain(lock).collect();
+        self.commit_exact(&files)
+    }
+
+    /// Commits exactly `files` (no lock added) and refreshes the bare clone.
+    pub fn commit_exact(&self, files: &[(&str, &str)]) -> String {
+        for (name, content) in files {
             let path = self.src().join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();

@@ -13,7 +13,9 @@ use crate::selftest::fixture_git as git;
 pub fn make_repo(world: &World, base: &Path) -> Result<String, String> {
     let repo = &world.repo;
     let escapes = escapes_dir(base)?;
+    // In the store: the devShell's nix runs in the job's boundary, which hides `base`.
     let bash = crate::selftest::static_bash::BuilderInput::install(&base.join("bash"))
+        .and_then(|b| b.in_store())
         .map_err(|e| e.to_string())?;
     let files = repo_files(world, &bash, &escapes);
     write_files(repo, files)?;

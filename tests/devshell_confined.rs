@@ -1,0 +1,487 @@
+//! The devShell's nix inside the job's boundary (issue 23), with the real Nix: a revision's
+//! flake inputs aimed at what the job may not read or reach. Each attempt runs twice: first
+//! unconfined, as the runner ran nix before, where it must leak (the control: the hidden
+//! bytes appear in `/nix/store`, or the loopback service is reached), then confined, where it
+//! must fail with nothing of the hidden file in the store and no connection made.
+//!
+//! Runs as root with the local store (setup (a)) and, through `scripts/test-daemon`, as an
+//! unprivileged user through a nix-daemon (setup (b)).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quest_runner::config::Config;
+use quest_runner::devshell::{DevShellError, DevShells, Request};
+use quest_runner::sandbox::private::HiddenDir;
+use quest_runner::sandbox::{self, HiddenFile, Platform, PolicyInputs, SandboxPolicy};
+use quest_runner::state::StateDir;
+use quest_runner::workspace::WorkspacePaths;
+use support::*;
+
+const WRONG: &str = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+/// A runner's world: its state dir (a secret directory and another repository's clone in
+/// it), an account's key file in a directory of its own, and the job's policy.
+struct World {
+    _dir: tempfile::TempDir,
+    state: PathBuf,
+    key_file: PathBuf,
+    policy: SandboxPolicy,
+}
+
+fn world() -> World {
+    let dir = tempfile::Builder::new()
+        .prefix("qr-n23-")
+        .tempdir()
+        .unwrap();
+    let state = dir.path().join("state");
+    let accounts = dir.path().join("accounts");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::create_dir_all(&accounts).unwrap();
+    let key_file = accounts.join("api-key");
+    let job = dir.path().join("job");
+    let ws = WorkspacePaths {
+        checkout: job.join("checkout"),
+        bare_clone: state.join("repos/this.git"),
+        git_store: job.join("git"),
+        worktree_admin: job.join("git/worktrees/checkout"),
+        temp_dir: dir.path().join("tmp/quest-job-1"),
+        job_dir: job.clone(),
+        devshell_script: None,
+        helper_tmp: dir.path().join("tmp/quest-srt-1"),
+    };
+    let private = vec![HiddenFile {
+        what: "accounts.work.api_key_file".into(),
+        file: key_file.clone(),
+        dirs: vec![HiddenDir {
+            dir: accounts,
+            link: None,
+        }],
+    }];
+    let policy = sandbox::plan(
+        &ws,
+        &PolicyInputs {
+            platform: Platform::Linux,
+            trust: quest_runner::job::Trust::Trusted,
+            extra_hosts: Vec::new(),
+            full_access_hosts: Vec::new(),
+            state_dir: state.clone(),
+            operator_home: None,
+            private,
+        },
+    );
+    World {
+        _dir: dir,
+        state,
+        key_file,
+        policy,
+    }
+}
+
+fn token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("n23secret{nanos}{}", std::process::id())
+}
+
+/// A revision whose devShell names the input `evil` (given as flake.nix's attribute set and
+/// the lock's `locked` entry) and carries `extra` in its derivation.
+fn hostile_rev(repo: &Repo, evil: &str, locked: serde_json::Value, extra: &str) -> String {
+    let system = system();
+    let bash = fixture_bash();
+    let flake = format!(
+        r#"{{
+  inputs.bash = {{ url = "{}"; flake = false; }};
+  inputs.evil = {{ {evil} flake = false; }};
+  outputs = {{ self, bash, evil }}: {{
+    devShells.{system}.default = derivation {{
+      name = "confined-shell";
+      system = "{system}";
+      builder = "{BUILDER}";
+      outputs = [ "out" ];
+      args = [ "-c" "echo > $out" ];
+      EVIL = "${{evil}}";
+      {extra}
+    }};
+  }};
+}}
+"#,
+        bash.url()
+    );
+    let mut lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
+    let mut original = locked.clone();
+    for k in ["narHash", "rev"] {
+        original.as_object_mut().unwrap().remove(k);
+    }
+    lock["nodes"]["evil"] =
+        serde_json::json!({ "flake": false, "locked": locked, "original": original });
+    lock["nodes"]["root"]["inputs"]["evil"] = "evil".into();
+    let lock = serde_json::to_string_pretty(&lock).unwrap();
+    repo.commit_exact(&[("flake.nix", &flake), ("flake.lock", &lock)])
+}
+
+fn store_names() -> BTreeSet<String> {
+    std::fs::read_dir(quest_runner::store_path::store_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Whether a store path made since `before` holds `needle` in a file's name or bytes.
+fn store_gained(before: &BTreeSet<String>, needle: &str) -> Option<PathBuf> {
+    let store = quest_runner::store_path::store_dir();
+    for name in store_names().difference(before) {
+        if let Some(found) = holds(&store.join(name), needle.as_bytes()) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+fn holds(path: &Path, needle: &[u8]) -> Option<PathBuf> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.is_dir() {
+        let entries = std::fs::read_dir(path).ok()?;
+        return entries.flatten().find_map(|e| holds(&e.path(), needle));
+    }
+    let bytes = std::fs::read(path).unwrap_or_default();
+    bytes
+        .windows(needle.len())
+        .any(|w| w == needle)
+        .then(|| path.to_path_buf())
+}
+
+fn config() -> Config {
+    let mut config = Config::default();
+    let options = &mut config.nix.options;
+    options.insert("substituters".to_string(), String::new());
+    config
+}
+
+/// Builds the revision's devShell, confined to the world's policy or not.
+fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, DevShellError> {
+    let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
+    let req = Request {
+        repo: repo.bare(),
+        rev: rev.to_string(),
+        git_ref: Some("main".into()),
+        attr: None,
+    };
+    let policy = Arc::new(w.policy.clone());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let shell = rt.block_on(async {
+        match confined {
+            true => shells.get_confined(&req, policy).await,
+            false => shells.get(&req).await,
+        }
+    })?;
+    let script = shell
+        .env
+        .map(|e| std::fs::read_to_string(e.script).unwrap());
+    Ok(script.unwrap_or_default())
+}
+
+/// What one attempt did: its build's answer, and where the secret showed up.
+struct Seen {
+    answer: Result<String, DevShellError>,
+    leaked: Option<PathBuf>,
+}
+
+fn attempt(w: &World, repo: &Repo, rev: &str, secret: &str, confined: bool) -> Seen {
+    let before = store_names();
+    let answer = build(w, repo, rev, confined);
+    let mut leaked = store_gained(&before, secret);
+    if let Ok(script) = &answer {
+        // With the right hash the devShell names the copy: the job reads it through EVIL.
+        if let Some(path) = script_value(script, "EVIL") {
+            leaked = leaked.or_else(|| holds(Path::new(&path), secret.as_bytes()));
+        }
+    }
+    Seen { answer, leaked }
+}
+
+fn script_value(script: &str, var: &str) -> Option<String> {
+    let line = script
+        .lines()
+        .find(|l| l.starts_with(&format!("export {var}=")))?;
+    let value = line.split_once('=')?.1;
+    Some(value.trim_matches('\'').to_string())
+}
+
+/// The control leaked; the confined run failed, leaked nothing, and its error names no store
+/// path holding the secret.
+fn assert_refused(id: &str, control: Seen, confined: Seen, secret: &str) {
+    let leak = control.leaked.clone();
+    assert!(
+        leak.is_some(),
+        "{id}: the unconfined control did not leak: {:?}",
+        control.answer.err()
+    );
+    println!("ESCAPED-before {id}: unconfined nix put the secret at {leak:?}");
+    assert!(
+        confined.leaked.is_none(),
+        "{id}: confined nix leaked into {:?}",
+        confined.leaked
+    );
+    let err = match confined.answer {
+        Ok(script) => panic!("{id}: the confined build succeeded:\n{script}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!err.contains(secret), "{id}: {err}");
+    for path in err.split(|c: char| c.is_whitespace() || "'\"`".contains(c)) {
+        if path.starts_with("/nix/store/") {
+            assert!(
+                holds(Path::new(path), secret.as_bytes()).is_none(),
+                "{path}"
+            );
+        }
+    }
+    println!("refused-after {id}: {}", first_line(&err));
+}
+
+fn secret_dir(w: &World, secret: &str) -> PathBuf {
+    let dir = w.state.join(format!(
+        "secret-{}",
+        secret.len() + secret.as_bytes()[secret.len() - 1] as usize
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("id_key"), secret).unwrap();
+    dir
+}
+
+fn path_input(dir: &Path, hash: &str) -> (String, serde_json::Value) {
+    let d = dir.display().to_string();
+    let nix = format!(r#"type = "path"; path = "{d}";"#);
+    (
+        nix,
+        serde_json::json!({ "type": "path", "path": d, "narHash": hash }),
+    )
+}
+
+#[test]
+fn path_input_to_a_hidden_directory_wrong_hash() {
+    let w = world();
+    let repo = Repo::new();
+    let (control, confined) = (token(), token());
+    let seen = |secret: &str, on: bool| {
+        let (nix, locked) = path_input(&secret_dir(&w, secret), WRONG);
+        let rev = hostile_rev(&repo, &nix, locked, "");
+        attempt(&w, &repo, &rev, secret, on)
+    };
+    let before = seen(&control, false);
+    let after = seen(&confined, true);
+    assert_refused("path-wrong-hash", before, after, &confined);
+}
+
+#[test]
+fn path_input_to_a_hidden_directory_right_hash() {
+    let w = world();
+    let repo = Repo::new();
+    let (control, confined) = (token(), token());
+    let seen = |secret: &str, on: bool| {
+        let dir = secret_dir(&w, secret);
+        let hash = quest_runner::nar::nar_hash(&dir).unwrap();
+        let (nix, locked) = path_input(&dir, &hash);
+        let rev = hostile_rev(&repo, &nix, locked, "");
+        attempt(&w, &repo, &rev, secret, on)
+    };
+    let before = seen(&control, false);
+    assert!(
+        before.answer.is_ok(),
+        "the control: {:?}",
+        before.answer.err()
+    );
+    let after = seen(&confined, true);
+    assert_refused("path-right-hash", before, after, &confined);
+}
+
+#[test]
+fn git_input_to_a_repository_the_job_may_not_read() {
+    let w = world();
+    let repo = Repo::new();
+    let (control, confined) = (token(), token());
+    let seen = |secret: &str, on: bool| {
+        let other = w
+            .state
+            .join(format!("repos/other-{}", &secret[secret.len() - 4..]));
+        std::fs::create_dir_all(&other).unwrap();
+        git(&other, &["init", "-q", "-b", "main"]);
+        std::fs::write(other.join("private.txt"), secret).unwrap();
+        git(&other, &["add", "-A"]);
+        git(&other, &["commit", "-q", "-m", "private"]);
+        let rev = git(&other, &["rev-parse", "HEAD"]);
+        let url = format!("file://{}", other.display());
+        let nix = format!(r#"type = "git"; url = "{url}"; ref = "main";"#);
+        let locked = serde_json::json!({
+            "type": "git", "url": url, "ref": "main", "rev": rev, "narHash": WRONG,
+        });
+        let rev = hostile_rev(&repo, &nix, locked, "");
+        attempt(&w, &repo, &rev, secret, on)
+    };
+    let before = seen(&control, false);
+    let after = seen(&confined, true);
+    assert_refused("git-other-repo", before, after, &confined);
+}
+
+#[test]
+fn file_input_aimed_at_the_account_key() {
+    let w = world();
+    let repo = Repo::new();
+    let (control, confined) = (token(), token());
+    let seen = |secret: &str, on: bool| {
+        std::fs::write(&w.key_file, secret).unwrap();
+        let (nix, locked) = path_input(&w.key_file, WRONG);
+        let rev = hostile_rev(
+            &repo,
+            &nix,
+            locked,
+            &format!("SALT = \"{}\";", &secret[secret.len() - 6..]),
+        );
+        attempt(&w, &repo, &rev, secret, on)
+    };
+    let before = seen(&control, false);
+    let after = seen(&confined, true);
+    assert_refused("file-account-key", before, after, &confined);
+}
+
+/// A loopback service for the network attempts: it records the first line of every request
+/// it gets and answers each with a small body, for at most a minute.
+struct Service {
+    port: u16,
+    got: Arc<Mutex<Vec<String>>>,
+}
+
+fn service() -> Service {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&got);
+    std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            let Ok((mut conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            conn.set_nonblocking(false).unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 512];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let text = String::from_utf8_lossy(&buf[..n]);
+            seen.lock()
+                .unwrap()
+                .push(text.lines().next().unwrap_or("").to_string());
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nrole\n");
+        }
+    });
+    Service { port, got }
+}
+
+fn reached(service: &Service, what: &str) -> bool {
+    std::thread::sleep(Duration::from_millis(200));
+    let got = service.got.lock().unwrap();
+    got.iter().any(|l| l.contains(what))
+}
+
+#[test]
+fn tarball_input_aimed_at_a_loopback_service() {
+    let w = world();
+    let repo = Repo::new();
+    let svc = service();
+    let seen = |tag: &str, on: bool| {
+        let url = format!(
+            "http://127.0.0.1:{}/latest/meta-data/iam/security-credentials/{tag}",
+            svc.port
+        );
+        let nix = format!(r#"type = "tarball"; url = "{url}";"#);
+        let locked = serde_json::json!({ "type": "tarball", "url": url, "narHash": WRONG });
+        let rev = hostile_rev(&repo, &nix, locked, "");
+        let answer = build(&w, &repo, &rev, on);
+        (answer, reached(&svc, tag))
+    };
+    let (answer, before) = seen("control", false);
+    assert!(
+        before,
+        "the unconfined control never reached the service: {answer:?}"
+    );
+    println!("ESCAPED-before tarball-loopback: unconfined nix sent GET to 127.0.0.1");
+    let (answer, after) = seen("confined", true);
+    assert!(!after, "confined nix reached the loopback service");
+    let err = answer
+        .expect_err("the confined build succeeded")
+        .to_string();
+    println!("refused-after tarball-loopback: {}", first_line(&err));
+}
+
+/// Nix's own words of an error: its first line after the command the runner names.
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or("");
+    let line = line.split_once(" failed: ").map_or(line, |(_, e)| e);
+    &line[..line.len().min(200)]
+}
+
+/// A fixed-output derivation in the devShell's closure whose builder connects to the
+/// service. Nix gives fixed-output builds the network of whoever builds them.
+#[test]
+fn fixed_output_builder_aimed_at_a_loopback_service() {
+    let w = world();
+    let repo = Repo::new();
+    let svc = service();
+    let system = system();
+    let seen = |tag: &str, on: bool| {
+        let fod = format!(
+            r#"FOD = derivation {{
+        name = "fod-{tag}-{}"; system = "{system}"; builder = "{BUILDER}";
+        outputHashMode = "flat"; outputHashAlgo = "sha256";
+        outputHash = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
+        args = [ "-c" "set -e; exec 3<>/dev/tcp/127.0.0.1/{}; echo 'GET /fod-{tag}' >&3; : > $out" ];
+      }};"#,
+            token(),
+            svc.port
+        );
+        let bash = fixture_bash();
+        let nix = format!(r#"type = "path"; path = "{}";"#, bash.dir().display());
+        let lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
+        let locked = lock["nodes"]["bash"]["locked"].clone();
+        let rev = hostile_rev(&repo, &nix, locked, &fod);
+        let answer = build(&w, &repo, &rev, on);
+        (answer, reached(&svc, &format!("GET /fod-{tag}")))
+    };
+    let (answer, before) = seen("control", false);
+    assert!(
+        before,
+        "the unconfined control's builder never reached the service: {answer:?}"
+    );
+    println!("ESCAPED-before fod-loopback: an unconfined fixed-output builder reached 127.0.0.1");
+    let (answer, after) = seen("confined", true);
+    assert!(
+        !after,
+        "a confined fixed-output builder reached the service"
+    );
+    let err = answer
+        .expect_err("the confined build succeeded")
+        .to_string();
+    println!("refused-after fod-loopback: {}", first_line(&err));
+}
+
+/// Confinement changes nothing for a plain revision: its devShell builds and is a hit after.
+#[test]
+fn a_plain_revision_builds_confined() {
+    let w = world();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(r#"GREETING = "confined";"#))]);
+    let script = build(&w, &repo, &rev, true).unwrap();
+    assert!(script.contains("export GREETING='confined'"), "{script}");
+    let again = build(&w, &repo, &rev, true).unwrap();
+    assert_eq!(script, again);
+}
