@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quest_runner::config::Config;
+use quest_runner::devshell::confine::client_store;
 use quest_runner::devshell::{DevShellError, DevShells, Request};
+use quest_runner::sandbox::boundary::NixStore;
 use quest_runner::sandbox::private::HiddenDir;
 use quest_runner::sandbox::{self, HiddenFile, Platform, PolicyInputs, SandboxPolicy};
 use quest_runner::state::StateDir;
@@ -37,6 +39,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_of(quest_runner::job::Trust::Trusted)
+}
+
+fn world_of(trust: quest_runner::job::Trust) -> World {
     let dir = tempfile::Builder::new()
         .prefix("qr-n23-")
         .tempdir()
@@ -69,7 +75,7 @@ fn world() -> World {
         &ws,
         &PolicyInputs {
             platform: Platform::Linux,
-            trust: quest_runner::job::Trust::Trusted,
+            trust,
             extra_hosts: Vec::new(),
             full_access_hosts: Vec::new(),
             state_dir: state.clone(),
@@ -430,30 +436,37 @@ fn first_line(text: &str) -> &str {
     &line[..line.len().min(200)]
 }
 
+/// A revision whose devShell needs a fixed-output derivation (named uniquely, so it is never
+/// in the store yet) whose builder connects to `port` and says `GET /fod-<tag>`.
+fn fod_rev(repo: &Repo, port: u16, tag: &str) -> String {
+    let system = system();
+    let fod = format!(
+        r#"FOD = derivation {{
+        name = "fod-{tag}-{}"; system = "{system}"; builder = "{BUILDER}";
+        outputHashMode = "flat"; outputHashAlgo = "sha256";
+        outputHash = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
+        args = [ "-c" "set -e; exec 3<>/dev/tcp/127.0.0.1/{port}; echo 'GET /fod-{tag}' >&3; : > $out" ];
+      }};"#,
+        token(),
+    );
+    let bash = fixture_bash();
+    let nix = format!(r#"type = "path"; path = "{}";"#, bash.dir().display());
+    let lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
+    let locked = lock["nodes"]["bash"]["locked"].clone();
+    hostile_rev(repo, &nix, locked, &fod)
+}
+
 /// A fixed-output derivation in the devShell's closure whose builder connects to the
-/// service. Nix gives fixed-output builds the network of whoever builds them.
+/// service. Nix gives fixed-output builds the network of whoever builds them: the confined
+/// client's in setup (a), so the builder finds no service; the daemon's in setup (b), which
+/// the boundary does not reach, so the build is refused before it starts.
 #[test]
 fn fixed_output_builder_aimed_at_a_loopback_service() {
     let w = world();
     let repo = Repo::new();
     let svc = service();
-    let system = system();
     let seen = |tag: &str, on: bool| {
-        let fod = format!(
-            r#"FOD = derivation {{
-        name = "fod-{tag}-{}"; system = "{system}"; builder = "{BUILDER}";
-        outputHashMode = "flat"; outputHashAlgo = "sha256";
-        outputHash = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
-        args = [ "-c" "set -e; exec 3<>/dev/tcp/127.0.0.1/{}; echo 'GET /fod-{tag}' >&3; : > $out" ];
-      }};"#,
-            token(),
-            svc.port
-        );
-        let bash = fixture_bash();
-        let nix = format!(r#"type = "path"; path = "{}";"#, bash.dir().display());
-        let lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
-        let locked = lock["nodes"]["bash"]["locked"].clone();
-        let rev = hostile_rev(&repo, &nix, locked, &fod);
+        let rev = fod_rev(&repo, svc.port, tag);
         let answer = build(&w, &repo, &rev, on);
         (answer, reached(&svc, &format!("GET /fod-{tag}")))
     };
@@ -471,7 +484,31 @@ fn fixed_output_builder_aimed_at_a_loopback_service() {
     let err = answer
         .expect_err("the confined build succeeded")
         .to_string();
+    if let NixStore::Daemon { .. } = client_store() {
+        assert!(err.contains("nix-daemon's network"), "{err}");
+    }
     println!("refused-after fod-loopback: {}", first_line(&err));
+}
+
+/// An untrusted revision gets its devShell, confined the same way, with substitutes and
+/// sandboxed builds only: a fixed-output derivation it would have to build is refused, with
+/// the reason, before its builder runs.
+#[test]
+fn untrusted_revisions_get_their_devshell_without_fixed_output_builds() {
+    let w = world_of(quest_runner::job::Trust::Untrusted);
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(r#"GREETING = "untrusted";"#))]);
+    let script = build(&w, &repo, &rev, true).unwrap();
+    assert!(script.contains("export GREETING='untrusted'"), "{script}");
+    let svc = service();
+    let rev = fod_rev(&repo, svc.port, "untrusted");
+    let err = build(&w, &repo, &rev, true).expect_err("built").to_string();
+    assert!(!reached(&svc, "GET /fod-untrusted"));
+    assert!(
+        err.contains("untrusted revision's builds get no network"),
+        "{err}"
+    );
+    println!("refused-after untrusted-fod: {}", first_line(&err));
 }
 
 /// Confinement changes nothing for a plain revision: its devShell builds and is a hit after.

@@ -121,7 +121,9 @@ async fn build_shell(
 }
 
 /// Runs `nix print-dev-env --json --profile <root> <installable>` and returns its output: no
-/// flake config accepted, a scratch TMPDIR, no replace refs read.
+/// flake config accepted, a scratch TMPDIR, no replace refs read. First, where the job's
+/// boundary cannot hold the fixed-output builds, refuses those it would have to build
+/// ([`super::fixed_output`]).
 async fn print_dev_env(
     shells: &DevShells,
     p: &Prepared,
@@ -129,47 +131,21 @@ async fn print_dev_env(
     installable: &str,
     what: &str,
 ) -> Result<Vec<u8>, DevShellError> {
-    let mut args: Vec<String> = ["--extra-experimental-features", "nix-command flakes"]
-        // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
-        .into_iter()
-        .chain(["--option", "accept-flake-config", "false"])
-        .map(String::from)
-        .collect();
-    for (name, value) in &shells.nix_options {
-        args.extend(["--option".to_string(), name.clone(), value.clone()]);
+    if p.refuse_fixed_output {
+        super::fixed_output::refuse_unconfinable(shells, p, installable).await?;
     }
-    args.extend(
-        [
-            "print-dev-env",
-            "--json",
-            "--no-update-lock-file",
-            "--profile",
-        ]
-        .map(String::from),
-    );
-    args.push(root.to_string_lossy().into_owned());
-    args.push(installable.to_string());
+    let tail = [
+        "print-dev-env",
+        "--json",
+        "--no-update-lock-file",
+        "--profile",
+        &root.to_string_lossy(),
+        installable,
+    ];
     // Removed when this returns, however nix ended (see `scratch`).
     let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    let mut cmd = match &p.confine {
-        Some(policy) => {
-            let roots = shells.layout().roots();
-            let plan = super::confine::plan(policy, p, &roots, scratch.path())?;
-            let mut cmd = Command::new(&plan.program);
-            cmd.args(plan.args(&p.nix.path, &args));
-            cmd
-        }
-        None => {
-            let mut cmd = Command::new(&p.nix.path);
-            cmd.args(&args);
-            cmd
-        }
-    };
-    cmd.env("TMPDIR", scratch.path());
-    // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
-    // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
-    cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
+    let cmd = nix_command(shells, p, &tail, scratch.path())?;
     tracing::info!(%installable, "nix print-dev-env");
     let out = process::run_captured(cmd, "nix")
         .await
@@ -186,6 +162,45 @@ async fn print_dev_env(
         });
     }
     Ok(out.stdout)
+}
+
+/// `nix <the runner's options> <tail>`, inside the job's boundary when the request has one,
+/// with `scratch` as its TMPDIR.
+pub(super) fn nix_command(
+    shells: &DevShells,
+    p: &Prepared,
+    tail: &[&str],
+    scratch: &Path,
+) -> Result<Command, DevShellError> {
+    let mut args: Vec<String> = ["--extra-experimental-features", "nix-command flakes"]
+        // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
+        .into_iter()
+        .chain(["--option", "accept-flake-config", "false"])
+        .map(String::from)
+        .collect();
+    for (name, value) in &shells.nix_options {
+        args.extend(["--option".to_string(), name.clone(), value.clone()]);
+    }
+    args.extend(tail.iter().map(|a| a.to_string()));
+    let mut cmd = match &p.confine {
+        Some(policy) => {
+            let roots = shells.layout().roots();
+            let plan = super::confine::plan(policy, p, &roots, scratch)?;
+            let mut cmd = Command::new(&plan.program);
+            cmd.args(plan.args(&p.nix.path, &args));
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(&p.nix.path);
+            cmd.args(&args);
+            cmd
+        }
+    };
+    cmd.env("TMPDIR", scratch);
+    // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
+    // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
+    cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
+    Ok(cmd)
 }
 
 /// Where the profile link Nix made at `root` points: a store path, or the build failed.

@@ -18,6 +18,7 @@ use crate::util::io::IoError;
 mod build;
 pub mod confine;
 pub mod entry;
+mod fixed_output;
 pub mod key;
 mod maintenance;
 pub mod nix_version;
@@ -35,6 +36,7 @@ use crate::binaries::BinaryError;
 use crate::config::Config;
 use crate::git::GitError;
 use crate::git_objects;
+use crate::sandbox::boundary::NixStore;
 use crate::sandbox::SandboxPolicy;
 use crate::state::{StateDir, StateError};
 
@@ -59,6 +61,15 @@ pub enum DevShellError {
     InvalidRef { git_ref: String },
     #[error("{what} failed: {message}")]
     Nix { what: String, message: String },
+    #[error(
+        "the devShell needs fixed-output derivations built that are in no substituter ({drvs}); \
+         refused: {why}. Put their outputs in a binary cache the runner's Nix uses{setup}"
+    )]
+    UnconfinedFixedOutput {
+        drvs: String,
+        why: String,
+        setup: String,
+    },
     #[error(transparent)]
     Binary(#[from] BinaryError),
     #[error("{0}")]
@@ -171,6 +182,10 @@ pub(crate) struct Prepared {
     pub nix: nix_version::NixBinary,
     /// The job's policy whose boundary nix runs in; `None`: as the runner (`env`, selftest).
     pub confine: Option<Arc<SandboxPolicy>>,
+    /// Fixed-output builds would run where the boundary does not reach (the daemon's
+    /// network), or the revision is untrusted: only those already in the store or a
+    /// substituter may be used.
+    pub refuse_fixed_output: bool,
 }
 
 type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
@@ -254,6 +269,7 @@ impl DevShells {
             key,
             nix,
             confine: None,
+            refuse_fixed_output: false,
         })
     }
 
@@ -319,6 +335,8 @@ impl DevShells {
         if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
             return Ok(hit);
         }
+        let daemon = matches!(confine::client_store(), NixStore::Daemon { .. });
+        prepared.refuse_fixed_output = daemon || policy.trust != crate::job::Trust::Trusted;
         prepared.confine = Some(policy);
         let shared = self.join_or_start(prepared);
         let result = shared.await;
