@@ -28,7 +28,8 @@ pub struct Config {
     /// Logins the jobs run under, by name.
     pub accounts: BTreeMap<String, Account>,
     pub network: NetworkConfig,
-    /// Run untrusted revisions (with no network and no devShell) instead of refusing them.
+    /// Run untrusted revisions (with no network; their devShell from substitutes and sandboxed
+    /// builds only, inside the job's boundary) instead of refusing them.
     pub allow_untrusted: bool,
     /// The timeout of a job that names none (`1h` in the file).
     pub default_timeout: Duration,

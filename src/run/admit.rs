@@ -27,8 +27,9 @@ impl Runner {
         }
         if job.trust == Trust::Untrusted && !self.config.allow_untrusted {
             return Err(Stop::refused(
-                "untrusted revisions are refused: their devShells would build on this host. \
-                 Set allow_untrusted in the config to run them with no network and no devShell"
+                "untrusted revisions are refused. Set allow_untrusted in the config to run \
+                 them with no network, and their devShell built inside the job's boundary \
+                 from substitutes and sandboxed builds only"
                     .into(),
             ));
         }
@@ -38,7 +39,9 @@ impl Runner {
         }
         // Before anything is fetched or built: the files a job's open would read.
         crate::gateway::account_check::check(&job.account, account).map_err(Stop::refused)?;
-        let checks = preflight::checks_for(job.agent, job.trust == Trust::Trusted);
+        // Untrusted revisions get their devShell too where Nix runs in the job's boundary.
+        let needs_nix = job.trust == Trust::Trusted || cfg!(target_os = "linux");
+        let checks = preflight::checks_for(job.agent, needs_nix);
         if let Some(missing) = preflight::refusal(&checks) {
             return Err(Stop::refused(format!("host not ready: {missing}")));
         }

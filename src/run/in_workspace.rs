@@ -74,7 +74,7 @@ impl JobRun<'_> {
         Ok(policy)
     }
 
-    /// Builds (or finds cached) the revision's devShell, for a trusted job, and puts a copy
+    /// Builds (or finds cached) the revision's devShell, inside the job's boundary, and puts a copy
     /// of its script in the job's directory: the sandbox may read that, but not the cache.
     /// Returns the devShell's attribute, when there is one to load.
     async fn prepare_devshell(
@@ -84,7 +84,9 @@ impl JobRun<'_> {
         result: &mut JobResult,
     ) -> Result<Option<String>, Stop> {
         let job = self.job;
-        if job.trust != Trust::Trusted {
+        // An untrusted revision's devShell is built only where nix runs in the job's
+        // boundary, with no fixed-output build it would need to make (see devshell::confine).
+        if job.trust != Trust::Trusted && !policy.confine_agent {
             return Ok(None);
         }
         let req = devshell::Request {

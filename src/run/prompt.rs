@@ -15,7 +15,7 @@ pub(super) fn system_prompt(
     let devshell = match devshell_attr {
         Some(attr) => format!("The revision's devShell ({attr}) is loaded in every command."),
         None if job.trust == Trust::Untrusted => {
-            "This revision is untrusted: its devShell is not built, so commands get only the base system.".into()
+            "This revision is untrusted and its devShell is not built here (no job boundary for Nix on this system), so commands get only the base system.".into()
         }
         None => "This revision has no flake.nix, so commands get only the base system.".into(),
     };
