@@ -119,6 +119,7 @@ fn main() {
         eight.push(started.elapsed());
     }
     let (one, eight) = (median(one), median(eight));
+    let (open, confined) = confined_misses(&repo, &state);
 
     println!(
         "devShell cache, per process (medians: {PAIR_ROUNDS} floor/hit pairs, {ROUNDS} warm nix, \
@@ -129,6 +130,8 @@ fn main() {
     println!("  nix print-dev-env, warm        {:>9.2} ms", ms(warm));
     println!("  quest-runner env, one miss     {:>9.2} ms", ms(one));
     println!("  8 concurrent misses, one rev   {:>9.2} ms", ms(eight));
+    println!("  miss in-process, nix as runner {:>9.2} ms", ms(open));
+    println!("  miss in-process, nix confined  {:>9.2} ms", ms(confined));
     println!("ratios");
     report(
         "hit / floor (pairs)",
@@ -148,6 +151,66 @@ fn main() {
         "<= 1.5",
         ratio(eight, one) <= 1.5,
     );
+}
+
+/// One miss each way per round, in one process through the library (`quest-runner env` runs
+/// nix as the runner; a job's miss runs it inside the job's boundary): medians.
+fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Duration) {
+    use quest_runner::devshell::{DevShells, Request};
+    use quest_runner::sandbox::{plan, Platform, PolicyInputs};
+    let mut config = quest_runner::config::Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".to_string(), String::new());
+    let shells = std::sync::Arc::new(DevShells::new(
+        &quest_runner::state::StateDir::at(state),
+        &config,
+    ));
+    let job = state.join("jobs/bench");
+    let ws = quest_runner::workspace::WorkspacePaths {
+        checkout: job.join("checkout"),
+        bare_clone: repo.bare(),
+        git_store: job.join("git"),
+        worktree_admin: job.join("git/worktrees/checkout"),
+        temp_dir: PathBuf::from("/tmp/quest-job-bench"),
+        job_dir: job.clone(),
+        devshell_script: None,
+        helper_tmp: PathBuf::from("/tmp/quest-srt-bench"),
+    };
+    let inputs = PolicyInputs {
+        platform: Platform::Linux,
+        trust: quest_runner::job::Trust::Trusted,
+        extra_hosts: Vec::new(),
+        full_access_hosts: Vec::new(),
+        state_dir: state.to_path_buf(),
+        operator_home: std::env::var_os("HOME").map(PathBuf::from),
+        private: Vec::new(),
+    };
+    let policy = std::sync::Arc::new(plan(&ws, &inputs));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (mut open, mut confined) = (Vec::new(), Vec::new());
+    for round in 0..MISS_ROUNDS * 2 {
+        let rev = repo.commit(&format!("inproc-{round}"));
+        let req = Request {
+            repo: repo.bare(),
+            rev,
+            git_ref: Some("main".into()),
+            attr: None,
+        };
+        let started = Instant::now();
+        let answer = match round % 2 {
+            0 => rt.block_on(shells.get(&req)),
+            _ => rt.block_on(shells.get_confined(&req, policy.clone())),
+        };
+        answer.expect("a miss");
+        let took = started.elapsed();
+        match round % 2 {
+            0 => open.push(took),
+            _ => confined.push(took),
+        }
+    }
+    (median(open), median(confined))
 }
 
 fn report(name: &str, value: f64, target: &str, met: bool) {

@@ -37,7 +37,10 @@ impl SampleRepo {
     pub fn commit(&self, label: &str) -> String {
         let system = format!("{}-linux", std::env::consts::ARCH);
         // Built by a static bash, as the tests' fixtures are (tests/support).
-        let bash = BuilderInput::install(&self.dir.join("bash")).expect("a static bash");
+        // In the store: a confined nix reads no temp dir.
+        let bash = BuilderInput::install(&self.dir.join("bash"))
+            .and_then(|b| b.in_store())
+            .expect("a static bash");
         let flake = format!(
             r#"{{ {inputs} outputs = {{ self, bash }}: {{ devShells.{system}.default = derivation {{
   name = "bench-shell"; system = "{system}"; builder = "{BUILDER}"; outputs = [ "out" ];
