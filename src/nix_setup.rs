@@ -174,7 +174,27 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         checks.push(build_users_check(f));
     }
     checks.push(sandbox_check(f));
+    checks.extend(boundary_check(f));
     checks
+}
+
+/// What the job's boundary holds of the devShell's Nix in this setup (see
+/// `devshell::confine`); none for a store the runner does not judge.
+fn boundary_check(f: &Facts) -> Option<Check> {
+    use crate::sandbox::boundary::NixStore;
+    let (store, state, log) = (
+        crate::store_path::store_dir(),
+        f.state_dir.clone(),
+        PathBuf::new(),
+    );
+    let nix = match f.store() {
+        Store::Local if f.uid == 0 => NixStore::LocalAsRoot { store, state, log },
+        Store::Local => NixStore::LocalAsUser { store, state, log },
+        Store::Daemon(socket) => NixStore::Daemon { socket },
+        _ => return None,
+    };
+    let detail = crate::devshell::confine::describe(&nix);
+    Some(check("nix job boundary", true, detail, None))
 }
 
 fn check(name: &str, ok: bool, detail: String, fix: Option<String>) -> Check {

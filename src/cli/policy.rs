@@ -35,6 +35,14 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         }
         None => serde_json::json!(null),
     };
-    let shown = serde_json::json!({"job": job, "policy": policy, "rendered": rendered});
+    let store = crate::devshell::confine::client_store();
+    let nix = serde_json::json!({
+        "confined": policy.confine_agent,
+        "store": store,
+        "what_is_confined": crate::devshell::confine::describe(&store),
+    });
+    let shown = serde_json::json!({
+        "job": job, "policy": policy, "rendered": rendered, "devshell_nix": nix,
+    });
     out(serde_json::to_string_pretty(&shown).unwrap_or_default())
 }

@@ -235,6 +235,13 @@ pub enum NixStore {
         state: PathBuf,
         log: PathBuf,
     },
+    /// Single-user Nix owned by the runner's unprivileged user: as for the daemon, with the
+    /// store and Nix's state writable (they are the user's own).
+    LocalAsUser {
+        store: PathBuf,
+        state: PathBuf,
+        log: PathBuf,
+    },
     /// Setup (b): the runner's own unprivileged user, talking to the daemon's socket; the
     /// namespace is made as for the agent, with the socket bound in.
     Daemon { socket: PathBuf },
@@ -268,7 +275,8 @@ pub fn nix_plan(
     };
     let mut own = own.clone();
     match store {
-        NixStore::LocalAsRoot { store, state, log } => {
+        NixStore::LocalAsRoot { store, state, log }
+        | NixStore::LocalAsUser { store, state, log } => {
             own.write
                 .extend([store.clone(), state.clone(), log.clone()]);
         }
@@ -290,7 +298,7 @@ pub fn nix_plan(
             prefix.push(s(&tools.bwrap));
             (unshare.to_path_buf(), prefix)
         }
-        NixStore::Daemon { .. } => (tools.bwrap.clone(), Vec::new()),
+        _ => (tools.bwrap.clone(), Vec::new()),
     };
     prefix.extend(args);
     prefix.extend(["--chdir".to_string(), s(cwd), "--".to_string()]);
