@@ -522,3 +522,47 @@ fn a_plain_revision_builds_confined() {
     let again = build(&w, &repo, &rev, true).unwrap();
     assert_eq!(script, again);
 }
+
+/// A confined miss dropped mid-build stops nix, its namespace and its builder, and leaves no
+/// lock or staged entry; the cache then builds the next revision as before.
+#[test]
+fn a_dropped_confined_build_leaves_nothing() {
+    let w = world();
+    let repo = Repo::new();
+    let slow = SlowBuild::new();
+    let rev = repo.commit(&[("flake.nix", &flake(&slow.extra))]);
+    let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
+    let req = Request {
+        repo: repo.bare(),
+        rev,
+        git_ref: Some("main".into()),
+        attr: None,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let build = {
+            let (shells, policy) = (Arc::clone(&shells), Arc::new(w.policy.clone()));
+            tokio::spawn(async move { shells.get_confined(&req, policy).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !slow.started() {
+            assert!(Instant::now() < deadline, "the slow builder never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        build.abort();
+        let _ = build.await;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !processes_with(&slow.token).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    assert!(processes_with(&slow.token).is_empty(), "the build survived");
+    let layout = shells.layout();
+    for dir in [layout.tmp(), layout.locks()] {
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{} not empty: {left:?}", dir.display());
+    }
+    let rev = repo.commit(&[("flake.nix", &flake(r#"AFTER = "drop";"#))]);
+    let script = build(&w, &repo, &rev, true).unwrap();
+    assert!(script.contains("export AFTER='drop'"));
+}
