@@ -3,16 +3,13 @@
 //! that no refusal of an attempt can pass vacuously, and the closing steps after them.
 
 use super::Targets;
-use crate::job::Trust;
 use crate::selftest::model_server::Step;
 
 /// The shell command that commands run first: writes the checkout and `$TMPDIR`, sees the
-/// devShell. If it fails, every refusal below would be vacuous.
-pub fn permitted(t: &Targets) -> Step {
-    let devshell = match t.trust {
-        Trust::Trusted => "echo \"devshell=$BOUNDARY_VAR\"; cat \"$HOME/shellhook-ran\"",
-        Trust::Untrusted => "true",
-    };
+/// devShell (an untrusted revision's too: built inside the job's boundary). If it fails,
+/// every refusal below would be vacuous.
+pub fn permitted(_t: &Targets) -> Step {
+    let devshell = "echo \"devshell=$BOUNDARY_VAR\"; cat \"$HOME/shellhook-ran\"";
     Step::bash(format!(
         "echo ok > permitted.txt && echo ok > \"$TMPDIR/permitted\" && cat permitted.txt \"$TMPDIR/permitted\" && {devshell} && echo PERMITTED-RAN"
     ))

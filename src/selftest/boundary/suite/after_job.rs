@@ -96,8 +96,8 @@ impl JobEvidence<'_> {
             ),
         )];
         let permitted = self.outputs.get(&0).cloned().unwrap_or_default();
-        let devshell_ok = cfg.trust == Trust::Untrusted
-            || (permitted.contains("devshell=devshell-ok") && permitted.contains("ran"));
+        // Both trust levels: an untrusted revision's devShell is built in the job's boundary.
+        let devshell_ok = permitted.contains("devshell=devshell-ok") && permitted.contains("ran");
         controls.push(ControlReport::new(
             "a permitted command writes the checkout and $TMPDIR",
             permitted.contains("PERMITTED-RAN") && devshell_ok,
