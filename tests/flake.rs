@@ -110,6 +110,7 @@ fn full_config() -> Config {
     Config {
         nix: NixConfig {
             options: BTreeMap::from([("substituters".to_string(), String::new())]),
+            ..NixConfig::default()
         },
         accounts,
         network: NetworkConfig {

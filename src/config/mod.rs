@@ -87,6 +87,20 @@ pub struct NixConfig {
     /// `"substituters": ""` on a machine without a binary cache). They can change what a
     /// devShell evaluates to, so they are part of its cache key.
     pub options: BTreeMap<String, String>,
+    /// The network of the devShell's nix in the job's boundary. `none` (the default): a
+    /// network namespace of its own with nothing in it, so a revision's flake reaches no host
+    /// (no loopback service, no metadata address) and builds from the store, substituters it
+    /// cannot reach aside. `host`: trusted revisions' nix fetches inputs and substitutes over
+    /// the host's network, as before the boundary, and so can reach whatever the host can.
+    pub network: NixNetwork,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NixNetwork {
+    #[default]
+    None,
+    Host,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -158,10 +158,32 @@ async fn print_dev_env(
         }
         return Err(DevShellError::Nix {
             what: what.to_string(),
-            message: out.error_message(),
+            message: without_network_hint(p, out.error_message()),
         });
     }
     Ok(out.stdout)
+}
+
+/// Nix's error, with what to do when it failed for want of the network the job's boundary
+/// does not give it.
+fn without_network_hint(p: &Prepared, message: String) -> String {
+    let offline = p.confine.is_some() && !p.host_network;
+    let fetch = [
+        "unable to download",
+        "resolve host",
+        "Couldn't connect",
+        "Could not resolve",
+    ];
+    if offline && fetch.iter().any(|f| message.contains(f)) {
+        format!(
+            "{message} (the devShell's nix has no network in the job's boundary: put the \
+             revision's inputs in the store first, or set \"nix\": {{\"network\": \"host\"}} in the \
+             config to let trusted revisions fetch over the host's network, with what that \
+             risks; see the README's \"Supported Nix setups\")"
+        )
+    } else {
+        message
+    }
 }
 
 /// `nix <the runner's options> <tail>`, inside the job's boundary when the request has one,

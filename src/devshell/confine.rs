@@ -68,9 +68,11 @@ pub(super) fn plan(
         write: vec![roots.to_path_buf(), scratch.to_path_buf()],
         read_only: Vec::new(),
     };
-    Ok(boundary::nix_plan(
-        policy, &own, &store, &tools, &unshare, scratch,
-    ))
+    let mut plan = boundary::nix_plan(policy, &own, &store, &tools, &unshare, scratch);
+    if p.host_network {
+        plan.prefix.retain(|a| a != "--unshare-net");
+    }
+    Ok(plan)
 }
 
 /// What the job's boundary holds of Nix in `store`'s setup, for `policy` and `doctor`.

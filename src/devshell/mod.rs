@@ -186,6 +186,8 @@ pub(crate) struct Prepared {
     /// network), or the revision is untrusted: only those already in the store or a
     /// substituter may be used.
     pub refuse_fixed_output: bool,
+    /// The confined nix keeps the host's network (`nix.network = "host"`, trusted revisions).
+    pub host_network: bool,
 }
 
 type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
@@ -197,6 +199,7 @@ pub struct DevShells {
     state: StateDir,
     system: String,
     nix_options: BTreeMap<String, String>,
+    nix_network: crate::config::NixNetwork,
     inflight: Mutex<HashMap<String, WeakBuild>>,
 }
 
@@ -207,6 +210,7 @@ impl DevShells {
             state: state.clone(),
             system: nix_version::current_system(),
             nix_options: config.nix.options.clone(),
+            nix_network: config.nix.network,
             inflight: Mutex::new(HashMap::new()),
         }
     }
@@ -270,6 +274,7 @@ impl DevShells {
             nix,
             confine: None,
             refuse_fixed_output: false,
+            host_network: false,
         })
     }
 
@@ -336,7 +341,9 @@ impl DevShells {
             return Ok(hit);
         }
         let daemon = matches!(confine::client_store(), NixStore::Daemon { .. });
-        prepared.refuse_fixed_output = daemon || policy.trust != crate::job::Trust::Trusted;
+        let trusted = policy.trust == crate::job::Trust::Trusted;
+        prepared.refuse_fixed_output = daemon || !trusted;
+        prepared.host_network = trusted && self.nix_network == crate::config::NixNetwork::Host;
         prepared.confine = Some(policy);
         let shared = self.join_or_start(prepared);
         let result = shared.await;

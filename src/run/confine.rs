@@ -87,29 +87,7 @@ pub fn confine(
         }
         Identity::Runner => None,
     };
-    // The programs themselves, wherever they are installed (an npm prefix under a hidden
-    // home, a checkout of the runner in /tmp): read-only, like the rest of the system.
-    let programs = [
-        Some(launch.program.clone()),
-        launch.companion.as_ref().map(|h| h.program.clone()),
-    ];
-    for program in programs.into_iter().flatten() {
-        // Never a directory that holds what the policy hides (a binary dropped in /root).
-        let root =
-            install_root(&program).filter(|r| !policy.deny_read.iter().any(|d| d.starts_with(r)));
-        if let Some(root) = root {
-            launch.own.read.push(root.clone());
-            if let Some(host) = launch.companion.as_mut() {
-                host.own.read.push(root);
-            }
-        }
-    }
-    if let Some(bridge) = bridges.as_ref().map(|(agent, _)| agent) {
-        launch.own.read.push(bridge.runner.clone());
-        if let Some(host) = launch.companion.as_mut() {
-            host.own.read.push(bridge.runner.clone());
-        }
-    }
+    bind_programs(launch, policy, bridges.as_ref().map(|(agent, _)| agent));
     launch.confined = Some(boundary::plan(
         policy,
         &launch.own,
@@ -136,13 +114,32 @@ pub fn confine(
         let plans = [launch.confined.as_ref()]
             .into_iter()
             .chain([launch.companion.as_ref().and_then(|h| h.confined.as_ref())]);
-        for plan in plans.flatten() {
-            for source in plan.sources() {
-                grant_traversal(&source, state_root)?;
-            }
+        for source in plans.flatten().flat_map(|plan| plan.sources()) {
+            grant_traversal(&source, state_root)?;
         }
     }
     Ok(())
+}
+
+/// The programs themselves, wherever they are installed (an npm prefix under a hidden home, a
+/// checkout of the runner in /tmp), read-only in both namespaces, like the rest of the system;
+/// and the runner's binary, whose modes are the network's bridges.
+fn bind_programs(launch: &mut Launch, policy: &SandboxPolicy, bridge: Option<&NetBridge>) {
+    let programs = [
+        Some(launch.program.clone()),
+        launch.companion.as_ref().map(|h| h.program.clone()),
+    ];
+    // Never a directory that holds what the policy hides (a binary dropped in /root).
+    let roots = programs
+        .into_iter()
+        .flatten()
+        .filter_map(|program| install_root(&program))
+        .filter(|r| !policy.deny_read.iter().any(|d| d.starts_with(r)));
+    let binds: Vec<PathBuf> = roots.chain(bridge.map(|b| b.runner.clone())).collect();
+    launch.own.read.extend(binds.iter().cloned());
+    if let Some(host) = launch.companion.as_mut() {
+        host.own.read.extend(binds);
+    }
 }
 
 /// Where `program` is installed: the `node_modules` it lives in (npm's agents, srt, and what
