@@ -283,6 +283,11 @@ pub fn nix_plan(
         NixStore::Daemon { socket } => own.read.push(socket.clone()),
     }
     let mut args = namespace_args(&view, &own, None);
+    // The hidden trees stay writable (empty, in memory, gone with the build): nix writes its
+    // caches under the HOME it is given, which the policy hides.
+    while let Some(at) = args.iter().position(|a| a == "--remount-ro") {
+        args.drain(at..at + 2);
+    }
     args.insert(0, "--unshare-net".to_string());
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let (program, mut prefix) = match store {
