@@ -44,8 +44,12 @@ impl JobRun<'_> {
     pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
         let mut paths = self.ws.paths.clone();
         // Nix runs inside the job's boundary: the policy before the devShell is known (its
-        // script is a read the commands get, not one nix needs).
-        let before = self.policy(&paths)?;
+        // script is a read the commands get, not one nix needs). The runner's own, without
+        // the suite's hook: its mutations weaken the rules of the agent and its commands,
+        // and one that hands the shared clone to the agent's identity would leave Nix's git
+        // a repository of another owner (tests/devshell_confined.rs proves Nix's confinement
+        // with controls of its own).
+        let before = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
         let devshell_attr = self.prepare_devshell(&mut paths, &before, result).await?;
         let mut policy = self.policy(&paths)?;
         // Started before the agent's files are rendered: they name its port.
