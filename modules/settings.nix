@@ -66,6 +66,16 @@ in
       '';
     };
 
+    nix.network = optional (types.enum [
+      "none"
+      "host"
+    ]) ''
+      The network of the devShell's nix inside the job's boundary: `none` (the runner's
+      default) gives it none, so a revision's flake reaches no host and builds from the store;
+      `host` lets trusted revisions fetch inputs and substitutes over the host's network, and
+      so reach whatever the host reaches.
+    '';
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";
