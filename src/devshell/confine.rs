@@ -63,8 +63,13 @@ pub(super) fn plan(
         NixStore::LocalAsRoot { .. } => binaries::find(Tool::Unshare)?,
         _ => PathBuf::new(),
     };
+    let mut read = vec![p.repo.clone(), p.git_dir.clone()];
+    read.extend(crate::sandbox::programs::roots(
+        [p.nix.path.as_path()],
+        policy,
+    ));
     let own = OwnFiles {
-        read: vec![p.repo.clone(), p.git_dir.clone()],
+        read,
         write: vec![roots.to_path_buf(), scratch.to_path_buf()],
         read_only: Vec::new(),
     };

@@ -129,28 +129,16 @@ fn bind_programs(launch: &mut Launch, policy: &SandboxPolicy, bridge: Option<&Ne
         Some(launch.program.clone()),
         launch.companion.as_ref().map(|h| h.program.clone()),
     ];
-    // Never a directory that holds what the policy hides (a binary dropped in /root).
-    let roots = programs
+    let roots =
+        crate::sandbox::programs::roots(programs.iter().flatten().map(|p| p.as_path()), policy);
+    let binds: Vec<PathBuf> = roots
         .into_iter()
-        .flatten()
-        .filter_map(|program| install_root(&program))
-        .filter(|r| !policy.deny_read.iter().any(|d| d.starts_with(r)));
-    let binds: Vec<PathBuf> = roots.chain(bridge.map(|b| b.runner.clone())).collect();
+        .chain(bridge.map(|b| b.runner.clone()))
+        .collect();
     launch.own.read.extend(binds.iter().cloned());
     if let Some(host) = launch.companion.as_mut() {
         host.own.read.extend(binds);
     }
-}
-
-/// Where `program` is installed: the `node_modules` it lives in (npm's agents, srt, and what
-/// they load beside them), else its own directory; `None` for a program not found.
-fn install_root(program: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(program).ok()?;
-    let in_modules = real
-        .ancestors()
-        .find(|d| d.file_name().is_some_and(|n| n == "node_modules"))
-        .map(Path::to_path_buf);
-    in_modules.or_else(|| real.parent().map(Path::to_path_buf))
 }
 
 /// The bridges into the namespace's network: the agent's (the gateway, and the proxy when

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
 use super::model::ModelAccess;
-use super::outcome::{add_model_error, record_end, timed_out_while, Stop};
+use super::outcome::{add_agent_log, add_model_error, record_end, timed_out_while, Stop};
 use super::prompt::system_prompt;
 use super::result::{DevShellSummary, JobResult, Outcome};
 use super::tree::job_markers;
@@ -65,6 +65,7 @@ impl JobRun<'_> {
             .run_agent(&paths, &launch, Services { proxy, model }, result)
             .await?;
         record_end(result, ended, self.job, &paths);
+        add_agent_log(result, &launch.transcript.with_file_name("agent.log"));
         add_model_error(result, model_error);
         Ok(())
     }

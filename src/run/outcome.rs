@@ -2,6 +2,7 @@
 //! (pure), and [`Stop`], the end of a job that stopped before its agent did.
 
 use std::fmt::Display;
+use std::path::Path;
 
 use super::agent_process::AgentEnd;
 use super::result::{JobResult, Outcome};
@@ -98,6 +99,19 @@ pub(super) fn record_end(
 pub(super) fn add_model_error(result: &mut JobResult, upstream_error: Option<String>) {
     if let (Outcome::Failed, Some(cause)) = (result.outcome, upstream_error) {
         result.add_to_message(&format!("the model gateway's last upstream error: {cause}"));
+    }
+}
+
+/// A failed job says the agent's last line on stderr (`agent.log`): an agent that dies at
+/// start (a bad config, a tool it cannot find) says why there, and "exited with status 1"
+/// alone sent the operator hunting for the file.
+pub(super) fn add_agent_log(result: &mut JobResult, log: &Path) {
+    if result.outcome != Outcome::Failed {
+        return;
+    }
+    if let Some(line) = crate::util::text::last_line(log) {
+        let said = crate::util::text::clip(&line, 300);
+        result.add_to_message(&format!("its last line in {}: {said}", log.display()));
     }
 }
 

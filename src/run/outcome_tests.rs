@@ -27,3 +27,24 @@ fn a_failed_agent_names_the_upstreams_failure_and_other_ends_do_not() {
         Some("the agent exited with status 1")
     );
 }
+
+#[test]
+fn a_failed_agent_names_its_last_line_on_stderr() {
+    let job = crate::run::result::tests::job();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    std::fs::write(&log, "starting\nError: provider scripted not found\n").unwrap();
+    let mut failed = JobResult::new(&job);
+    failed.end(Outcome::Failed, "the agent exited with status 1".into());
+    add_agent_log(&mut failed, &log);
+    let message = failed.message.unwrap();
+    assert!(
+        message.starts_with("the agent exited with status 1; its last line in ")
+            && message.ends_with("agent.log: Error: provider scripted not found"),
+        "{message}"
+    );
+    let mut succeeded = JobResult::new(&job);
+    succeeded.outcome = Outcome::Succeeded;
+    add_agent_log(&mut succeeded, &log);
+    assert_eq!(succeeded.message, None);
+}

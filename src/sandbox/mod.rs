@@ -6,6 +6,7 @@ mod files;
 mod network;
 pub mod policy;
 pub mod private;
+pub mod programs;
 
 pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy};
 pub use private::{HiddenFile, PrivateKind};

@@ -10,4 +10,5 @@ pub mod io;
 pub mod json_path;
 pub mod rlimit;
 pub mod shell;
+pub mod text;
 pub mod units;

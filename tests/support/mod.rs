@@ -281,6 +281,16 @@ pub fn counting_nix(dir: &Path) -> (PathBuf, PathBuf) {
     (wrapper, count)
 }
 
+/// A `nix` in `dir` that starts the real one: a configured binary outside the system's
+/// directories.
+pub fn forwarding_nix(dir: &Path) -> PathBuf {
+    let wrapper = dir.join("nix");
+    let script = format!("#!/bin/sh\nexec '{}' \"$@\"\n", real_nix().display());
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
+
 pub fn runs(count_file: &Path) -> usize {
     std::fs::read_to_string(count_file)
         .map(|s| s.lines().count())

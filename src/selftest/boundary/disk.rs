@@ -32,6 +32,7 @@ use crate::run::{Cancel, JobResult, Outcome, RunHooks, Runner};
 use crate::selftest::fixture_git as git;
 use crate::selftest::model_server::{ModelServer, Step};
 use crate::state::StateDir;
+use crate::util::text::clip;
 
 pub const ID: &str = "disk-fill";
 pub const INODES_ID: &str = "disk-fill-inodes";
@@ -555,13 +556,5 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = rustix::mount::unmount(self.0.as_c_str(), rustix::mount::UnmountFlags::DETACH);
-    }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &flat[..i]),
-        None => flat,
     }
 }

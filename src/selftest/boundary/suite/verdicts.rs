@@ -191,10 +191,4 @@ pub(super) fn job_temp_dirs(job_root: &std::path::Path) -> Vec<PathBuf> {
     dirs
 }
 
-pub(super) fn clip(s: &str, max: usize) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &flat[..i]),
-        None => flat,
-    }
-}
+pub(super) use crate::util::text::clip;
