@@ -348,7 +348,10 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
     cgroup.assert_removed_by(&serve);
     // Counted in the runner's log: the build runs inside the job's boundary, where a
     // counting wrapper has nowhere to write.
-    let builds = serve.log().matches("devshell::build: nix print-dev-env").count();
+    let builds = serve
+        .log()
+        .matches("devshell::build: nix print-dev-env")
+        .count();
     assert_eq!(
         builds,
         1,

@@ -137,7 +137,7 @@ impl JobEvidence<'_> {
             .collect();
         vec![
             ControlReport::new(
-                "every attempt ran (its marker came back)",
+                super::report::ATTEMPTS_RAN,
                 not_ran.is_empty(),
                 if not_ran.is_empty() {
                     format!("{} attempts", reports.len())

@@ -59,7 +59,18 @@ pub struct SuiteReport {
     pub seconds: f64,
 }
 
+/// The control that says every attempt of the run ran: without it a refusal is no verdict.
+pub const ATTEMPTS_RAN: &str = "every attempt ran (its marker came back)";
+
 impl SuiteReport {
+    /// Whether every attempt of the run ran (its marker came back): a run whose agent died
+    /// before its attempts (an agent's crash at start) judged nothing, refused or escaped.
+    pub fn attempts_ran(&self) -> bool {
+        self.controls
+            .iter()
+            .any(|c| c.name == ATTEMPTS_RAN && c.passed)
+    }
+
     pub fn escaped(&self) -> Vec<&AttemptReport> {
         self.attempts.iter().filter(|a| a.escaped).collect()
     }
