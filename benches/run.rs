@@ -183,6 +183,12 @@ async fn main() {
                 .env("HOME", home.path())
                 .env("TMPDIR", home.path());
             let in_namespace = in_the_jobs_namespace(&direct, home.path());
+            if std::env::var_os("QR_DUMP").is_some() {
+                eprintln!("DUMP {:?}", in_namespace);
+                eprintln!("DUMPDIRECT {:?}", direct);
+                let _ = std::io::Write::flush(&mut std::io::stderr());
+                tokio::time::sleep(Duration::from_secs(900)).await;
+            }
             alone.push(run_confined(&server, direct).0);
             alone_confined.push(run_confined(&server, in_namespace).0);
         }

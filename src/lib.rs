@@ -4,6 +4,7 @@
 //! Data flows one way: job → workspace → devShell → sandbox policy → agent adapter → result.
 //! This crate grows along that line; each stage is one module.
 
+pub mod activity;
 pub mod agent;
 pub mod agentnet;
 pub mod binaries;

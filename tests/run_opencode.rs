@@ -129,6 +129,19 @@ async fn opencode_job_uses_the_devshell_and_commits() {
     assert!(out.status.success(), "{}", diagnostics());
     let result: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["outcome"], "succeeded", "{}", diagnostics());
+    // `logs` renders what the agent did: its tool call and the command's output.
+    let logs = runner
+        .command()
+        .args(["logs", "opencode-e2e"])
+        .output()
+        .unwrap();
+    let rendered = String::from_utf8_lossy(&logs.stdout);
+    eprintln!("logs opencode-e2e:\n{rendered}");
+    assert!(
+        rendered.contains("tool   bash: echo \"$DEVSHELL_VAR\"") && rendered.contains("COMMITTED"),
+        "{rendered}\n{}",
+        diagnostics()
+    );
     let head = result["head"].as_str().unwrap().to_string();
     assert_eq!(
         result["commits"].as_array().unwrap().len(),

@@ -385,8 +385,27 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
             .all(|j| j["usage"]["output_tokens"].as_u64() > Some(0)),
         "{listed}"
     );
+    // `logs` renders Claude Code's stream: its session's start and its end.
     let logs = runner.command().args(["logs", "s1"]).output().unwrap();
     assert!(logs.status.success());
+    let rendered = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        rendered.lines().any(|l| l.starts_with("start  model "))
+            && rendered
+                .lines()
+                .any(|l| l.starts_with("end    done after ")),
+        "{rendered}"
+    );
+    let json = runner
+        .command()
+        .args(["logs", "s1", "--json"])
+        .output()
+        .unwrap();
+    let kinds: Vec<String> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].to_string())
+        .collect();
+    assert!(kinds.contains(&"\"end\"".to_string()), "{kinds:?}");
     let transcript = runner
         .command()
         .args(["logs", "s1", "--transcript"])

@@ -17,6 +17,7 @@ use crate::state::StateDir;
 mod deploy;
 mod doctor;
 mod env;
+mod logs;
 mod policy;
 mod queue;
 mod ran;
@@ -154,8 +155,8 @@ enum Command {
     Jobs(queue::JobsArgs),
     /// Print a job's state, attempts and result.
     Show(queue::IdArgs),
-    /// Print a job's agent log (or transcript), optionally following it.
-    Logs(queue::LogsArgs),
+    /// Print what a job's agent did (text, tool calls, the end), or its raw logs; `-f` follows.
+    Logs(logs::LogsArgs),
     /// Cancel a queued or running job.
     Cancel(queue::IdArgs),
     /// Remove finished jobs' files older than a given age.
@@ -445,7 +446,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Submit(args) => queue::submit(ctx, args),
         Command::Jobs(args) => queue::jobs(ctx, args),
         Command::Show(args) => queue::show(ctx, args),
-        Command::Logs(args) => queue::logs(ctx, args),
+        Command::Logs(args) => logs::logs(ctx, args),
         Command::Cancel(args) => queue::cancel(ctx, args),
         Command::Gc(args) => queue::gc(ctx, args),
     }

@@ -11,7 +11,7 @@ use crate::exit::Exit;
 use crate::job::JobSpec;
 use crate::serve::limits::Limits;
 use crate::serve::pg::{self, PgError};
-use crate::serve::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
+use crate::serve::queue::{CancelOutcome, FsQueue, Listed, QueueError};
 use crate::serve::ServeOptions;
 
 #[derive(Debug, clap::Args)]
@@ -87,24 +87,13 @@ pub struct IdArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct LogsArgs {
-    pub id: String,
-    /// Keep printing what the agent writes until the job ends.
-    #[arg(long, short)]
-    pub follow: bool,
-    /// The agent's event stream (transcript.jsonl) instead of its log.
-    #[arg(long)]
-    pub transcript: bool,
-}
-
-#[derive(Debug, clap::Args)]
 pub struct GcArgs {
     /// Remove finished jobs last changed longer ago than this (e.g. 7d, 12h).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub older_than: Duration,
 }
 
-fn failure(e: QueueError) -> Failure {
+pub(super) fn failure(e: QueueError) -> Failure {
     Failure::new(
         if e.is_bad_input() {
             Exit::BadInput
@@ -131,13 +120,13 @@ fn open(ctx: &Context) -> Result<FsQueue, Failure> {
 }
 
 /// Where the queue commands find the jobs: the config's `queue`.
-enum Queue {
+pub(super) enum Queue {
     Dir(FsQueue),
     Pg(Box<PgCli>),
 }
 
 impl Queue {
-    fn open(ctx: &Context) -> Result<Queue, Failure> {
+    pub(super) fn open(ctx: &Context) -> Result<Queue, Failure> {
         let Some(queue) = &ctx.config.queue else {
             return open(ctx).map(Queue::Dir);
         };
@@ -150,14 +139,14 @@ impl Queue {
 }
 
 /// A queue command's way to the PostgreSQL queue.
-struct PgCli {
+pub(super) struct PgCli {
     target: pg::target::PgTarget,
     runtime: tokio::runtime::Runtime,
 }
 
 impl PgCli {
     /// Runs `f` on a connection (the schema brought up to date first).
-    fn run<T, F, Fut>(&self, f: F) -> Result<T, Failure>
+    pub(super) fn run<T, F, Fut>(&self, f: F) -> Result<T, Failure>
     where
         F: FnOnce(tokio_postgres::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, PgError>>,
@@ -348,79 +337,6 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 
 fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
-}
-
-/// `quest-runner logs ID [--follow] [--transcript]`.
-pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
-    crate::job::check_id(&args.id).map_err(|e| Failure::new(Exit::BadInput, e))?;
-    let queue = match Queue::open(&ctx)? {
-        Queue::Dir(queue) => queue,
-        Queue::Pg(db) => {
-            let stream = if args.transcript {
-                pg::logship::Stream::Transcript
-            } else {
-                pg::logship::Stream::Agent
-            };
-            let (id, follow) = (&args.id, args.follow);
-            return db.run(|client| async move {
-                let mut out = std::io::stdout().lock();
-                pg::admin::logs(&client, id, stream, follow, &mut out).await
-            });
-        }
-    };
-    // A job `run` made has no queue state: it is running until its result is written.
-    let ran = super::ran::dir(&ctx, &args.id).filter(|_| queue.find_state(&args.id).is_none());
-    let state_now = || match &ran {
-        Some(dir) if super::ran::finished(dir) => Some(JobState::Done),
-        Some(_) => Some(JobState::Running),
-        None => queue.find_state(&args.id),
-    };
-    let Some(mut state) = state_now() else {
-        return Err(failure(QueueError::NotFound(args.id)));
-    };
-    let name = if args.transcript {
-        "transcript.jsonl"
-    } else {
-        "agent.log"
-    };
-    let path = queue.job_dir(&args.id).join("runner").join(name);
-    let mut offset = 0u64;
-    let mut out = std::io::stdout().lock();
-    loop {
-        offset += copy_from(&path, offset, &mut out).map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe => Failure::quiet(),
-            _ => Failure::new(Exit::Failed, format!("reading {}: {e}", path.display())),
-        })?;
-        if !args.follow || state.is_finished() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        match state_now() {
-            Some(now) => state = now,
-            None => break,
-        }
-        if state == JobState::Queued {
-            offset = 0; // a requeued job starts a new log
-        }
-    }
-    Ok(())
-}
-
-/// Writes what `path` holds from `offset` on; returns how many bytes. A missing file is empty.
-fn copy_from(path: &Path, offset: u64, out: &mut impl Write) -> std::io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
-    };
-    if file.metadata()?.len() < offset {
-        return Ok(0);
-    }
-    file.seek(SeekFrom::Start(offset))?;
-    let n = std::io::copy(&mut file, out)?;
-    out.flush()?;
-    Ok(n)
 }
 
 /// `quest-runner cancel ID`.
