@@ -9,6 +9,7 @@
   stdenv,
   rustPlatform,
   makeBinaryWrapper,
+  installShellFiles,
   git,
   nix,
   bubblewrap,
@@ -89,7 +90,10 @@ rustPlatform.buildRustPackage {
 
   cargoLock.lockFile = ../Cargo.lock;
 
-  nativeBuildInputs = [ makeBinaryWrapper ];
+  nativeBuildInputs = [
+    makeBinaryWrapper
+    installShellFiles
+  ];
 
   # Only the unit tests (--lib), tests/deploy.rs and tests/flake.rs run inside the Nix build
   # sandbox: the last two evaluate the Nix files and modules with this nix and nixpkgs' lib, so
@@ -128,6 +132,16 @@ rustPlatform.buildRustPackage {
       # agent) the same bwrap the runner uses, the one the AppArmor profile is attached to.
       makeWrapper ${lib.getExe claude-code} $out/libexec/quest-runner/claude \
         --prefix PATH : ${bubblewrap}/bin:${socat}/bin
+    ''
+    # Completions and the man page, from the binary's own command definition (before the
+    # wrapper: they need none of its variables).
+    + lib.optionalString (stdenv.buildPlatform.canExecute stdenv.hostPlatform) ''
+      installShellCompletion --cmd quest-runner \
+        --bash <($out/bin/quest-runner completions bash) \
+        --zsh <($out/bin/quest-runner completions zsh) \
+        --fish <($out/bin/quest-runner completions fish)
+      $out/bin/quest-runner man > quest-runner.1
+      installManPage quest-runner.1
     ''
     + ''
       wrapProgram $out/bin/quest-runner ${lib.concatStringsSep " " wrapperArgs}

@@ -208,3 +208,29 @@ fn show_logs_and_gc_see_jobs_that_run_made() {
     let gone = runner.command().args(["show", "by-run"]).output().unwrap();
     assert_eq!(code(&gone), 2, "{}", stderr(&gone));
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_definition() {
+    let runner = Runner::new();
+    let bash = runner
+        .command()
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&bash), 0, "{}", stderr(&bash));
+    let script = String::from_utf8_lossy(&bash.stdout);
+    assert!(
+        script.contains("quest-runner") && script.contains("--follow"),
+        "every subcommand's options: {script:.200}"
+    );
+    let unknown = runner
+        .command()
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&unknown), 2, "{}", stderr(&unknown));
+    let man = runner.command().args(["man"]).output().unwrap();
+    assert_eq!(code(&man), 0, "{}", stderr(&man));
+    let page = String::from_utf8_lossy(&man.stdout);
+    assert!(page.contains(".TH quest-runner 1"), "{page:.200}");
+}

@@ -58,6 +58,9 @@ let
 
   stdenv = {
     inherit hostPlatform mkDerivation;
+    buildPlatform = hostPlatform // {
+      canExecute = _: true;
+    };
     inherit (hostPlatform) isLinux isDarwin;
     cc = package "cc" "14";
   };
@@ -96,6 +99,7 @@ let
 
     # Hooks and tools the package files name; only their presence matters here.
     makeBinaryWrapper = package "make-binary-wrapper" "0";
+    installShellFiles = package "install-shell-files" "0";
     autoPatchelfHook = package "auto-patchelf-hook" "0";
     python3 = package "python3" "3.13";
     nodejs = package "nodejs" "22.12.0";

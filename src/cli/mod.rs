@@ -24,6 +24,7 @@ mod ran;
 mod run;
 mod runtime;
 mod selftest;
+mod shell_files;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -90,6 +91,25 @@ struct Globals {
     /// in a file, a pipe or the journal).
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
     color: Color,
+    /// More log lines: -v debug, -vv trace (RUST_LOG, when set, decides instead).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Fewer log lines: -q warnings and errors only, -qq errors only.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    quiet: u8,
+}
+
+impl Globals {
+    /// The log level -v and -q ask for, from the default `info`.
+    fn level(&self) -> &'static str {
+        match (self.verbose, self.quiet) {
+            (0, 0) => "info",
+            (1, _) => "debug",
+            (v, _) if v > 1 => "trace",
+            (_, 1) => "warn",
+            _ => "error",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
@@ -142,6 +162,13 @@ enum Command {
     /// Print the AppArmor profile that lets this installation's bwrap create user namespaces
     /// where AppArmor restricts them (Ubuntu 24.04+).
     ApparmorProfile,
+    /// Print the completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `quest-runner man | man -l -`.
+    Man,
     /// Prove on this host that jobs work and that the sandbox boundary holds: the devShell
     /// cache on a bundled sample, then the hostile-repository suite against the real agents
     /// with a built-in scripted model. Exits non-zero on any escape.
@@ -292,12 +319,12 @@ pub fn main() -> ExitCode {
             command: EnvOnly::Env(env_args),
         }) = EnvOnlyCli::try_parse_from(&args)
         {
-            init_logging(globals.log_format, globals.color);
+            init_logging(&globals);
             return exit(context(&globals, true).and_then(|ctx| env::env(&ctx, env_args)));
         }
     }
     let cli = Cli::parse_from(args);
-    init_logging(cli.globals.log_format, cli.globals.color);
+    init_logging(&cli.globals);
     exit(run(cli))
 }
 
@@ -354,14 +381,15 @@ fn exit(result: Result<(), Failure>) -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat, color: Color) {
+fn init_logging(globals: &Globals) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(globals.level()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(color.ansi())
+        .with_ansi(globals.color.ansi())
         .with_writer(std::io::stderr);
-    match format {
+    match globals.log_format {
         LogFormat::Text => builder.with_target(true).init(),
         LogFormat::Json => builder.json().init(),
     }
@@ -408,6 +436,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         // Deployment files need neither the state directory nor the configuration.
         Command::SystemdUnit(args) => return deploy::systemd_unit_command(args),
         Command::ApparmorProfile => return deploy::apparmor_profile_command(),
+        Command::Completions { shell } => return shell_files::completions(*shell),
+        Command::Man => return shell_files::man(),
         // A config that does not load is one of the things doctor reports, with the rest.
         Command::Doctor => return doctor::doctor(&cli.globals),
         _ => context(&cli.globals, true)?,
@@ -438,7 +468,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 },
             )
         }
-        Command::SystemdUnit(_) | Command::ApparmorProfile => Ok(()), // answered above
+        // Answered above: they need neither the state directory nor the configuration.
+        Command::SystemdUnit(_)
+        | Command::ApparmorProfile
+        | Command::Completions { .. }
+        | Command::Man => Ok(()),
         Command::Run(args) => run::run_job(ctx, args),
         Command::Policy(args) => policy::policy(ctx, args),
         Command::Doctor => Ok(()), // answered above
@@ -509,3 +543,7 @@ pub(crate) fn block_on_interruptible<T>(
         }
     })
 }
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;
