@@ -154,41 +154,22 @@ async fn main() {
                     .as_u64()
                     .expect("agent_started_ms"),
             ));
-            let home = tempfile::tempdir().expect("home");
-            let mut direct = match agent {
-                "claude" => {
-                    let mut c = Command::new(&claude);
-                    c.args(["-p", "say done", "--permission-mode", "dontAsk"])
-                        .env("ANTHROPIC_BASE_URL", server.base_url())
-                        .env("ANTHROPIC_API_KEY", "sk-bench")
-                        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
-                    c
-                }
-                _ => {
-                    let cfg = home.path().join(".config/opencode");
-                    std::fs::create_dir_all(&cfg).expect("cfg");
-                    let mut oc = provider.clone();
-                    oc["model"] = serde_json::json!("scripted/scripted");
-                    oc["provider"]["scripted"]["options"]["apiKey"] = serde_json::json!("sk-bench");
-                    std::fs::write(cfg.join("opencode.json"), oc.to_string()).expect("oc cfg");
-                    let mut c = Command::new(&opencode);
-                    c.args(["run", "say done"])
-                        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-                        .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
-                    c
-                }
+            // Each run in a home of its own: a home the run alone (as root) wrote is not
+            // the agent's identity's to write, and Claude Code waited on its config's lock
+            // there (the +1.3 s this line once showed).
+            let (home, ns_home) = (
+                tempfile::tempdir().expect("home"),
+                tempfile::tempdir().expect("home"),
+            );
+            let agents = Agents {
+                claude: &claude,
+                opencode: &opencode,
+                provider: &provider,
+                server: &server,
             };
-            direct
-                .current_dir(home.path())
-                .env("HOME", home.path())
-                .env("TMPDIR", home.path());
-            let in_namespace = in_the_jobs_namespace(&direct, home.path());
-            if std::env::var_os("QR_DUMP").is_some() {
-                eprintln!("DUMP {:?}", in_namespace);
-                eprintln!("DUMPDIRECT {:?}", direct);
-                let _ = std::io::Write::flush(&mut std::io::stderr());
-                tokio::time::sleep(Duration::from_secs(900)).await;
-            }
+            let direct = agents.alone(agent, home.path());
+            let in_namespace =
+                in_the_jobs_namespace(&agents.alone(agent, ns_home.path()), ns_home.path());
             alone.push(run_confined(&server, direct).0);
             alone_confined.push(run_confined(&server, in_namespace).0);
         }
@@ -375,6 +356,48 @@ async fn main() {
 /// `direct` (an agent started on its own in `home`) as the runner starts an agent: inside the
 /// job's namespace, rendered from a policy whose checkout and temp dir are `home`, handed to
 /// the agent's identity first when this is root.
+/// The agents as a person starts them by hand, pointed at the scripted model.
+struct Agents<'a> {
+    claude: &'a Path,
+    opencode: &'a Path,
+    provider: &'a serde_json::Value,
+    server: &'a ModelServer,
+}
+
+impl Agents<'_> {
+    /// `agent` alone in `home`, its config and temp dir there.
+    fn alone(&self, agent: &str, home: &Path) -> Command {
+        let mut direct = match agent {
+            "claude" => {
+                let mut c = Command::new(self.claude);
+                c.args(["-p", "say done", "--permission-mode", "dontAsk"])
+                    .env("ANTHROPIC_BASE_URL", self.server.base_url())
+                    .env("ANTHROPIC_API_KEY", "sk-bench")
+                    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+                c
+            }
+            _ => {
+                let cfg = home.join(".config/opencode");
+                std::fs::create_dir_all(&cfg).expect("cfg");
+                let mut oc = self.provider.clone();
+                oc["model"] = serde_json::json!("scripted/scripted");
+                oc["provider"]["scripted"]["options"]["apiKey"] = serde_json::json!("sk-bench");
+                std::fs::write(cfg.join("opencode.json"), oc.to_string()).expect("oc cfg");
+                let mut c = Command::new(self.opencode);
+                c.args(["run", "say done"])
+                    .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                    .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
+                c
+            }
+        };
+        direct
+            .current_dir(home)
+            .env("HOME", home)
+            .env("TMPDIR", home);
+        direct
+    }
+}
+
 fn in_the_jobs_namespace(direct: &Command, home: &Path) -> Command {
     let job_dir = home.join(".job");
     std::fs::create_dir_all(&job_dir).expect("job dir");

@@ -114,6 +114,24 @@ fn a_bad_config_or_account_file_is_exit_2_for_doctor_submit_and_run() {
                 "{args:?}: {err}{all}"
             );
         }
+        // `doctor --json`: the same checks and exit code, for monitoring.
+        let out = runner
+            .command()
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let checks = doc["checks"].as_array().unwrap();
+        assert!(checks
+            .iter()
+            .all(|c| ["ok", "warn", "fail"].contains(&c["status"].as_str().unwrap())));
+        assert!(
+            checks
+                .iter()
+                .any(|c| c["status"] == "fail" && c["detail"].as_str().unwrap().contains(says)),
+            "{doc}"
+        );
     }
 }
 

@@ -9,7 +9,15 @@ use crate::exit::Exit;
 use crate::job::AgentKind;
 use crate::preflight::{self, Check};
 
-pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The checks as one JSON document (`checks`: name, status ok|warn|fail, detail, fix),
+    /// for monitoring; the exit code is the same.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure> {
     let mut checks = host_checks();
     // `doctor` reports the state directory's owner among its checks.
     match super::context(globals, false) {
@@ -43,20 +51,11 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
             fix: None,
         }),
     }
-    let mut failed = 0;
-    for c in &checks {
-        let mark = match (c.ok, c.warn) {
-            (false, _) => "FAIL",
-            (true, true) => "warn",
-            (true, false) => "ok  ",
-        };
-        super::out(format_args!("{mark} {:<40} {}", c.name, c.detail))?;
-        match &c.fix {
-            Some(fix) if !c.ok || c.warn => super::out(format_args!("     fix: {fix}"))?,
-            _ => {}
-        }
-        failed += usize::from(!c.ok);
+    match args.json {
+        true => print_json(&checks)?,
+        false => print_text(&checks)?,
     }
+    let failed = checks.iter().filter(|c| !c.ok).count();
     let bad_input = checks
         .iter()
         .any(|c| !c.ok && (c.name == PRIVATE_FILES_CHECK || c.name.starts_with(ACCOUNT_CHECK)));
@@ -71,6 +70,43 @@ pub(super) fn doctor(globals: &Globals) -> Result<(), Failure> {
             format!("{n} check(s) failed"),
         )),
     }
+}
+
+fn status(c: &Check) -> &'static str {
+    match (c.ok, c.warn) {
+        (false, _) => "fail",
+        (true, true) => "warn",
+        (true, false) => "ok",
+    }
+}
+
+fn print_text(checks: &[Check]) -> Result<(), Failure> {
+    for c in checks {
+        let mark = match status(c) {
+            "fail" => "FAIL",
+            s => s,
+        };
+        super::out(format_args!("{mark:<4} {:<40} {}", c.name, c.detail))?;
+        match &c.fix {
+            Some(fix) if !c.ok || c.warn => super::out(format_args!("     fix: {fix}"))?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn print_json(checks: &[Check]) -> Result<(), Failure> {
+    let listed: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name, "status": status(c), "detail": c.detail, "fix": c.fix,
+            })
+        })
+        .collect();
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    let doc = serde_json::json!({"checks": listed, "failed": failed});
+    super::out(serde_json::to_string_pretty(&doc).unwrap_or_default())
 }
 
 const ACCOUNT_CHECK: &str = "account ";

@@ -155,7 +155,7 @@ enum Command {
     /// Print the sandbox policy a job would run under, and its rendering for the agent.
     Policy(JobArgs),
     /// Check what jobs need from this host, with the fix for each failure.
-    Doctor,
+    Doctor(doctor::DoctorArgs),
     /// Print the systemd system unit that runs `quest-runner serve`, with the same settings
     /// as the NixOS module (for hosts without NixOS).
     SystemdUnit(deploy::SystemdUnitArgs),
@@ -439,7 +439,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Completions { shell } => return shell_files::completions(*shell),
         Command::Man => return shell_files::man(),
         // A config that does not load is one of the things doctor reports, with the rest.
-        Command::Doctor => return doctor::doctor(&cli.globals),
+        Command::Doctor(args) => return doctor::doctor(&cli.globals, args),
         _ => context(&cli.globals, true)?,
     };
     match cli.command {
@@ -475,7 +475,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         | Command::Man => Ok(()),
         Command::Run(args) => run::run_job(ctx, args),
         Command::Policy(args) => policy::policy(ctx, args),
-        Command::Doctor => Ok(()), // answered above
+        Command::Doctor(_) => Ok(()), // answered above
         Command::Serve(args) => queue::serve(ctx, cli.globals.config.clone(), args),
         Command::Submit(args) => queue::submit(ctx, args),
         Command::Jobs(args) => queue::jobs(ctx, args),
