@@ -346,6 +346,12 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
     .await
     .unwrap();
     cgroup.assert_removed_by(&serve);
+    // Each job's lines carry its span: its id and attempt.
+    assert!(
+        serve.log().contains("job{id=s1 attempt=1}"),
+        "{}",
+        serve.log()
+    );
     // Counted in the runner's log: the build runs inside the job's boundary, where a
     // counting wrapper has nowhere to write.
     let builds = serve

@@ -28,7 +28,8 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
                 runtime::Stop::Terminate => Cancel::Terminate,
             }
         };
-        Ok::<_, Failure>(runner.run(&job, cancel).await)
+        let span = tracing::info_span!("job", id = %job.id);
+        Ok::<_, Failure>(tracing::Instrument::instrument(runner.run(&job, cancel), span).await)
     })?;
     // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
     // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the

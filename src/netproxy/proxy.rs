@@ -200,20 +200,21 @@ impl JobProxy {
         let stream =
             tokio::net::UnixStream::from_std(ours).context("setting up the decider's socket")?;
         let (hello_tx, hello_rx) = tokio::sync::oneshot::channel();
-        let decider = tokio::spawn(decider::serve(
+        // In the job's span: the decider's and the proxy's lines name the job.
+        let decider = tokio::spawn(tracing::Instrument::in_current_span(decider::serve(
             stream,
             spec.rules,
             log.clone(),
             counts.clone(),
             hello_tx,
-        ));
+        )));
         let (served_tx, served_rx) = tokio::sync::oneshot::channel();
-        let stderr = tokio::spawn(copy_stderr(
+        let stderr = tokio::spawn(tracing::Instrument::in_current_span(copy_stderr(
             child.stderr.take(),
             spec.stderr_log.clone(),
             served_tx,
             (log, counts.clone()),
-        ));
+        )));
         let started = watch_startup(hello_rx, served_rx, spec.stderr_log.clone());
         Ok(JobProxy {
             port,

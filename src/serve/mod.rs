@@ -247,14 +247,18 @@ impl<S: JobSource> Serving<S> {
         while !self.no_room && self.has_slot() {
             match self.source.claim().await {
                 Ok(Some(claimed)) => {
-                    self.tasks.spawn(job::run_one(
+                    // Every line logged for the job, on whatever it runs, names it.
+                    let span =
+                        tracing::info_span!("job", id = %claimed.job.id, attempt = claimed.attempt);
+                    let run = job::run_one(
                         self.source.clone(),
                         self.runner.clone(),
                         claimed,
                         self.stop_rx.clone(),
                         self.options.clone(),
                         self.limits.clone(),
-                    ));
+                    );
+                    self.tasks.spawn(tracing::Instrument::instrument(run, span));
                 }
                 Ok(None) => break,
                 Err(e) => {
