@@ -183,7 +183,7 @@ async fn main() {
             ms(a),
         );
         println!(
-            "  {agent:<9} first request, agent alone in the job's namespace {:>7.1} ms: {:.2}x of alone, +{:.1} ms (target + < 25 ms: {})",
+            "  {agent:<9} first request, agent alone in the job's namespace {:>7.1} ms: {:.2}x of alone, {:+.1} ms (target + < 25 ms: {})",
             ms(c),
             ratio(c, a),
             ms(c) - ms(a),
