@@ -4,7 +4,7 @@
 //! the job's network and model logs, which the runner writes.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::queue::{failure, Queue};
@@ -125,7 +125,7 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
 
 /// Prints `path` and, when following, what is added to it until the job ends.
 fn follow(
-    path: &PathBuf,
+    path: &Path,
     mut state: JobState,
     follow: bool,
     state_now: impl Fn() -> Option<JobState>,
