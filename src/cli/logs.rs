@@ -87,17 +87,8 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
             let stream = match source {
                 Source::Activity(_) | Source::Transcript => pg::logship::Stream::Transcript,
                 Source::Stderr => pg::logship::Stream::Agent,
-                Source::Network | Source::Model => {
-                    return Err(Failure::new(
-                        Exit::BadInput,
-                        format!(
-                            "the PostgreSQL queue stores the agent's streams only: read {} in \
-                             the job's directory on the host that ran it (`show {}` names it)",
-                            source.file(),
-                            args.id
-                        ),
-                    ))
-                }
+                Source::Network => pg::logship::Stream::Network,
+                Source::Model => pg::logship::Stream::Model,
             };
             let (id, follow) = (&args.id, args.follow);
             return db.run(|client| async move {

@@ -27,24 +27,37 @@ pub enum Stream {
     Agent,
     /// The agent's event stream (`transcript.jsonl`).
     Transcript,
+    /// The job's network log (`network.log`, the runner's).
+    Network,
+    /// The job's model log (`model.log`, the runner's).
+    Model,
 }
 
 impl Stream {
-    pub const ALL: [Stream; 2] = [Stream::Agent, Stream::Transcript];
+    pub const ALL: [Stream; 4] = [
+        Stream::Agent,
+        Stream::Transcript,
+        Stream::Network,
+        Stream::Model,
+    ];
 
     /// The name in the `logs` table.
     pub fn name(self) -> &'static str {
         match self {
             Stream::Agent => "agent",
             Stream::Transcript => "transcript",
+            Stream::Network => "network",
+            Stream::Model => "model",
         }
     }
 
-    /// The file in the attempt's `runner/` directory.
+    /// The file, from the attempt's `runner/` directory (the job's own logs are beside it).
     pub fn file(self) -> &'static str {
         match self {
             Stream::Agent => "agent.log",
             Stream::Transcript => "transcript.jsonl",
+            Stream::Network => "../network.log",
+            Stream::Model => "../model.log",
         }
     }
 }
@@ -66,7 +79,7 @@ pub struct Shipper {
     /// The attempt's `runner/` directory on this host.
     dir: PathBuf,
     host: String,
-    progress: tokio::sync::Mutex<[Progress; 2]>,
+    progress: tokio::sync::Mutex<[Progress; Stream::ALL.len()]>,
 }
 
 impl Shipper {
@@ -76,7 +89,7 @@ impl Shipper {
             attempt,
             dir,
             host: host.to_string(),
-            progress: tokio::sync::Mutex::new([Progress::default(); 2]),
+            progress: tokio::sync::Mutex::new([Progress::default(); Stream::ALL.len()]),
         }
     }
 

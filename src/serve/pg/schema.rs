@@ -26,7 +26,18 @@ pub const QUEUED_CHANNEL: &str = "quest_runner_queued";
 pub const CANCEL_CHANNEL: &str = "quest_runner_cancel";
 
 /// (version, name, SQL), in order.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "jobs, attempts, logs, runners", V1)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "jobs, attempts, logs, runners", V1),
+    (2, "logs: the job's network and model logs", V2),
+];
+
+/// `logs --network` and `logs --model` from any host: the job's network and model logs are
+/// shipped beside the agent's streams.
+const V2: &str = r#"
+ALTER TABLE quest_runner.logs DROP CONSTRAINT logs_stream_check;
+ALTER TABLE quest_runner.logs ADD CONSTRAINT logs_stream_check
+    CHECK (stream IN ('agent', 'transcript', 'network', 'model'));
+"#;
 
 const V1: &str = r#"
 CREATE TABLE quest_runner.jobs (
