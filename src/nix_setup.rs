@@ -198,13 +198,7 @@ fn boundary_check(f: &Facts) -> Option<Check> {
 }
 
 fn check(name: &str, ok: bool, detail: String, fix: Option<String>) -> Check {
-    Check {
-        name: name.into(),
-        ok,
-        warn: false,
-        detail,
-        fix,
-    }
+    Check::new(name, ok, detail, fix)
 }
 
 fn flakes_check(f: &Facts) -> Check {
@@ -414,7 +408,7 @@ fn sandbox_check(f: &Facts) -> Check {
         Store::Daemon(_) => " (as this user's nix.conf says; the daemon's own nix.conf decides)",
         _ => "",
     };
-    let mut c = match value {
+    let c = match value {
         Some("true") => check(
             "nix build sandbox",
             true,
@@ -437,8 +431,7 @@ fn sandbox_check(f: &Facts) -> Check {
             None,
         ),
     };
-    c.warn = !matches!(value, Some("true") | None);
-    c
+    c.warn_if(!matches!(value, Some("true") | None))
 }
 
 /// The static bash the selftest's devShells build with.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::preflight::Status;
 
 fn facts(uid: u32, config: &[(&str, &str)]) -> Facts {
     Facts {
@@ -36,7 +37,7 @@ const STOCK: &[(&str, &str)] = &[("build-users-group", "nixbld"), ("sandbox", "t
 #[test]
 fn root_with_build_users_and_the_sandbox_passes() {
     let checks = checks(&facts(0, STOCK));
-    assert!(checks.iter().all(|c| c.ok && !c.warn), "{checks:?}");
+    assert!(checks.iter().all(|c| c.status == Status::Ok), "{checks:?}");
     assert!(named(&checks, "nix store").detail.contains("single-user"));
 }
 
@@ -45,17 +46,17 @@ fn a_missing_or_empty_build_users_group_fails_with_its_fix() {
     let mut f = facts(0, STOCK);
     f.build_group_members = None;
     let c = named(&checks(&f), "nix build users").clone();
-    assert!(!c.ok);
+    assert!(!c.passed());
     assert!(c.detail.contains("group nixbld does not exist"), "{c:?}");
     assert!(c.fix.unwrap().contains("groupadd --system nixbld"));
 
     f.build_group_members = Some(0);
     let c = named(&checks(&f), "nix build users").clone();
-    assert!(!c.ok && c.detail.contains("no members"), "{c:?}");
+    assert!(!c.passed() && c.detail.contains("no members"), "{c:?}");
 
     // An empty build-users-group builds as root: nothing to make.
     let f = facts(0, &[("build-users-group", ""), ("sandbox", "true")]);
-    assert!(named(&checks(&f), "nix build users").ok);
+    assert!(named(&checks(&f), "nix build users").passed());
 }
 
 #[test]
@@ -66,14 +67,14 @@ fn build_users_are_the_daemons_business() {
     f.build_group_members = None;
     let checks = checks(&f);
     assert!(checks.iter().all(|c| c.name != "nix build users"));
-    assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+    assert!(checks.iter().all(|c| c.passed()), "{checks:?}");
     assert!(named(&checks, "nix store").detail.contains("nix-daemon at"));
 }
 
 #[test]
 fn a_user_without_store_access_or_daemon_is_told_both_ways_out() {
     let c = named(&checks(&facts(1000, STOCK)), "nix store").clone();
-    assert!(!c.ok);
+    assert!(!c.passed());
     assert!(
         c.detail
             .contains("svc (uid 1000) cannot write the Nix store"),
@@ -94,7 +95,7 @@ fn root_opens_the_local_store_before_nix_made_it() {
     f.state_dir_exists = false;
     f.state_dir_writable = false;
     assert_eq!(f.store(), Store::Local);
-    assert!(checks(&f).iter().all(|c| c.ok), "{:?}", checks(&f));
+    assert!(checks(&f).iter().all(|c| c.passed()), "{:?}", checks(&f));
 }
 
 #[test]
@@ -104,7 +105,7 @@ fn a_user_without_nix_dirs_would_get_a_chroot_store_the_sandbox_cannot_see() {
     assert_eq!(f.store(), Store::Chroot);
     let c = named(&checks(&f), "nix store").clone();
     assert!(
-        !c.ok && c.detail.contains("~/.local/share/nix/root"),
+        !c.passed() && c.detail.contains("~/.local/share/nix/root"),
         "{c:?}"
     );
     // A daemon's socket wins, as in Nix.
@@ -121,7 +122,7 @@ fn a_daemon_that_refuses_the_user_names_allowed_users() {
     f.socket_exists = true;
     f.ping = Some(Err("unexpected end-of-file".into()));
     let c = named(&checks(&f), "nix store").clone();
-    assert!(!c.ok);
+    assert!(!c.passed());
     assert!(c.detail.contains("refused svc"), "{c:?}");
     assert!(
         c.detail
@@ -145,7 +146,7 @@ fn a_daemon_that_is_not_running_is_told_to_start() {
             .into(),
     ));
     let c = named(&checks(&f), "nix store").clone();
-    assert!(!c.ok, "{c:?}");
+    assert!(!c.passed(), "{c:?}");
     assert!(c.fix.unwrap().contains("start nix-daemon"));
 }
 
@@ -167,7 +168,7 @@ fn the_sandbox_off_is_a_warning_that_says_what_it_means() {
         &[("build-users-group", "nixbld"), ("sandbox", "false")],
     ));
     let c = named(&checks, "nix build sandbox");
-    assert!(c.ok && c.warn, "{c:?}");
+    assert!(c.status == Status::Warn, "{c:?}");
     assert!(c.detail.contains("runner's rights"), "{c:?}");
     assert!(c.fix.as_ref().unwrap().contains("sandbox = true"));
 }
@@ -177,9 +178,9 @@ fn nix_without_flakes_fails() {
     let mut f = facts(0, STOCK);
     f.version = Ok("2.3.16".into());
     let c = named(&checks(&f), "nix flakes").clone();
-    assert!(!c.ok && c.detail.contains("2.3.16"), "{c:?}");
+    assert!(!c.passed() && c.detail.contains("2.3.16"), "{c:?}");
     f.version = Err("nix not found".into());
-    assert!(!named(&checks(&f), "nix flakes").ok);
+    assert!(!named(&checks(&f), "nix flakes").passed());
 }
 
 #[test]

@@ -11,53 +11,91 @@ use serde::Serialize;
 use crate::binaries::{self, Tool};
 use crate::job::AgentKind;
 
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Works, but weaker than it should be: `doctor` shows the fix without failing.
+    Warn,
+    Fail,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub name: String,
-    pub ok: bool,
-    /// Works, but weaker than it should be: `doctor` shows the fix without failing.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub warn: bool,
+    pub status: Status,
     pub detail: String,
-    /// How to fix a failure.
+    /// How to fix a failure (or, for a warning, how to make it whole).
     pub fix: Option<String>,
+}
+
+impl Check {
+    /// `ok` passed, else failed.
+    pub fn new(name: impl Into<String>, ok: bool, detail: String, fix: Option<String>) -> Check {
+        let status = if ok { Status::Ok } else { Status::Fail };
+        Check {
+            name: name.into(),
+            status,
+            detail,
+            fix,
+        }
+    }
+
+    pub fn ok(name: impl Into<String>, detail: String) -> Check {
+        Check::new(name, true, detail, None)
+    }
+
+    pub fn fail(name: impl Into<String>, detail: String, fix: Option<String>) -> Check {
+        Check::new(name, false, detail, fix)
+    }
+
+    pub fn warn(name: impl Into<String>, detail: String, fix: Option<String>) -> Check {
+        Check {
+            status: Status::Warn,
+            ..Check::new(name, true, detail, fix)
+        }
+    }
+
+    /// Passed, if perhaps with a warning: a job may run.
+    pub fn passed(&self) -> bool {
+        self.status != Status::Fail
+    }
+
+    /// A passed check downgraded to a warning when `weak`.
+    pub fn warn_if(mut self, weak: bool) -> Check {
+        if weak && self.status == Status::Ok {
+            self.status = Status::Warn;
+        }
+        self
+    }
 }
 
 fn binary_check(tool: Tool, why: &str, fix: &str) -> Check {
     match binaries::find(tool) {
-        Ok(path) => Check {
-            name: tool.program().to_string(),
-            ok: true,
-            warn: false,
-            detail: format!("{} ({why})", path.display()),
-            fix: None,
-        },
-        Err(e) => Check {
-            name: tool.program().to_string(),
-            ok: false,
-            warn: false,
-            detail: e.to_string(),
-            fix: Some(fix.to_string()),
-        },
+        Ok(path) => Check::ok(
+            tool.program().to_string(),
+            format!("{} ({why})", path.display()),
+        ),
+        Err(e) => Check::fail(
+            tool.program().to_string(),
+            e.to_string(),
+            Some(fix.to_string()),
+        ),
     }
 }
 
 fn ripgrep_check() -> Check {
     match which::which("rg") {
-        Ok(path) => Check {
-            name: "rg".into(),
-            ok: true,
-            warn: false,
-            detail: format!("{} (srt scans deny paths with it)", path.display()),
-            fix: None,
-        },
-        Err(_) => Check {
-            name: "rg".into(),
-            ok: false,
-            warn: false,
-            detail: "ripgrep not found on PATH; srt refuses to start without it".into(),
-            fix: Some("apt-get install ripgrep".into()),
-        },
+        Ok(path) => Check::ok(
+            "rg",
+            format!("{} (srt scans deny paths with it)", path.display()),
+        ),
+        Err(_) => Check::fail(
+            "rg",
+            "ripgrep not found on PATH; srt refuses to start without it".into(),
+            Some("apt-get install ripgrep".into()),
+        ),
     }
 }
 
@@ -69,15 +107,13 @@ fn as_the_agent(bwrap: &std::path::Path) -> Result<Command, Check> {
         return Ok(Command::new(bwrap));
     }
     let Ok(setpriv) = binaries::find(Tool::Setpriv) else {
-        return Err(Check {
-            name: "user namespaces".into(),
-            ok: false,
-            warn: false,
-            detail: "not checked: setpriv not found (a root runner starts the agent's \
+        return Err(Check::fail(
+            "user namespaces",
+            "not checked: setpriv not found (a root runner starts the agent's \
                      namespace as an unprivileged identity with it)"
                 .into(),
-            fix: Some("apt-get install util-linux, or set QUEST_RUNNER_SETPRIV".into()),
-        });
+            Some("apt-get install util-linux, or set QUEST_RUNNER_SETPRIV".into()),
+        ));
     };
     let id = AGENT_ID.to_string();
     let mut cmd = Command::new(setpriv);
@@ -91,13 +127,11 @@ fn as_the_agent(bwrap: &std::path::Path) -> Result<Command, Check> {
 fn userns_check() -> Check {
     let name = "user namespaces".to_string();
     let Ok(bwrap) = binaries::find(Tool::Bwrap) else {
-        return Check {
+        return Check::fail(
             name,
-            ok: false,
-            warn: false,
-            detail: "not checked: bwrap not found".into(),
-            fix: Some("apt-get install bubblewrap".into()),
-        };
+            "not checked: bwrap not found".into(),
+            Some("apt-get install bubblewrap".into()),
+        );
     };
     let mut cmd = match as_the_agent(&bwrap) {
         Ok(cmd) => cmd,
@@ -123,32 +157,21 @@ fn userns_check() -> Check {
         .current_dir("/");
     let out = cmd.stdin(Stdio::null()).output();
     match out {
-        Ok(o) if o.status.success() => Check {
+        Ok(o) if o.status.success() => Check::ok(
             name,
-            ok: true,
-            warn: false,
-            detail: "bwrap can create user, network and pid namespaces, and nest them: the \
+            "bwrap can create user, network and pid namespaces, and nest them: the \
                      commands' sandbox inside the agent's"
                 .into(),
-            fix: None,
-        },
-        Ok(o) => Check {
+        ),
+        Ok(o) => Check::fail(
             name,
-            ok: false,
-            warn: false,
-            detail: format!(
+            format!(
                 "bwrap cannot create namespaces: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             ),
-            fix: Some(userns_fix()),
-        },
-        Err(e) => Check {
-            name,
-            ok: false,
-            warn: false,
-            detail: format!("running {}: {e}", bwrap.display()),
-            fix: None,
-        },
+            Some(userns_fix()),
+        ),
+        Err(e) => Check::fail(name, format!("running {}: {e}", bwrap.display()), None),
     }
 }
 
@@ -236,7 +259,7 @@ pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
 
 /// The first failing check as one line, or `None` when the host is ready.
 pub fn refusal(checks: &[Check]) -> Option<String> {
-    checks.iter().find(|c| !c.ok).map(|c| match &c.fix {
+    checks.iter().find(|c| !c.passed()).map(|c| match &c.fix {
         Some(fix) => format!("{}: {} (fix: {fix})", c.name, c.detail),
         None => format!("{}: {}", c.name, c.detail),
     })

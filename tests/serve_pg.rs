@@ -408,7 +408,10 @@ async fn three_hosts_share_the_queue_and_run_each_job_once() {
     // The job's model log too (the runner's, shipped beside the agent's streams), and the
     // rendered activity.
     let model = client.run(&["logs", "m0", "--model"]);
-    assert!(model.status.success() && !model.stdout.is_empty(), "{model:?}");
+    assert!(
+        model.status.success() && !model.stdout.is_empty(),
+        "{model:?}"
+    );
     let activity = client.run(&["logs", "m0"]);
     assert!(
         String::from_utf8_lossy(&activity.stdout).contains("start  model "),

@@ -7,7 +7,7 @@
 use super::{Context, Failure, Globals};
 use crate::exit::Exit;
 use crate::job::AgentKind;
-use crate::preflight::{self, Check};
+use crate::preflight::{self, Check, Status};
 
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
@@ -27,38 +27,31 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
-            checks.push(Check {
-                name: "state directory".into(),
-                ok: ctx.state.check_owner().is_ok(),
-                warn: false,
-                detail: match ctx.state.check_owner() {
+            checks.push(Check::new(
+                "state directory",
+                ctx.state.check_owner().is_ok(),
+                match ctx.state.check_owner() {
                     Ok(()) => format!(
                         "{} (this user's, or made on first use)",
                         ctx.state.root().display()
                     ),
                     Err(e) => e.to_string(),
                 },
-                fix: None,
-            });
+                None,
+            ));
             checks.push(private_files_check(&ctx));
             checks.extend(account_checks(&ctx));
         }
-        Err(e) => checks.push(Check {
-            name: PRIVATE_FILES_CHECK.into(),
-            ok: false,
-            warn: false,
-            detail: e.message,
-            fix: None,
-        }),
+        Err(e) => checks.push(Check::fail(PRIVATE_FILES_CHECK, e.message, None)),
     }
     match args.json {
         true => print_json(&checks)?,
         false => print_text(&checks)?,
     }
-    let failed = checks.iter().filter(|c| !c.ok).count();
-    let bad_input = checks
-        .iter()
-        .any(|c| !c.ok && (c.name == PRIVATE_FILES_CHECK || c.name.starts_with(ACCOUNT_CHECK)));
+    let failed = checks.iter().filter(|c| !c.passed()).count();
+    let bad_input = checks.iter().any(|c| {
+        !c.passed() && (c.name == PRIVATE_FILES_CHECK || c.name.starts_with(ACCOUNT_CHECK))
+    });
     match (failed, bad_input) {
         (0, _) => Ok(()),
         (n, true) => Err(Failure::new(
@@ -72,23 +65,16 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
     }
 }
 
-fn status(c: &Check) -> &'static str {
-    match (c.ok, c.warn) {
-        (false, _) => "fail",
-        (true, true) => "warn",
-        (true, false) => "ok",
-    }
-}
-
 fn print_text(checks: &[Check]) -> Result<(), Failure> {
     for c in checks {
-        let mark = match status(c) {
-            "fail" => "FAIL",
-            s => s,
+        let mark = match c.status {
+            Status::Fail => "FAIL",
+            Status::Warn => "warn",
+            Status::Ok => "ok",
         };
         super::out(format_args!("{mark:<4} {:<40} {}", c.name, c.detail))?;
         match &c.fix {
-            Some(fix) if !c.ok || c.warn => super::out(format_args!("     fix: {fix}"))?,
+            Some(fix) if c.status != Status::Ok => super::out(format_args!("     fix: {fix}"))?,
             _ => {}
         }
     }
@@ -96,16 +82,8 @@ fn print_text(checks: &[Check]) -> Result<(), Failure> {
 }
 
 fn print_json(checks: &[Check]) -> Result<(), Failure> {
-    let listed: Vec<serde_json::Value> = checks
-        .iter()
-        .map(|c| {
-            serde_json::json!({
-                "name": c.name, "status": status(c), "detail": c.detail, "fix": c.fix,
-            })
-        })
-        .collect();
-    let failed = checks.iter().filter(|c| !c.ok).count();
-    let doc = serde_json::json!({"checks": listed, "failed": failed});
+    let failed = checks.iter().filter(|c| !c.passed()).count();
+    let doc = serde_json::json!({"checks": checks, "failed": failed});
     super::out(serde_json::to_string_pretty(&doc).unwrap_or_default())
 }
 
@@ -118,13 +96,12 @@ fn account_checks(ctx: &Context) -> Vec<Check> {
         .iter()
         .map(|(name, account)| {
             let checked = crate::gateway::account_check::check(name, account);
-            Check {
-                name: format!("{ACCOUNT_CHECK}{name}"),
-                ok: checked.is_ok(),
-                warn: false,
-                detail: checked.unwrap_or_else(|e| e),
-                fix: None,
-            }
+            Check::new(
+                format!("{ACCOUNT_CHECK}{name}"),
+                checked.is_ok(),
+                checked.unwrap_or_else(|e| e),
+                None,
+            )
         })
         .collect()
 }
@@ -140,16 +117,19 @@ fn queue_check(queue: &crate::config::QueueConfig) -> Check {
                 .block_on(pg::admin::status(&target))
                 .map_err(|e| e.to_string())
         });
-    Check {
-        name: "job queue (PostgreSQL)".into(),
-        ok: status.is_ok(),
-        warn: false,
-        fix: status.is_err().then(|| {
-            "check queue.postgres and password_file in the config, that the server runs and this \
-             host may connect (pg_hba.conf), and that this runner is not older than the schema"
-                .into()
-        }),
-        detail: status.unwrap_or_else(|e| e),
+    let name = "job queue (PostgreSQL)";
+    match status {
+        Ok(detail) => Check::ok(name, detail),
+        Err(detail) => Check::fail(
+            name,
+            detail,
+            Some(
+                "check queue.postgres and password_file in the config, that the server runs and \
+                 this host may connect (pg_hba.conf), and that this runner is not older than the \
+                 schema"
+                    .into(),
+            ),
+        ),
     }
 }
 
@@ -157,36 +137,32 @@ fn queue_check(queue: &crate::config::QueueConfig) -> Check {
 fn disk_check(ctx: &Context) -> Check {
     let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
     let room = runner.room_to_start();
-    Check {
-        name: "disk limits".into(),
-        ok: room.is_ok(),
-        warn: false,
-        detail: match &room {
+    Check::new(
+        "disk limits",
+        room.is_ok(),
+        match &room {
             Ok(()) => runner.disk.summary(),
             Err(why) => why.clone(),
         },
-        fix: room.is_err().then(|| {
+        room.is_err().then(|| {
             "free space (or remove files, for inodes) on that file system, or lower \
                  limits.disk_reserve (limits.disk_reserve_files)"
                 .into()
         }),
-    }
+    )
 }
 
 /// The free bytes and inodes of the file systems jobs write: what a job filling one would
 /// take, and what the reserve is kept of.
 fn file_systems_check(ctx: &Context) -> Check {
     let temp = crate::workspace::temp_parent();
-    Check {
-        name: "job file systems".into(),
-        ok: true,
-        warn: false,
-        detail: crate::disk::rooms(&[
+    Check::ok(
+        "job file systems",
+        crate::disk::rooms(&[
             ("state dir", ctx.state.root()),
             ("temp dirs", temp.path.as_path()),
         ]),
-        fix: None,
-    }
+    )
 }
 
 const PRIVATE_FILES_CHECK: &str = "config and secrets";
@@ -203,27 +179,18 @@ fn private_files_check(ctx: &Context) -> Check {
                 .collect();
             dirs.sort();
             dirs.dedup();
-            Check {
+            Check::ok(
                 name,
-                ok: true,
-                warn: false,
-                detail: match hidden.len() {
+                match hidden.len() {
                     0 => "no config file, no account".to_string(),
                     n => format!(
                         "{n} private file(s), hidden from jobs with their directories: {}",
                         dirs.join(", ")
                     ),
                 },
-                fix: None,
-            }
+            )
         }
-        Err(e) => Check {
-            name,
-            ok: false,
-            warn: false,
-            detail: e.to_string(),
-            fix: None,
-        },
+        Err(e) => Check::fail(name, e.to_string(), None),
     }
 }
 
@@ -236,75 +203,68 @@ fn host_checks() -> Vec<Check> {
         }
     }
     let restrict = preflight::read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-    all.push(Check {
-        name: "apparmor_restrict_unprivileged_userns".into(),
-        warn: false,
-        ok: restrict.as_deref() != Some("1")
-            || all.iter().any(|c| c.name == "user namespaces" && c.ok),
-        detail: match restrict.as_deref() {
+    all.push(Check::new(
+        "apparmor_restrict_unprivileged_userns",
+        restrict.as_deref() != Some("1")
+            || all
+                .iter()
+                .any(|c| c.name == "user namespaces" && c.passed()),
+        match restrict.as_deref() {
             None => "not present (no AppArmor userns restriction on this kernel)".into(),
             Some("1") => {
                 "1: unprivileged user namespaces need an AppArmor profile for bwrap".into()
             }
             Some(v) => format!("{v}: not restricted"),
         },
-        fix: (restrict.as_deref() == Some("1"))
+        (restrict.as_deref() == Some("1"))
             .then(|| "install the profile printed by `quest-runner apparmor-profile`".into()),
-    });
+    ));
     let max_userns = preflight::read_sysctl("/proc/sys/user/max_user_namespaces");
     let disabled = max_userns.as_deref() == Some("0");
-    all.push(Check {
-        name: "user.max_user_namespaces".into(),
-        ok: !disabled,
-        warn: false,
-        detail: max_userns.unwrap_or_else(|| "unknown".into()),
-        fix: disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
-    });
+    all.push(Check::new(
+        "user.max_user_namespaces",
+        !disabled,
+        max_userns.unwrap_or_else(|| "unknown".into()),
+        disabled.then(|| "sysctl user.max_user_namespaces=15000".into()),
+    ));
     all.extend(crate::nix_setup::checks(&crate::nix_setup::Facts::gather()));
     all.push(crate::nix_setup::bash_static_check());
     let (cgroups, limits) = crate::serve::limits::host_support();
-    all.push(Check {
-        name: "per-job limits".into(),
-        ok: true,
-        // A limit the config sets and this host cannot enforce is not `ok`.
-        warn: !cgroups || limits.contains("not enforced"),
-        detail: limits,
-        fix: Some(match cgroups {
-            false => "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup",
-            true => "optional: enable the controllers named above in the delegated cgroup",
-        }
-        .into()),
-    });
+    // A limit the config sets and this host cannot enforce is not `ok`.
+    let weak = !cgroups || limits.contains("not enforced");
+    let fix = match cgroups {
+        false => "optional: run serve under the systemd unit (Delegate=yes) for a delegated cgroup",
+        true => "optional: enable the controllers named above in the delegated cgroup",
+    };
+    all.push(Check::new("per-job limits", true, limits, Some(fix.into())).warn_if(weak));
     let temp = crate::workspace::temp_parent();
-    all.push(Check {
-        name: "job temp dirs".into(),
-        ok: true,
-        warn: false,
-        detail: match &temp.why_not_tmpdir {
+    all.push(Check::new(
+        "job temp dirs",
+        true,
+        match &temp.why_not_tmpdir {
             None => format!("in {}", temp.path.display()),
             Some(why) => format!("in {}: {why}", temp.path.display()),
         },
-        fix: temp.why_not_tmpdir.as_ref().map(|_| {
+        temp.why_not_tmpdir.as_ref().map(|_| {
             format!(
                 "optional: a TMPDIR of at most {} characters",
                 crate::workspace::TMPDIR_MAX
             )
         }),
-    });
+    ));
     let shared = std::path::Path::new(crate::sandbox::policy::SRT_SHARED_TMP);
     let exists = shared.exists();
-    all.push(Check {
-        name: crate::sandbox::policy::SRT_SHARED_TMP.into(),
-        ok: !exists,
-        warn: false,
-        detail: if exists {
+    all.push(Check::new(
+        crate::sandbox::policy::SRT_SHARED_TMP,
+        !exists,
+        if exists {
             "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
              anything in it is readable by every job"
                 .into()
         } else {
             "absent (srt would show it to every sandbox)".into()
         },
-        fix: exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
-    });
+        exists.then(|| format!("remove {}", crate::sandbox::policy::SRT_SHARED_TMP)),
+    ));
     all
 }
