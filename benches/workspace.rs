@@ -10,7 +10,8 @@
 //! the same run: a plain `git clone` of the shared clone (the baseline), and, as root, the
 //! design measured for the next step: a read-only per-revision tree written once plus a
 //! per-job overlay (kernel overlayfs mounted by the runner: bwrap 0.8.0 has no `--overlay`),
-//! with git's stat of every file (`diff-files`, `ls-files --others`) in it. Ratios against the baseline; nothing is asserted on time.
+//! with `git status` in the job's worktree on it. Ratios against the baseline; nothing is asserted
+//! on time.
 //!
 //! `cargo bench --bench workspace` (`QUEST_RUNNER_BENCH_FILES=1000,20000` for other sizes).
 
@@ -25,7 +26,7 @@ use quest_runner::disk::usage::{measure, Seen};
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::run::confine::hand_over;
 use quest_runner::state::StateDir;
-use quest_runner::workspace::Workspace;
+use quest_runner::workspace::{revision_tree, Workspace};
 
 mod support;
 
@@ -153,9 +154,10 @@ fn plain_clone(bare: &Path, rev: &str, dir: &Path) -> (Duration, Duration) {
     (cloned, start.elapsed())
 }
 
-/// The design measured for the next step: a per-revision tree, written once (the files and
-/// the index that describes them), and per job an overlay of it with an empty upper layer and
-/// the index copied: (once, per-job ready, git's stat of the files in it, per-job removal).
+/// The design measured for the next step: a per-revision tree, written once
+/// ([`revision_tree::ensure`]: the files, handed to the agent's identity when root, and the
+/// index that describes them), and per job an overlay of it with an empty upper layer and
+/// the index copied: (once, per-job ready, `git status` in it, per-job removal).
 struct Overlay {
     once: Duration,
     ready: Duration,
@@ -164,24 +166,22 @@ struct Overlay {
     removal: Duration,
 }
 
-fn overlay_design(bare: &Path, rev: &str, dir: &Path, jobs: usize) -> Vec<Overlay> {
-    let tree = dir.join("tree");
-    let index = dir.join("tree.index");
+async fn overlay_design(
+    state: &StateDir,
+    bare: &Path,
+    rev: &str,
+    dir: &Path,
+    jobs: usize,
+) -> Vec<Overlay> {
     let start = Instant::now();
-    std::fs::create_dir_all(&tree).unwrap();
-    let env = |c: &mut Command| {
-        c.env("GIT_DIR", bare)
-            .env("GIT_WORK_TREE", &tree)
-            .env("GIT_INDEX_FILE", &index);
-    };
-    let mut c = Command::new("git");
-    env(&mut c);
-    assert!(c
-        .args(["read-tree", "--reset", "-u", rev])
-        .status()
-        .unwrap()
-        .success());
+    let hand_over = rustix::process::geteuid()
+        .is_root()
+        .then_some(quest_runner::run::confine::chown_tree);
+    let written = revision_tree::ensure(state, bare, rev, hand_over)
+        .await
+        .expect("the revision's tree");
     let once = start.elapsed();
+    let (tree, index) = (written.files, written.index);
     (0..jobs)
         .map(|i| {
             let job = dir.join(format!("job{i}"));
@@ -190,8 +190,30 @@ fn overlay_design(bare: &Path, rev: &str, dir: &Path, jobs: usize) -> Vec<Overla
             for d in [&upper, &work, &checkout] {
                 std::fs::create_dir_all(d).unwrap();
             }
-            let job_index = job.join("index");
-            std::fs::copy(&index, &job_index).unwrap();
+            // The job's store on the shared objects, its worktree's admin dir with the tree's
+            // index, and the worktree's `.git` in the upper layer.
+            let store = job.join("git");
+            git(&job, &["init", "-q", "--bare", "git"]);
+            std::fs::write(
+                store.join("objects/info/alternates"),
+                format!("{}\n", bare.join("objects").display()),
+            )
+            .unwrap();
+            let co = checkout.to_string_lossy().into_owned();
+            git(
+                &store,
+                &[
+                    "worktree",
+                    "add",
+                    "-q",
+                    "--detach",
+                    "--no-checkout",
+                    &co,
+                    rev,
+                ],
+            );
+            std::fs::rename(checkout.join(".git"), upper.join(".git")).unwrap();
+            std::fs::copy(&index, store.join("worktrees/co/index")).unwrap();
             let opts = format!(
                 "lowerdir={},upperdir={},workdir={}",
                 tree.display(),
@@ -205,23 +227,22 @@ fn overlay_design(bare: &Path, rev: &str, dir: &Path, jobs: usize) -> Vec<Overla
                 .unwrap();
             assert!(mounted.success(), "mount -t overlay");
             let ready = start.elapsed();
-            // The shared clone's HEAD names no branch of it: compare the index with the files
-            // (what `git status` stats) and list what is untracked.
             let start = Instant::now();
-            let job_git = |args: &[&str]| {
-                Command::new("git")
-                    .env("GIT_DIR", bare)
-                    .env("GIT_WORK_TREE", &checkout)
-                    .env("GIT_INDEX_FILE", &job_index)
-                    .arg("--no-optional-locks")
-                    .args(args)
-                    .output()
-                    .unwrap()
-            };
-            let changed = job_git(&["diff-files", "--quiet"]);
-            let untracked = job_git(&["ls-files", "--others"]);
+            let out = Command::new("git")
+                .current_dir(&checkout)
+                .args(["--no-optional-locks", "status", "--porcelain"])
+                .output()
+                .unwrap();
             let status = start.elapsed();
-            let clean = changed.status.success() && untracked.stdout.is_empty();
+            let clean = out.status.success() && out.stdout.is_empty();
+            if !clean {
+                let said = String::from_utf8_lossy(&out.stdout);
+                eprintln!(
+                    "overlay git status: {} {}",
+                    said.lines().next().unwrap_or(""),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
             let start = Instant::now();
             let _ = rustix::mount::unmount(&checkout, rustix::mount::UnmountFlags::DETACH);
             quest_runner::remove::remove_tree(&job).unwrap();
@@ -283,13 +304,14 @@ async fn bench_size(files: usize) {
         return;
     }
     let (clone, _) = plain_clone(&bare, &rev, &dir.path().join("plain-ov"));
-    for (i, o) in overlay_design(&bare, &rev, &dir.path().join("ov"), 2)
+    for (i, o) in overlay_design(&state, &bare, &rev, &dir.path().join("ov"), 2)
+        .await
         .iter()
         .enumerate()
     {
         println!(
-            "workspace {files} files overlay design job {}: ready {:.1} ms = {:.3}x git clone \
-             ({:.0} ms); tree written once {:.0} ms; git diff-files + ls-files --others {:.0} ms ({}); removal {:.1} ms",
+            "workspace {files} files overlay design job {}: ready {:.1} ms = {:.4}x git clone \
+             ({:.0} ms); tree written once {:.0} ms; git status {:.0} ms ({}); removal {:.1} ms",
             i + 2,
             ms(o.ready),
             ms(o.ready) / ms(clone),
