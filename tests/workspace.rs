@@ -409,7 +409,8 @@ async fn through_an_overlay_the_agent_sees_the_tree_clean_and_writes_only_its_la
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "hello\n")]);
     let (state_dir, state) = state_after_one_job(&repo, &rev).await;
-    // Searchable by anyone down to the trees directory, so its own mode is what stops the agent.
+    // Searchable by anyone down to the trees directory, so the modes of the runner's own
+    // directories above the tree (owner only) are what stop the agent.
     std::fs::set_permissions(state_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bare = bare_clone_path(&state, &repo.src().to_string_lossy());
     let hand_over = Some(quest_runner::run::confine::chown_tree);
