@@ -303,3 +303,169 @@ async fn fetching_a_new_revision_while_other_jobs_come_and_go() {
         assert!(task.await.unwrap() > 0, "the churn ran");
     }
 }
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// `git diff-files --quiet` on `files` with `index`: clean only when every entry's stat data
+/// matches, since diff-files reports an entry whose stat differs without reading it. Run as
+/// `as_agent` (the agent's identity, through setpriv) when given; `git_dir` is any repository
+/// that identity may read (diff-files needs no objects).
+fn stat_clean(git_dir: &Path, files: &Path, index: &Path, as_agent: bool) -> bool {
+    let mut cmd = if as_agent {
+        let mut c = std::process::Command::new("setpriv");
+        let id = quest_runner::sandbox::boundary::AGENT_ID.to_string();
+        c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "git"]);
+        c
+    } else {
+        std::process::Command::new("git")
+    };
+    cmd.env("GIT_DIR", git_dir)
+        .env("GIT_WORK_TREE", files)
+        .env("GIT_INDEX_FILE", index)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["--no-optional-locks", "diff-files", "--quiet"])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A revision's shared tree (issue 31's next step, not yet used by jobs): written once from the
+/// shared clone, outside any job's reach, with an index whose stat data describes it as it is
+/// (owned by the agent's identity when the runner is root).
+#[tokio::test]
+async fn a_revision_tree_is_written_once_and_its_index_describes_it() {
+    use quest_runner::workspace::revision_tree;
+    use std::os::unix::fs::MetadataExt;
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n"), ("src/lib.rs", "fn f() {}\n")]);
+    let (_state_dir, state) = state_after_one_job(&repo, &rev).await;
+    let bare = bare_clone_path(&state, &repo.src().to_string_lossy());
+    let hand_over = is_root().then_some(quest_runner::run::confine::chown_tree);
+    let tree = revision_tree::ensure(&state, &bare, &rev, hand_over)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tree.files.join("src/lib.rs")).unwrap(),
+        "fn f() {}\n"
+    );
+    assert!(!tree.files.join(".git").exists(), "no git data in the tree");
+    let trees = state.root().join(revision_tree::TREES_DIR);
+    assert_eq!(std::fs::metadata(&trees).unwrap().mode() & 0o777, 0o700);
+    let leftovers: Vec<_> = std::fs::read_dir(tree.files.parent().unwrap().parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "only the tree, no temp dir: {leftovers:?}"
+    );
+    if is_root() {
+        let owner = std::fs::metadata(tree.files.join("README.md"))
+            .unwrap()
+            .uid();
+        assert_eq!(owner, quest_runner::sandbox::boundary::AGENT_ID);
+    }
+    // Written once: a second job at the revision finds it as it was.
+    let ino = std::fs::metadata(tree.files.join("README.md"))
+        .unwrap()
+        .ino();
+    let again = revision_tree::ensure(&state, &bare, &rev, hand_over)
+        .await
+        .unwrap();
+    assert_eq!(again, tree);
+    assert_eq!(
+        std::fs::metadata(again.files.join("README.md"))
+            .unwrap()
+            .ino(),
+        ino
+    );
+    assert!(stat_clean(&bare, &tree.files, &tree.index, false));
+    // Not vacuous: a file whose stat changed (its content did not) is reported.
+    let touched = std::fs::File::options()
+        .write(true)
+        .open(tree.files.join("README.md"))
+        .unwrap();
+    touched
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    assert!(!stat_clean(&bare, &tree.files, &tree.index, false));
+}
+
+/// The overlay a job would get (measured by `cargo bench --bench workspace`; not yet what jobs
+/// get): as the agent's identity, git finds the tree clean by stat alone, what it writes lands
+/// in its upper layer only, and the tree itself stays out of its reach.
+#[tokio::test]
+async fn through_an_overlay_the_agent_sees_the_tree_clean_and_writes_only_its_layer() {
+    use quest_runner::workspace::revision_tree;
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: mounting an overlay and the agent's identity need root");
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n")]);
+    let (state_dir, state) = state_after_one_job(&repo, &rev).await;
+    // Searchable by anyone down to the trees directory, so the modes of the runner's own
+    // directories above the tree (owner only) are what stop the agent.
+    std::fs::set_permissions(state_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bare = bare_clone_path(&state, &repo.src().to_string_lossy());
+    let hand_over = Some(quest_runner::run::confine::chown_tree);
+    let tree = revision_tree::ensure(&state, &bare, &rev, hand_over)
+        .await
+        .unwrap();
+    let job = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(job.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let [upper, work, merged, gitdir] = ["upper", "work", "merged", "git"].map(|d| {
+        let p = job.path().join(d);
+        std::fs::create_dir(&p).unwrap();
+        p
+    });
+    quest_runner::run::confine::chown_tree(&upper).unwrap();
+    git(&gitdir, &["init", "-q", "--bare"]);
+    quest_runner::run::confine::chown_tree(&gitdir).unwrap();
+    let index = job.path().join("index");
+    std::fs::copy(&tree.index, &index).unwrap();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        tree.files.display(),
+        upper.display(),
+        work.display()
+    );
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o", &opts])
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let as_agent = |script: &str| {
+        let id = quest_runner::sandbox::boundary::AGENT_ID.to_string();
+        std::process::Command::new("setpriv")
+            .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
+            .args(["sh", "-c", script])
+            .status()
+            .unwrap()
+            .success()
+    };
+    let clean = stat_clean(&gitdir, &merged, &index, true);
+    let wrote = as_agent(&format!("echo more >> {}/README.md", merged.display()));
+    let direct = as_agent(&format!("echo more >> {}/README.md", tree.files.display()));
+    let _ = rustix::mount::unmount(&merged, rustix::mount::UnmountFlags::DETACH);
+    assert!(
+        clean,
+        "the tree's index is clean through the overlay, by stat"
+    );
+    assert!(wrote, "the agent writes through the overlay");
+    assert_eq!(
+        std::fs::read_to_string(upper.join("README.md")).unwrap(),
+        "hello\nmore\n"
+    );
+    assert!(!direct, "the tree itself is out of the agent's reach");
+    assert_eq!(
+        std::fs::read_to_string(tree.files.join("README.md")).unwrap(),
+        "hello\n"
+    );
+}

@@ -186,7 +186,9 @@ fn owned_trees(ws: &WorkspacePaths) -> Vec<PathBuf> {
     ]
 }
 
-fn hand_over(ws: &WorkspacePaths) -> Result<(), IoError> {
+/// Hands [`owned_trees`] to the agent's identity (public for `benches/workspace.rs`, which
+/// times it as a job pays it).
+pub fn hand_over(ws: &WorkspacePaths) -> Result<(), IoError> {
     for tree in owned_trees(ws) {
         chown_tree(&tree).at("handing to the agent's identity", &tree)?;
     }

@@ -43,6 +43,7 @@ mod cleanup;
 mod clone;
 pub mod job_git;
 mod paths;
+pub mod revision_tree;
 mod stubs;
 mod temp;
 
