@@ -44,14 +44,34 @@ fn finished_job(ctx: &Context, id: &str) -> Result<(PathBuf, JobResult, JobWork)
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(bad(format!("job {id} has not finished (no {})", file.display())))
+            return Err(bad(format!(
+                "job {id} has not finished (no {})",
+                file.display()
+            )))
         }
-        Err(e) => return Err(Failure::new(Exit::Failed, format!("reading {}: {e}", file.display()))),
+        Err(e) => {
+            return Err(Failure::new(
+                Exit::Failed,
+                format!("reading {}: {e}", file.display()),
+            ))
+        }
     };
-    let result: JobResult = serde_json::from_str(&text)
-        .map_err(|e| Failure::new(Exit::Failed, format!("{} is not a result: {e}", file.display())))?;
-    let incomplete = |what| failure(DeliverError::Incomplete { id: id.to_string(), what });
-    let repo = result.repo.clone().ok_or_else(|| incomplete("repository"))?;
+    let result: JobResult = serde_json::from_str(&text).map_err(|e| {
+        Failure::new(
+            Exit::Failed,
+            format!("{} is not a result: {e}", file.display()),
+        )
+    })?;
+    let incomplete = |what| {
+        failure(DeliverError::Incomplete {
+            id: id.to_string(),
+            what,
+        })
+    };
+    let repo = result
+        .repo
+        .clone()
+        .ok_or_else(|| incomplete("repository"))?;
     let trust = result.trust.ok_or_else(|| incomplete("trust"))?;
     let head = result
         .head
@@ -85,7 +105,10 @@ pub fn push(ctx: Context, id: String) -> Result<(), Failure> {
     let Some(config) = crate::config::push::for_repo(&ctx.config.push, &work.repo) else {
         return Err(Failure::new(
             Exit::BadInput,
-            format!("the config has no push settings for {} (push.<repo>)", work.repo),
+            format!(
+                "the config has no push settings for {} (push.<repo>)",
+                work.repo
+            ),
         ));
     };
     let record = super::block_on_interruptible(async {

@@ -80,7 +80,10 @@ impl PushConfig {
         if !self.branch.contains(JOB_PLACEHOLDER) {
             return Err(FieldError::new(
                 &format!("{field}.branch"),
-                format!("{:?} does not name the job ({JOB_PLACEHOLDER})", self.branch),
+                format!(
+                    "{:?} does not name the job ({JOB_PLACEHOLDER})",
+                    self.branch
+                ),
             ));
         }
         // A job id is letters, digits and `. _ -`: the longest and the dottiest stand for all.
@@ -118,10 +121,7 @@ pub fn check_all(push: &BTreeMap<String, PushConfig>) -> Result<(), FieldError> 
 
 /// The settings for a job's `repo`: those under its exact URL, else under its name (the last
 /// path component without `.git`).
-pub fn for_repo<'a>(
-    push: &'a BTreeMap<String, PushConfig>,
-    repo: &str,
-) -> Option<&'a PushConfig> {
+pub fn for_repo<'a>(push: &'a BTreeMap<String, PushConfig>, repo: &str) -> Option<&'a PushConfig> {
     if let Some(config) = push.get(repo) {
         return Some(config);
     }

@@ -18,7 +18,10 @@ fn the_branch_is_under_the_namespace() {
     assert_eq!(c.branch_ref("j1").unwrap(), "refs/heads/quest/j1");
     let c = config("bots/quest", "job-{job}/work");
     c.check("push.r").unwrap();
-    assert_eq!(c.branch_ref("j1").unwrap(), "refs/heads/bots/quest/job-j1/work");
+    assert_eq!(
+        c.branch_ref("j1").unwrap(),
+        "refs/heads/bots/quest/job-j1/work"
+    );
 }
 
 #[test]
@@ -43,11 +46,24 @@ fn templates_that_leave_the_namespace_are_refused() {
 #[test]
 fn a_repository_is_found_by_url_or_name() {
     let push = BTreeMap::from([
-        ("https://example.org/a/b.git".to_string(), config("one", "{job}")),
+        (
+            "https://example.org/a/b.git".to_string(),
+            config("one", "{job}"),
+        ),
         ("c".to_string(), config("two", "{job}")),
     ]);
-    assert_eq!(for_repo(&push, "https://example.org/a/b.git").unwrap().namespace, "one");
-    assert_eq!(for_repo(&push, "git@example.org:x/c.git").unwrap().namespace, "two");
+    assert_eq!(
+        for_repo(&push, "https://example.org/a/b.git")
+            .unwrap()
+            .namespace,
+        "one"
+    );
+    assert_eq!(
+        for_repo(&push, "git@example.org:x/c.git")
+            .unwrap()
+            .namespace,
+        "two"
+    );
     assert_eq!(for_repo(&push, "/srv/git/c").unwrap().namespace, "two");
     assert!(for_repo(&push, "https://example.org/a/d.git").is_none());
 }

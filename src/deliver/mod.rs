@@ -94,7 +94,9 @@ impl JobWork {
             why,
         };
         if !is_full_rev(&self.head) || !is_full_rev(&self.base) {
-            return Err(missing("its result's head or revision is not a commit id".into()));
+            return Err(missing(
+                "its result's head or revision is not a commit id".into(),
+            ));
         }
         if !self.bare.join("HEAD").is_file() {
             return Err(missing(format!("no clone at {}", self.bare.display())));
@@ -102,19 +104,30 @@ impl JobWork {
         let git = Git::new(&self.bare)?;
         let at = git
             .output_within(
-                &["rev-parse", "--verify", "--quiet", &format!("{}^{{commit}}", self.refname())],
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    &format!("{}^{{commit}}", self.refname()),
+                ],
                 DELIVER_GIT_LIMIT,
             )
             .await
             .map_err(|e| missing(e.to_string()))?;
         if at != self.head {
-            return Err(missing(format!("it is at {at}, the result's head is {}", self.head)));
+            return Err(missing(format!(
+                "it is at {at}, the result's head is {}",
+                self.head
+            )));
         }
         let on_base = git
             .succeeds(&["merge-base", "--is-ancestor", &self.base, &self.head])
             .await?;
         if !on_base {
-            return Err(missing(format!("{} is not on the job's revision", self.head)));
+            return Err(missing(format!(
+                "{} is not on the job's revision",
+                self.head
+            )));
         }
         Ok(git)
     }

@@ -79,8 +79,12 @@ async fn try_push(
                 .into(),
         );
     }
-    let transport = Transport::of(remote)
-        .ok_or_else(|| format!("{:?} is not a remote the runner pushes to", redacted(remote)))?;
+    let transport = Transport::of(remote).ok_or_else(|| {
+        format!(
+            "{:?} is not a remote the runner pushes to",
+            redacted(remote)
+        )
+    })?;
     if let Some(file) = &config.credential_file {
         // Opened for the check only: git's SSH or helper reads it again when it asks.
         std::fs::File::open(file)
@@ -115,7 +119,12 @@ async fn try_push(
         crate::process::run_captured_upto(cmd, "git", 64 << 10),
     )
     .await
-    .map_err(|_| format!("git push did not finish within {}s (stopped)", DELIVER_GIT_LIMIT.as_secs()))?
+    .map_err(|_| {
+        format!(
+            "git push did not finish within {}s (stopped)",
+            DELIVER_GIT_LIMIT.as_secs()
+        )
+    })?
     .map_err(|e| format!("could not run git push: {e}"))?;
     if out.status.success() {
         return Ok(());

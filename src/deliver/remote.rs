@@ -36,7 +36,7 @@ impl Transport {
         }
         // scp-like `[user@]host:path`: a colon before any slash.
         match (url.find(':'), url.find('/')) {
-            (Some(c), slash) if c > 0 && slash.is_none_or(|s| c < s) && !url.contains("::") => {
+            (Some(c), slash) if c > 0 && slash.map_or(true, |s| c < s) && !url.contains("::") => {
                 Some(Transport::Ssh)
             }
             _ => None,
@@ -91,7 +91,9 @@ pub fn access(transport: Transport, credential: Option<&Path>, username: &str) -
             });
             env.push((
                 "GIT_SSH_COMMAND".to_string(),
-                format!("ssh -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none {identity}"),
+                format!(
+                    "ssh -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none {identity}"
+                ),
             ));
             env.push(("GIT_SSH_VARIANT".to_string(), "ssh".to_string()));
         }

@@ -2,7 +2,10 @@ use super::*;
 
 #[test]
 fn transports_are_told_as_git_tells_them() {
-    assert_eq!(Transport::of("git@github.com:o/r.git"), Some(Transport::Ssh));
+    assert_eq!(
+        Transport::of("git@github.com:o/r.git"),
+        Some(Transport::Ssh)
+    );
     assert_eq!(Transport::of("ssh://git@h/o/r"), Some(Transport::Ssh));
     assert_eq!(Transport::of("https://h/o/r.git"), Some(Transport::Https));
     assert_eq!(Transport::of("git://127.0.0.1:9/r"), Some(Transport::Git));
