@@ -112,8 +112,8 @@ in
         };
       };
       description = ''
-        Where finished jobs' commits are pushed, by repository (its URL as jobs name it, or its
-        name): to `refs/heads/<namespace>/<branch>`, created and never forced over a branch the
+        Where finished jobs' commits are pushed, by repository (its URL exactly as jobs name
+        it): to `refs/heads/<namespace>/<branch>`, created and never forced over a branch the
         runner did not make. A repository not named here is never pushed.
       '';
     };

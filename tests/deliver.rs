@@ -138,6 +138,11 @@ fn forge_copy(repo: &Repo, base: &Path) -> PathBuf {
     bare
 }
 
+/// The key of `repo` in the config's `push`: the repository as its jobs name it.
+fn src_key(repo: &Repo) -> String {
+    repo.src().to_string_lossy().into_owned()
+}
+
 fn config_with_push(push: Value) -> Config {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
@@ -294,9 +299,9 @@ async fn a_jobs_commits_are_pushed_to_its_branch_and_fetched_by_a_fresh_clone() 
     let state = StateDir::at(state_dir.path());
     let mut result = finished_job(&state, &job("p1", &repo.src(), &rev, Trust::Trusted), 1).await;
     let head = result.head.clone().unwrap();
-    // Keyed by the repository's name; the remote is the forge's.
+    // Keyed by the repository as the job names it; the remote is the forge's.
     let config = config_with_push(serde_json::json!({
-        "src": {"remote": daemon.url("r.git"), "namespace": "quest", "branch": "job-{job}"}
+        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "branch": "job-{job}"}
     }));
     deliver(&state, config, &mut result).await;
     let push = result.push.clone().unwrap();
@@ -344,7 +349,7 @@ async fn a_branch_the_runner_did_not_make_is_not_overwritten() {
     let state = StateDir::at(state_dir.path());
     let mut result = finished_job(&state, &job("p2", &repo.src(), &rev, Trust::Trusted), 1).await;
     let config = config_with_push(serde_json::json!({
-        "src": {"remote": daemon.url("r.git"), "namespace": "quest"}
+        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest"}
     }));
     deliver(&state, config, &mut result).await;
     let push = result.push.clone().unwrap();
@@ -373,7 +378,7 @@ async fn untrusted_jobs_are_pushed_only_where_allowed() {
     let mut result = finished_job(&state, &untrusted, 1).await;
     let settings = |allow: bool| {
         config_with_push(serde_json::json!({
-            "src": {"remote": daemon.url("r.git"), "namespace": "quest", "untrusted": allow}
+            src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "untrusted": allow}
         }))
     };
     deliver(&state, settings(false), &mut result).await;
@@ -403,7 +408,7 @@ async fn a_remote_that_is_down_is_reported_and_push_retries_once_it_is_up() {
     let state = StateDir::at(state_dir.path());
     let mut result = finished_job(&state, &job("d1", &repo.src(), &rev, Trust::Trusted), 1).await;
     let head = result.head.clone().unwrap();
-    let push = serde_json::json!({ "src": {"remote": url, "namespace": "quest"} });
+    let push = serde_json::json!({ src_key(&repo): {"remote": url, "namespace": "quest"} });
     let started = Instant::now();
     deliver(&state, config_with_push(push.clone()), &mut result).await;
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -494,7 +499,8 @@ async fn the_push_credential_is_hidden_from_jobs() {
     let rev = repo.commit_exact(&[("a", "a\n")]);
     let state_dir = tempfile::tempdir().unwrap();
     let config = state_dir.path().join("config.json");
-    let push = serde_json::json!({ "src": {"namespace": "quest", "credential_file": token} });
+    let push =
+        serde_json::json!({ src_key(&repo): {"namespace": "quest", "credential_file": token} });
     std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
     let job_path = state_dir.path().join("job.json");
     let spec = serde_json::json!({
@@ -518,7 +524,10 @@ async fn the_push_credential_is_hidden_from_jobs() {
         .iter()
         .find(|h| h["file"] == token.to_str().unwrap())
         .unwrap_or_else(|| panic!("the credential is not private: {private:?}"));
-    assert_eq!(hidden["what"], "push.src.credential_file");
+    assert_eq!(
+        hidden["what"],
+        format!("push.{}.credential_file", src_key(&repo))
+    );
     let deny = shown["policy"]["deny_read"].to_string();
     assert!(
         deny.contains(&format!("\"{}\"", keys_dir.display())),
@@ -534,7 +543,7 @@ async fn the_push_credential_is_hidden_from_jobs() {
     let origin = forge_copy(&repo, forge.path());
     let mut result = finished_job(&state, &job("c1", &repo.src(), &rev, Trust::Trusted), 1).await;
     let config = config_with_push(serde_json::json!({
-        "src": {"remote": origin, "namespace": "quest", "credential_file": token}
+        src_key(&repo): {"remote": origin, "namespace": "quest", "credential_file": token}
     }));
     deliver(&state, config, &mut result).await;
     assert!(result.push.clone().unwrap().pushed, "{:?}", result.push);

@@ -48,8 +48,8 @@ pub struct Config {
     /// directory's own queue when absent, else a PostgreSQL database that runners on many
     /// hosts share. Read at start: SIGHUP does not change it.
     pub queue: Option<QueueConfig>,
-    /// Where finished jobs' commits are pushed, by repository (its URL as jobs name it, or
-    /// its name); a repository not named here is never pushed.
+    /// Where finished jobs' commits are pushed, by repository (its URL exactly as jobs name
+    /// it); a repository not named here is never pushed.
     pub push: BTreeMap<String, PushConfig>,
 }
 

@@ -119,14 +119,12 @@ pub fn check_all(push: &BTreeMap<String, PushConfig>) -> Result<(), FieldError> 
     Ok(())
 }
 
-/// The settings for a job's `repo`: those under its exact URL, else under its name (the last
-/// path component without `.git`).
+/// The settings for a job's `repo`: those under its exact URL (or path) as the job names it.
+/// Never by a looser match such as the repository's name: whoever submits a job chooses its
+/// URL, and a job of `https://elsewhere/app.git` must not be pushed with `app`'s credential
+/// (which would go to `elsewhere` when the remote is the job's origin).
 pub fn for_repo<'a>(push: &'a BTreeMap<String, PushConfig>, repo: &str) -> Option<&'a PushConfig> {
-    if let Some(config) = push.get(repo) {
-        return Some(config);
-    }
-    let name = repo.trim_end_matches('/').rsplit(['/', ':']).next()?;
-    push.get(name.strip_suffix(".git").unwrap_or(name))
+    push.get(repo)
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ fn templates_that_leave_the_namespace_are_refused() {
 }
 
 #[test]
-fn a_repository_is_found_by_url_or_name() {
+fn a_repository_is_found_by_its_exact_url_only() {
     let push = BTreeMap::from([
         (
             "https://example.org/a/b.git".to_string(),
@@ -58,12 +58,9 @@ fn a_repository_is_found_by_url_or_name() {
             .namespace,
         "one"
     );
-    assert_eq!(
-        for_repo(&push, "git@example.org:x/c.git")
-            .unwrap()
-            .namespace,
-        "two"
-    );
-    assert_eq!(for_repo(&push, "/srv/git/c").unwrap().namespace, "two");
+    // A job naming another host's repository of the same name gets no push (nor its
+    // credential).
+    assert!(for_repo(&push, "https://elsewhere.example/a/b.git").is_none());
+    assert!(for_repo(&push, "git@example.org:x/c.git").is_none());
     assert!(for_repo(&push, "https://example.org/a/d.git").is_none());
 }
