@@ -118,7 +118,8 @@ rec {
   # The runner's config as a Nix value: the settings, the accounts and the queue.
   finalSettings =
     cfg:
-    withoutNulls cfg.settings
+    # No `push` at all unless a repository is pushed, as the runner writes its own config.
+    withoutNulls (removeAttrs cfg.settings (lib.optional (cfg.settings.push == { }) "push"))
     // {
       accounts = lib.mapAttrs (_: accountJson) (accounts cfg);
     }

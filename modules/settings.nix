@@ -76,6 +76,48 @@ in
       so reach whatever the host reaches.
     '';
 
+    push = mkOption {
+      type = types.attrsOf (
+        types.submodule {
+          options = {
+            remote = optional t.text "Where to push. Null: the job's repository (its origin).";
+            namespace = mkOption {
+              type = t.text;
+              example = "quest";
+              description = "Every pushed branch is under `<namespace>/`; the runner refuses a template that would leave it.";
+            };
+            branch = mkOption {
+              type = t.text;
+              default = "{job}";
+              description = "The branch under the namespace; `{job}` is the job's id.";
+            };
+            credential_file = optional t.runtimePath ''
+              An SSH deploy key (ssh remotes) or an HTTPS token (http(s) remotes), read by the
+              runner's git at push time; a private file the jobs' sandbox hides with its directory.
+            '';
+            username = optional t.text "The user name sent with an HTTPS token (runner's default: x-access-token).";
+            untrusted = mkOption {
+              type = types.bool;
+              default = false;
+              description = "Push untrusted jobs' commits too.";
+            };
+          };
+        }
+      );
+      default = { };
+      example = {
+        "https://github.com/acme/app.git" = {
+          namespace = "quest";
+          credential_file = "/run/secrets/quest-push-token";
+        };
+      };
+      description = ''
+        Where finished jobs' commits are pushed, by repository (its URL exactly as jobs name
+        it): to `refs/heads/<namespace>/<branch>`, created and never forced over a branch the
+        runner did not make. A repository not named here is never pushed.
+      '';
+    };
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";

@@ -10,6 +10,7 @@ pub mod agentnet;
 pub mod binaries;
 pub mod cli;
 pub mod config;
+pub mod deliver;
 pub mod deploy;
 pub mod devshell;
 pub mod disk;

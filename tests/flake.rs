@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use quest_runner::config::{
     Account, ClaudeAccount, Config, LimitsConfig, MilliCpus, NetworkConfig, NixConfig,
-    OpencodeAccount, QueueConfig,
+    OpencodeAccount, PushConfig, QueueConfig,
 };
 use quest_runner::disk::{DiskLimits, Reserve};
 use quest_runner::sandbox::{private, Platform};
@@ -137,6 +137,17 @@ fn full_config() -> Config {
             password_file: Some("/run/keys/quest-runner-db".into()),
             lease: Some(Duration::from_secs(45)),
         }),
+        push: BTreeMap::from([(
+            "https://git.example.org/team/app.git".to_string(),
+            PushConfig {
+                remote: Some("git@git.example.org:team/app.git".into()),
+                namespace: "quest".into(),
+                branch: "job-{job}".into(),
+                credential_file: Some("/run/keys/quest-runner-deploy-key".into()),
+                username: Some("bot".into()),
+                untrusted: true,
+            },
+        )]),
     }
 }
 
@@ -152,6 +163,14 @@ const FULL_MODULE_CONFIG: &str = r#"{
       default_timeout = "45m";
       concurrency = 3;
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
+      push."https://git.example.org/team/app.git" = {
+        remote = "git@git.example.org:team/app.git";
+        namespace = "quest";
+        branch = "job-{job}";
+        credential_file = "/run/keys/quest-runner-deploy-key";
+        username = "bot";
+        untrusted = true;
+      };
     };
     queue.postgresql = {
       enable = true;
@@ -205,7 +224,7 @@ fn settings_have_an_option_for_every_config_field() {
     leaves(
         &serde_json::to_value(&full).unwrap(),
         "",
-        &["accounts", "nix.options"],
+        &["accounts", "nix.options", "push"],
         &mut fields,
     );
     fields.retain(|f| f != "accounts" && !f.starts_with("queue."));

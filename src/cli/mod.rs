@@ -14,6 +14,7 @@ use crate::devshell::DevShellError;
 use crate::exit::Exit;
 use crate::state::StateDir;
 
+mod deliver;
 mod deploy;
 mod doctor;
 mod env;
@@ -188,6 +189,10 @@ enum Command {
     Cancel(queue::IdArgs),
     /// Remove finished jobs' files older than a given age.
     Gc(queue::GcArgs),
+    /// Write a finished job's commits as a git bundle or as patches.
+    Export(deliver::ExportArgs),
+    /// Push a finished job's commits as its repository's `push` settings say (again).
+    Push(queue::IdArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -483,6 +488,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Logs(args) => logs::logs(ctx, args),
         Command::Cancel(args) => queue::cancel(ctx, args),
         Command::Gc(args) => queue::gc(ctx, args),
+        Command::Export(args) => deliver::export(ctx, args),
+        Command::Push(args) => deliver::push(ctx, args.id),
     }
 }
 

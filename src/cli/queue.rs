@@ -324,6 +324,13 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             value["id"] = args.id.clone().into();
             value["state"] = state.name().into();
             value["dir"] = queue.job_dir(&args.id).display().to_string().into();
+            // A `quest-runner push` after the job's end is in its result file only.
+            if let (Some(push), Some(result)) = (
+                super::deliver::local_push(&ctx, &args.id),
+                value.get_mut("result").filter(|r| r.is_object()),
+            ) {
+                result["push"] = push;
+            }
             value
         }
         Queue::Pg(db) => {

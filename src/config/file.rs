@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
-use super::{Account, Config, NetworkConfig, NixConfig};
+use super::{Account, Config, NetworkConfig, NixConfig, PushConfig};
 
 /// The config file's fields; [`Config`] documents what each means.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -26,6 +26,8 @@ pub struct ConfigFile {
     pub limits: LimitsFile,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueFile>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub push: BTreeMap<String, PushConfig>,
 }
 
 impl Default for ConfigFile {
@@ -71,6 +73,8 @@ pub fn with_example(field: &str, message: String) -> String {
         "options" => "\"options\": {\"substituters\": \"\"}",
         "model" => "\"model\": \"anthropic/claude-sonnet-4-5\"",
         "base_url" => "\"base_url\": \"https://api.anthropic.com\"",
+        "namespace" => "\"namespace\": \"quest\" (pushed branches are quest/...)",
+        "branch" => "\"branch\": \"{job}\" (the job's id, under the namespace)",
         _ if message.starts_with("unknown field") => return message,
         _ => return format!("{message} (see the README's example config)"),
     };
@@ -95,6 +99,7 @@ impl TryFrom<ConfigFile> for Config {
             .map(QueueFile::parse)
             .transpose()
             .map_err(|m| FieldError::new("queue", m))?;
+        super::push::check_all(&file.push)?;
         Ok(Config {
             nix: file.nix,
             accounts: file.accounts,
@@ -104,6 +109,7 @@ impl TryFrom<ConfigFile> for Config {
             concurrency_setting: file.concurrency,
             limits,
             queue,
+            push: file.push,
         })
     }
 }
@@ -120,6 +126,7 @@ impl From<Config> for ConfigFile {
             concurrency: config.concurrency_setting,
             limits: LimitsFile::from(&config.limits),
             queue: config.queue.map(QueueFile::from),
+            push: config.push,
         }
     }
 }

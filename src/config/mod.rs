@@ -15,11 +15,13 @@ mod accounts;
 mod file;
 mod limits;
 pub mod postgres;
+pub mod push;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
 pub use file::{ConfigFile, FieldError};
 pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
 pub use postgres::{QueueConfig, QueueFile};
+pub use push::PushConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(try_from = "ConfigFile", into = "ConfigFile")]
@@ -46,6 +48,9 @@ pub struct Config {
     /// directory's own queue when absent, else a PostgreSQL database that runners on many
     /// hosts share. Read at start: SIGHUP does not change it.
     pub queue: Option<QueueConfig>,
+    /// Where finished jobs' commits are pushed, by repository (its URL exactly as jobs name
+    /// it); a repository not named here is never pushed.
+    pub push: BTreeMap<String, PushConfig>,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -65,6 +70,7 @@ impl Default for Config {
             concurrency_setting: None,
             limits: LimitsConfig::default(),
             queue: None,
+            push: BTreeMap::new(),
         }
     }
 }
@@ -137,7 +143,8 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Every secret file: the accounts' and the queue database's password file, with the
+    /// Every secret file: the accounts', the queue database's password file and the push
+    /// credentials, with the
     /// config field naming each.
     pub fn secret_files(&self) -> Vec<(String, PathBuf)> {
         let mut files: Vec<(String, PathBuf)> = self
@@ -147,6 +154,11 @@ impl Config {
             .collect();
         if let Some(file) = self.queue.as_ref().and_then(|q| q.password_file.clone()) {
             files.push(("queue.password_file".to_string(), file));
+        }
+        for (repo, push) in &self.push {
+            if let Some(file) = &push.credential_file {
+                files.push((format!("push.{repo}.credential_file"), file.clone()));
+            }
         }
         files
     }

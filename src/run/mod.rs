@@ -122,9 +122,35 @@ impl Runner {
         job: &Job,
         cancel: impl std::future::Future<Output = Cancel>,
     ) -> JobResult {
-        let result = self.run_unsaved(job, cancel).await;
+        let mut result = self.run_unsaved(job, cancel).await;
+        self.deliver(&mut result).await;
         self.save_result(&result);
         result
+    }
+
+    /// Pushes the job's commits where its repository's `push` settings say, after the job
+    /// (its workspace gone, its commits in the shared clone), recording how it went in
+    /// `result`: bounded by the push's own git limit, and never failing the job.
+    pub async fn deliver(&self, result: &mut JobResult) {
+        if result.commits.is_empty() {
+            return;
+        }
+        let (Some(repo), Some(head), Some(trust)) = (&result.repo, &result.head, result.trust)
+        else {
+            return;
+        };
+        let Some(push) = crate::config::push::for_repo(&self.config.push, repo) else {
+            return;
+        };
+        let work = crate::deliver::JobWork::new(
+            &self.state,
+            &result.job_id,
+            repo,
+            &result.rev,
+            head,
+            trust,
+        );
+        result.push = Some(crate::deliver::push_job(&work, push, result.push.as_ref()).await);
     }
 
     /// [`Runner::run`] without writing the result: for a caller that adds to it first

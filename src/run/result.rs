@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::devshell;
 use crate::exit::Exit;
-use crate::job::{AgentKind, Job};
+use crate::job::{AgentKind, Job, Trust};
 
 /// How a job ended. Saved as its name alone (`"cancelled"`, not which signal): the signal is in
 /// the result's `message`, and the exit code (see [`Outcome::exit`]) tells the two apart.
@@ -86,6 +86,16 @@ pub struct JobResult {
     /// reading a failure needs to know.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<String>,
+    /// The repository and trust of the job, which `quest-runner push` and `export` find its
+    /// work by (absent in results saved before they were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<Trust>,
+    /// Where the job's commits were pushed, or why not (config `push`; absent when its
+    /// repository has no push settings or it made no commits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<crate::deliver::PushRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,6 +130,9 @@ impl JobResult {
             usage: None,
             cpu_throttled_ms: None,
             limits: None,
+            repo: Some(job.repo.clone()),
+            trust: Some(job.trust),
+            push: None,
         }
     }
 

@@ -44,7 +44,11 @@ fn a_run_result_has_the_keys_it_always_had() {
             "devshell",
             "agent_started_ms",
             "message",
-            "network"
+            "network",
+            // Added last, so readers of the older keys are unaffected: what `export` and
+            // `push` find the job's work by.
+            "repo",
+            "trust"
         ]
     );
 }

@@ -54,6 +54,10 @@ pub(super) async fn run_one<S: JobSource>(
         }
         Some(stopper) => settle_stopped(&mut result, stopper, claimed.attempt, &options),
     };
+    if matches!(settled, Settled::Finish) {
+        // Before the result is recorded, so the source has the push's outcome too.
+        runner.deliver(&mut result).await;
+    }
     runner.save_result(&result);
     let reported = match settled {
         Settled::Finish => source.finish(claimed, result).await,

@@ -1,0 +1,572 @@
+//! A job's work leaving the host, with real parts: the job's commits imported into the shared
+//! clone by the runner's own verifying fetch (its workspace, without an agent), a real
+//! `git daemon --enable=receive-pack` on 127.0.0.1 as the remote, fresh clones fetching what
+//! was pushed, bundles and patches read back by `git fetch` and `git am`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use quest_runner::config::Config;
+use quest_runner::job::{AgentKind, Job, Trust};
+use quest_runner::run::{JobResult, Outcome};
+use quest_runner::state::StateDir;
+use quest_runner::workspace::Workspace;
+use serde_json::Value;
+use support::*;
+
+fn job(id: &str, repo: &Path, rev: &str, trust: Trust) -> Job {
+    Job {
+        id: id.into(),
+        repo: repo.to_string_lossy().into_owned(),
+        rev: rev.into(),
+        git_ref: Some("main".into()),
+        trust,
+        agent: AgentKind::Claude,
+        account: "a".into(),
+        prompt: "p".into(),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+/// A job that made `commits` commits: its workspace prepared by the runner, the commits made
+/// in its checkout, brought into the shared clone by the runner (`refs/quest/jobs/<id>`), and
+/// its result saved where `run` and `serve` save it. The workspace is gone afterwards.
+async fn finished_job(state: &StateDir, job: &Job, commits: usize) -> JobResult {
+    let ws = Workspace::prepare(state, job).await.unwrap();
+    let checkout = ws.paths.checkout.clone();
+    for n in 0..commits {
+        std::fs::write(checkout.join(format!("f{n}")), format!("work {n}\n")).unwrap();
+        git(&checkout, &["add", "."]);
+        git(&checkout, &["commit", "-qm", &format!("agent commit {n}")]);
+    }
+    let (head, made) = ws.commits_since(&job.id, &job.rev).await.unwrap();
+    drop(ws);
+    let mut result = JobResult::new(job);
+    result.outcome = Outcome::Succeeded;
+    result.head = Some(head);
+    result.commits = made;
+    save(state, &result);
+    result
+}
+
+fn save(state: &StateDir, result: &JobResult) {
+    let file = quest_runner::workspace::job_root(state, &result.job_id).join("result.json");
+    std::fs::write(file, serde_json::to_vec_pretty(result).unwrap()).unwrap();
+}
+
+fn saved(state: &StateDir, id: &str) -> Value {
+    let file = quest_runner::workspace::job_root(state, id).join("result.json");
+    serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
+}
+
+/// A port nothing listens on (yet).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `git daemon` serving (and accepting pushes to) every repository under `base`.
+struct Daemon {
+    child: Child,
+    port: u16,
+}
+
+impl Daemon {
+    fn start(base: &Path, port: u16) -> Daemon {
+        // git-daemon itself, not `git daemon`, whose child would outlive a kill.
+        let exec_path = PathBuf::from(git(base, &["--exec-path"]));
+        let child = Command::new(exec_path.join("git-daemon"))
+            .args([
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+                "--informative-errors",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .arg(base)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "git daemon did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Daemon { child, port }
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The origin as a forge holds it: a bare copy of the repository, under `base`.
+fn forge_copy(repo: &Repo, base: &Path) -> PathBuf {
+    let bare = base.join("r.git");
+    git(
+        base,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &repo.src().to_string_lossy(),
+            "r.git",
+        ],
+    );
+    bare
+}
+
+/// The key of `repo` in the config's `push`: the repository as its jobs name it.
+fn src_key(repo: &Repo) -> String {
+    repo.src().to_string_lossy().into_owned()
+}
+
+fn config_with_push(push: Value) -> Config {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, serde_json::json!({ "push": push }).to_string()).unwrap();
+    Config::load(&path, true).unwrap()
+}
+
+/// What a runner with `config` does at a job's end: the same call `run` and `serve` make.
+async fn deliver(state: &StateDir, config: Config, result: &mut JobResult) {
+    quest_runner::run::Runner::new(state.clone(), config)
+        .deliver(result)
+        .await;
+    save(state, result);
+}
+
+fn runner_cmd(state: &Path, config: Option<&Path>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quest-runner"));
+    cmd.arg("--state-dir").arg(state);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_and_patches_carry_the_commits_to_a_fresh_clone() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let result = finished_job(&state, &job("e1", &repo.src(), &rev, Trust::Trusted), 2).await;
+    let head = result.head.clone().unwrap();
+    assert_eq!(result.commits.len(), 2);
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let bundle = out_dir.path().join("e1.bundle");
+    let out = runner_cmd(state_dir.path(), None)
+        .args(["export", "e1", "--bundle"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A laptop's clone of the origin: the bundle needs the job's revision, which it has.
+    let laptop = out_dir.path().join("laptop");
+    git(
+        out_dir.path(),
+        &["clone", "-q", &repo.src().to_string_lossy(), "laptop"],
+    );
+    let verified = Command::new("git")
+        .current_dir(&laptop)
+        .args(["bundle", "verify"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let bundle_arg = bundle.to_string_lossy().into_owned();
+    git(
+        &laptop,
+        &[
+            "fetch",
+            "-q",
+            &bundle_arg,
+            "refs/quest/jobs/e1:refs/heads/agent",
+        ],
+    );
+    assert_eq!(git(&laptop, &["rev-parse", "agent"]), head);
+    assert_eq!(
+        git(&laptop, &["rev-list", "--count", &format!("{rev}..agent")]),
+        "2"
+    );
+
+    // The same file again is refused, and left as it was.
+    let before = std::fs::read(&bundle).unwrap();
+    let out = runner_cmd(state_dir.path(), None)
+        .args(["export", "e1", "--bundle"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("exists already"), "{stderr}");
+    assert_eq!(std::fs::read(&bundle).unwrap(), before);
+
+    // Patches, applied with `git am` on the revision, give the job's tree.
+    let patches = out_dir.path().join("patches");
+    let out = runner_cmd(state_dir.path(), None)
+        .args(["export", "e1", "--patch"])
+        .arg(&patches)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    git(&laptop, &["checkout", "-q", "-b", "applied", &rev]);
+    let mut am = vec!["am".to_string(), "-q".to_string()];
+    am.extend(listed);
+    let am: Vec<&str> = am.iter().map(String::as_str).collect();
+    git(&laptop, &am);
+    assert_eq!(
+        git(&laptop, &["rev-parse", "applied^{tree}"]),
+        git(&laptop, &["rev-parse", &format!("{head}^{{tree}}")])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_names_what_is_wrong() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    finished_job(&state, &job("none", &repo.src(), &rev, Trust::Trusted), 0).await;
+    let out_dir = tempfile::tempdir().unwrap();
+    for (id, needle) in [
+        ("none", "made no commits"),
+        ("nosuchjob", "unknown job nosuchjob"),
+        ("../x", "not a job id"),
+    ] {
+        let out = runner_cmd(state_dir.path(), None)
+            .args(["export", id, "--bundle"])
+            .arg(out_dir.path().join("b"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{id}: {stderr}");
+        assert!(stderr.contains(needle), "{id}: {needle:?} in {stderr}");
+        assert!(!out_dir.path().join("b").exists());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_commits_are_pushed_to_its_branch_and_fetched_by_a_fresh_clone() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let forge = tempfile::tempdir().unwrap();
+    let origin = forge_copy(&repo, forge.path());
+    let daemon = Daemon::start(forge.path(), free_port());
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let mut result = finished_job(&state, &job("p1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let head = result.head.clone().unwrap();
+    // Keyed by the repository as the job names it; the remote is the forge's.
+    let config = config_with_push(serde_json::json!({
+        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "branch": "job-{job}"}
+    }));
+    deliver(&state, config, &mut result).await;
+    let push = result.push.clone().unwrap();
+    assert!(push.pushed, "{push:?}");
+    assert_eq!(push.branch, "refs/heads/quest/job-p1");
+    assert_eq!(push.remote, daemon.url("r.git"));
+    assert_eq!(push.commit, head);
+
+    // Elsewhere: a fresh clone of the remote has the job's commit on its branch, and nothing
+    // else was pushed (no tag, no other branch).
+    let elsewhere = tempfile::tempdir().unwrap();
+    git(
+        elsewhere.path(),
+        &["clone", "-q", &daemon.url("r.git"), "c"],
+    );
+    let clone = elsewhere.path().join("c");
+    assert_eq!(git(&clone, &["rev-parse", "origin/quest/job-p1"]), head);
+    assert_eq!(git(&clone, &["show", "origin/quest/job-p1:f0"]), "work 0");
+    let refs = git(&origin, &["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(refs, "refs/heads/main\nrefs/heads/quest/job-p1", "{refs}");
+
+    // `show` has the outcome.
+    let out = runner_cmd(state_dir.path(), None)
+        .args(["show", "p1"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        shown["result"]["push"]["branch"], "refs/heads/quest/job-p1",
+        "{shown:#}"
+    );
+    assert_eq!(shown["result"]["push"]["pushed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_the_runner_did_not_make_is_not_overwritten() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let forge = tempfile::tempdir().unwrap();
+    let origin = forge_copy(&repo, forge.path());
+    // Someone's branch, under the namespace, where the job's would go.
+    git(&origin, &["update-ref", "refs/heads/quest/p2", &rev]);
+    let daemon = Daemon::start(forge.path(), free_port());
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let mut result = finished_job(&state, &job("p2", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let config = config_with_push(serde_json::json!({
+        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest"}
+    }));
+    deliver(&state, config, &mut result).await;
+    let push = result.push.clone().unwrap();
+    assert!(!push.pushed, "{push:?}");
+    let error = push.error.unwrap();
+    assert!(error.contains("not overwritten"), "{error}");
+    assert_eq!(git(&origin, &["rev-parse", "refs/heads/quest/p2"]), rev);
+    // The commits are still where export and a retry find them.
+    let bare = quest_runner::workspace::bare_clone_path(&state, &repo.src().to_string_lossy());
+    assert_eq!(
+        git(&bare, &["rev-parse", "refs/quest/jobs/p2"]),
+        result.head.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_jobs_are_pushed_only_where_allowed() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let forge = tempfile::tempdir().unwrap();
+    let origin = forge_copy(&repo, forge.path());
+    let daemon = Daemon::start(forge.path(), free_port());
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let untrusted = job("u1", &repo.src(), &rev, Trust::Untrusted);
+    let mut result = finished_job(&state, &untrusted, 1).await;
+    let settings = |allow: bool| {
+        config_with_push(serde_json::json!({
+            src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "untrusted": allow}
+        }))
+    };
+    deliver(&state, settings(false), &mut result).await;
+    let push = result.push.clone().unwrap();
+    assert!(
+        !push.pushed && push.error.as_deref().unwrap().contains("untrusted"),
+        "{push:?}"
+    );
+    assert!(git(&origin, &["for-each-ref", "refs/heads/quest"]).is_empty());
+    deliver(&state, settings(true), &mut result).await;
+    assert!(result.push.clone().unwrap().pushed, "{:?}", result.push);
+    assert_eq!(
+        git(&origin, &["rev-parse", "refs/heads/quest/u1"]),
+        result.head.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_that_is_down_is_reported_and_push_retries_once_it_is_up() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let forge = tempfile::tempdir().unwrap();
+    let origin = forge_copy(&repo, forge.path());
+    let port = free_port();
+    let url = format!("git://127.0.0.1:{port}/r.git");
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let mut result = finished_job(&state, &job("d1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let head = result.head.clone().unwrap();
+    let push = serde_json::json!({ src_key(&repo): {"remote": url, "namespace": "quest"} });
+    let started = Instant::now();
+    deliver(&state, config_with_push(push.clone()), &mut result).await;
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let record = saved(&state, "d1")["push"].clone();
+    assert_eq!(record["pushed"], false, "{record:#}");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("git push to git://127.0.0.1"), "{error}");
+
+    // `quest-runner push` once the remote is up.
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("config.json");
+    std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
+    let _daemon = Daemon::start(forge.path(), port);
+    let out = runner_cmd(state_dir.path(), Some(&config))
+        .args(["push", "d1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record = saved(&state, "d1")["push"].clone();
+    assert_eq!(record["pushed"], true, "{record:#}");
+    assert!(record.get("error").is_none(), "{record:#}");
+    assert_eq!(git(&origin, &["rev-parse", "refs/heads/quest/d1"]), head);
+    // Again: the branch it made is at its commit, so nothing changes and it succeeds.
+    let out = runner_cmd(state_dir.path(), Some(&config))
+        .args(["push", "d1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A branch template that could leave its namespace stops the config from loading, naming the
+/// field: no command runs with it.
+#[test]
+fn a_template_outside_the_namespace_is_refused_at_load() {
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.json");
+    for (push, field) in [
+        (
+            serde_json::json!({"r": {"namespace": "quest", "branch": "../../tags/{job}"}}),
+            "push.r.branch",
+        ),
+        (
+            serde_json::json!({"r": {"namespace": "quest", "branch": "main"}}),
+            "push.r.branch",
+        ),
+        (
+            serde_json::json!({"r": {"namespace": "../heads", "branch": "{job}"}}),
+            "push.r.namespace",
+        ),
+        (
+            serde_json::json!({"r": {"namespace": "q", "credential_file": "key"}}),
+            "push.r.credential_file",
+        ),
+    ] {
+        std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
+        let out = runner_cmd(state.path(), Some(&config))
+            .args(["push", "j"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("{field}:")), "{field} in {stderr}");
+    }
+}
+
+/// The push credential is a private file: a job's policy hides its directory from every
+/// command, as it does an account's key, and the runner's push reads it without putting it
+/// in the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_push_credential_is_hidden_from_jobs() {
+    let keys = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let keys_dir = std::fs::canonicalize(keys.path())
+        .unwrap()
+        .join("push-keys");
+    std::fs::create_dir(&keys_dir).unwrap();
+    let token = keys_dir.join("token");
+    let secret = format!("qr-push-token-{}", unique_token());
+    std::fs::write(&token, &secret).unwrap();
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let config = state_dir.path().join("config.json");
+    let push =
+        serde_json::json!({ src_key(&repo): {"namespace": "quest", "credential_file": token} });
+    std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
+    let job_path = state_dir.path().join("job.json");
+    let spec = serde_json::json!({
+        "id": "c1", "repo": repo.src(), "rev": rev, "ref": "main", "trust": "trusted",
+        "agent": "claude", "account": "main", "prompt": "p",
+    });
+    std::fs::write(&job_path, spec.to_string()).unwrap();
+    let out = runner_cmd(state_dir.path(), None)
+        .args(["policy", "--job"])
+        .arg(&job_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let private = shown["policy"]["private"].as_array().unwrap();
+    let hidden = private
+        .iter()
+        .find(|h| h["file"] == token.to_str().unwrap())
+        .unwrap_or_else(|| panic!("the credential is not private: {private:?}"));
+    assert_eq!(
+        hidden["what"],
+        format!("push.{}.credential_file", src_key(&repo))
+    );
+    let deny = shown["policy"]["deny_read"].to_string();
+    assert!(
+        deny.contains(&format!("\"{}\"", keys_dir.display())),
+        "{deny}"
+    );
+    // What the job is handed (its settings, its environment) never holds the token itself.
+    let all = String::from_utf8_lossy(&out.stdout);
+    assert!(!all.contains(&secret), "the token is in the job's policy");
+
+    // A push with it (to a local remote that takes no token): the token is in no record.
+    let state = StateDir::at(state_dir.path());
+    let forge = tempfile::tempdir().unwrap();
+    let origin = forge_copy(&repo, forge.path());
+    let mut result = finished_job(&state, &job("c1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let config = config_with_push(serde_json::json!({
+        src_key(&repo): {"remote": origin, "namespace": "quest", "credential_file": token}
+    }));
+    deliver(&state, config, &mut result).await;
+    assert!(result.push.clone().unwrap().pushed, "{:?}", result.push);
+    let job_files = quest_runner::workspace::job_root(&state, "c1");
+    assert_eq!(grep_tree(&job_files, &secret), Vec::<PathBuf>::new());
+}
+
+/// Every file under `dir` whose content holds `needle`.
+fn grep_tree(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file()
+                && String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains(needle)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
