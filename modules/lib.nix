@@ -1,6 +1,6 @@
 # What the NixOS module (modules/nixos.nix) and the home-manager module
 # (modules/home-manager.nix) compute alike from their options (modules/options.nix): the
-# runner's JSON configuration (the `Config` struct of src/config.rs), the unit's shipped
+# runner's JSON configuration (the `Config` struct of src/config/mod.rs), the unit's shipped
 # settings as definitions, and the account files checked against the sandbox policy
 # (modules/common.nix).
 #
@@ -23,7 +23,7 @@ let
     // a.${agent};
   accounts = cfg: lib.mapAttrs (_: flat) cfg.accounts;
 
-  # The runner's field names (src/config.rs), unset fields left out: its accounts refuse
+  # The runner's field names (src/config/), unset fields left out: its accounts refuse
   # unknown fields, and an explicit null would be one for the other agent.
   accountJson =
     a:
@@ -97,7 +97,7 @@ rec {
     ripgrep
   ];
 
-  # The config's `queue` (src/config.rs QueueConfig), or null for the state directory's own
+  # The config's `queue` (src/config/postgres.rs QueueConfig), or null for the state directory's own
   # queue. With createLocally (NixOS), the local server's socket, as the service's user, in
   # the database named after it.
   queueJson =
@@ -150,7 +150,7 @@ rec {
           "services.quest-runner.queue.postgresql: url and createLocally exclude each other: createLocally makes and uses a database on this host.";
     }
     ++ map (name: {
-      # src/config.rs: a name starting with `-` would be read by nix as a flag.
+      # src/config/: a name starting with `-` would be read by nix as a flag.
       assertion = builtins.match "[A-Za-z0-9_][A-Za-z0-9_-]*" name != null;
       message = "services.quest-runner.settings.nix.options: \"${name}\" is not a Nix setting name (letters, digits, `-` and `_`, not starting with `-`).";
     }) (lib.attrNames cfg.settings.nix.options);
@@ -248,7 +248,7 @@ rec {
     lib.findFirst (n: dir == n.path || within dir n.path || (n.tree && within n.path dir)) null needed;
 
   # Every account file, every absolute file an opencode account's config reads with
-  # `{file:PATH}`, and the queue's password file, as src/config.rs `secret_files` lists them:
+  # `{file:PATH}`, and the queue's password file, as src/config/mod.rs `secret_files` lists them:
   # { at, path }.
   secretFiles =
     cfg:

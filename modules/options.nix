@@ -37,7 +37,7 @@ let
     '';
   };
 
-  # The fields of ClaudeAccount and OpencodeAccount (src/config.rs), and no others.
+  # The fields of ClaudeAccount and OpencodeAccount (src/config/accounts.rs), and no others.
   claude = types.submodule {
     options = {
       inherit model budget;
@@ -140,7 +140,7 @@ in
         limits.memory = "4G";
       };
       description = ''
-        The runner's configuration (src/config.rs), written as JSON to the file
+        The runner's configuration (src/config/accounts.rs), written as JSON to the file
         QUEST_RUNNER_CONFIG names. Every key the runner reads is an option of its own; an
         unknown key is an error. A change reloads the service (SIGHUP), except one of
         `limits`, which are read at start: that restarts it. The file lands in the Nix store:

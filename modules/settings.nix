@@ -1,11 +1,11 @@
-# The runner's configuration file — the `Config` struct of src/config.rs — as typed options:
+# The runner's configuration file — the `Config` struct of src/config/mod.rs — as typed options:
 # one option per field the runner reads, and no others. A misspelt key or a value of the wrong
 # kind fails evaluation, naming the option, instead of passing and crash-looping the service
 # at its next start ("unknown field"). Freeform only where the runner itself takes arbitrary
 # keys: nix.options. Accounts are not here but in the modules' `accounts` option (typed per
 # agent, paths only).
 #
-# Adding a field to src/config.rs? Add its option here, in the same place of the tree with the
+# Adding a field to src/config/? Add its option here, in the same place of the tree with the
 # same (snake_case) name: tests/deploy.rs compares the two and names what one has and the
 # other lacks, and checks the JSON written from a full set of options loads in the runner.
 { lib }:

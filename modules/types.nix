@@ -53,7 +53,7 @@ rec {
     description = "host name (no scheme, path or spaces)";
   };
 
-  # humantime's durations (src/config.rs parses default_timeout with it): `30m`, `1h 30m`.
+  # humantime's durations (src/config/ parses default_timeout with it): `30m`, `1h 30m`.
   duration =
     let
       unit = "(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)";

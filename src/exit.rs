@@ -1,7 +1,7 @@
 //! The exit codes of the `quest-runner` command, named once.
 //!
 //! Scripts and service managers branch on these numbers, so they never change meaning; the
-//! README's exit-code table lists the same ones.
+//! exit-code list of docs/jobs.md names the same ones.
 //!
 //! | code | variant                 | meaning                                                      |
 //! |------|-------------------------|--------------------------------------------------------------|

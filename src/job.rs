@@ -98,7 +98,7 @@ pub enum JobError {
     },
 }
 
-/// What a job field accepts, as the README's job table says.
+/// What a job field accepts, as docs/jobs.md's job table says.
 fn example(name: &str) -> &'static str {
     match name {
         "trust" => "; e.g. \"trust\": \"trusted\" or \"untrusted\"",

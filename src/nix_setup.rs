@@ -1,7 +1,7 @@
 //! The Nix setup the runner finds, and what is wrong with it: `doctor` reports it and
 //! `selftest` refuses to start on a failure, instead of failing at its first devShell.
 //!
-//! The setups the runner supports (README, "Supported Nix setups"):
+//! The setups the runner supports (docs/nix.md, "Supported Nix setups"):
 //! - (a) the runner as root with single-user Nix (a local store): Nix builds as the users of
 //!   `build-users-group`, in its sandbox. What `scripts/setup` makes on Debian and Ubuntu.
 //! - (b) the runner as any user through `nix-daemon` (NixOS, the official multi-user

@@ -84,7 +84,7 @@ fn module_cases_hold() {
 }
 
 /// A `Config` with every field set, written out without `..Default::default()`: a field added
-/// to src/config.rs does not compile here until it is given a value — and then this test
+/// to src/config/ does not compile here until it is given a value — and then this test
 /// names it until modules/settings.nix has its option.
 fn full_config() -> Config {
     let mut accounts = BTreeMap::new();
@@ -251,7 +251,7 @@ fn settings_have_an_option_for_every_config_field() {
     let unknown: Vec<&String> = options.iter().filter(|o| !fields.contains(o)).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "src/config.rs and modules/settings.nix disagree:\n  fields without an option: {missing:?}\n  options the runner does not read: {unknown:?}"
+        "src/config/ and modules/settings.nix disagree:\n  fields without an option: {missing:?}\n  options the runner does not read: {unknown:?}"
     );
     eprintln!("settings options = Config fields: {options:?}");
 

@@ -101,7 +101,7 @@ impl Serve {
         self.child.as_ref().unwrap().id()
     }
 
-    /// SIGTERM, and the exit, which must come within 10 s (the README's promise).
+    /// SIGTERM, and the exit, which must come within 10 s (docs/service.md's promise).
     fn stop(&mut self) -> Duration {
         let mut child = self.child.take().unwrap();
         let started = Instant::now();

@@ -1,4 +1,4 @@
-//! A state directory used by two users: the service user's (setup (b) of the README), with a
+//! A state directory used by two users: the service user's (setup (b) of docs/nix.md), with a
 //! leftover of root in it, or root working in the service user's. Each must end with an error
 //! naming the owner and the fix, before anything is written. Needs root (to own files as
 //! another user and to run the runner as one).

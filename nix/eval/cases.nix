@@ -214,7 +214,7 @@ in
   };
 
   # Another agent's field is no option of this one's (types.attrTag: each agent its own
-  # fields, as ClaudeAccount and OpencodeAccount in src/config.rs).
+  # fields, as ClaudeAccount and OpencodeAccount in src/config/accounts.rs).
   nixos-account-field = {
     module = "nixos";
     config = withAccount "claude" {

@@ -216,7 +216,7 @@ struct SelftestArgs {
 /// A job, from a file and/or flags (flags override the file's fields).
 #[derive(Debug, clap::Args)]
 struct JobArgs {
-    /// A job file (JSON; see the README for its fields).
+    /// A job file (JSON; see docs/jobs.md for its fields).
     #[arg(long, value_name = "FILE")]
     job: Option<PathBuf>,
     #[arg(long)]

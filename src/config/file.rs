@@ -53,7 +53,7 @@ impl FieldError {
     }
 }
 
-/// `message` and what `field` accepts, as the README's example config writes it.
+/// `message` and what `field` accepts, as docs/jobs.md's example config writes it.
 pub fn with_example(field: &str, message: String) -> String {
     let last = field.rsplit('.').next().unwrap_or(field);
     let example = match last {
@@ -76,7 +76,7 @@ pub fn with_example(field: &str, message: String) -> String {
         "namespace" => "\"namespace\": \"quest\" (pushed branches are quest/...)",
         "branch" => "\"branch\": \"{job}\" (the job's id, under the namespace)",
         _ if message.starts_with("unknown field") => return message,
-        _ => return format!("{message} (see the README's example config)"),
+        _ => return format!("{message} (see the example config in docs/jobs.md)"),
     };
     format!("{message}; e.g. {example}")
 }

@@ -179,7 +179,7 @@ fn without_network_hint(p: &Prepared, message: String) -> String {
             "{message} (the devShell's nix has no network in the job's boundary: put the \
              revision's inputs in the store first, or set \"nix\": {{\"network\": \"host\"}} in the \
              config to let trusted revisions fetch over the host's network, with what that \
-             risks; see the README's \"Supported Nix setups\")"
+             risks; see docs/nix.md, \"Supported Nix setups\")"
         )
     } else {
         message

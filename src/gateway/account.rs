@@ -6,7 +6,7 @@
 //! `options.apiKey` (a `{file:...}` reference). Not served, and so run as before with the
 //! account's file linked into the agent's private dirs: opencode's OAuth entries (`type:
 //! "oauth"`), which opencode's provider plugins refresh and turn into requests of their own
-//! (see the README).
+//! (see docs/jobs.md).
 
 use std::path::PathBuf;
 

@@ -25,7 +25,7 @@ pub enum ConfineError {
     #[error(
         "the agent holds its account's login itself ({0}, e.g. opencode's OAuth entries), which a \
          runner that is root cannot hand to the agent's unprivileged identity (uid {AGENT_ID}): \
-         run quest-runner as its service user (the README's setup (b)), or give the account an \
+         run quest-runner as its service user (setup (b) of docs/nix.md), or give the account an \
          API key, which the runner's gateway holds for it"
     )]
     HeldLogin(PathBuf),

@@ -8,5 +8,7 @@ pub mod policy;
 pub mod private;
 pub mod programs;
 
+/// The CA variables a trusted job gets, which docs/security.md lists (tests/docs.rs).
+pub use network::TRUST_VARS;
 pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy};
 pub use private::{HiddenFile, PrivateKind};

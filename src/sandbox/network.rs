@@ -64,7 +64,7 @@ pub struct TrustVar {
 
 /// Every variable the job's commands get pointing at the job's CA: one per client, each the
 /// one that beats the client's own file configuration (environment variables take precedence
-/// over every config file of these clients). The README's table is this one.
+/// over every config file of these clients). docs/security.md's table is this one.
 ///
 /// Not `YARN_CAFILE`: yarn 2+ refuses to run with it set ("legacy configuration settings
 /// found: cafile"), and yarn classic takes npm's `npm_config_cafile`.

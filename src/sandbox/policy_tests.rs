@@ -334,15 +334,6 @@ fn java_options_quote_a_path_with_spaces() {
     );
 }
 
-/// The README documents the table the policy applies, variable for variable.
-#[test]
-fn the_readme_lists_every_trust_variable() {
-    let readme = include_str!("../../README.md");
-    for var in TRUST_VARS {
-        assert!(readme.contains(&format!("`{}`", var.name)), "{}", var.name);
-    }
-}
-
 /// The prelude, run by bash as each command's first lines, points the package managers' proxy
 /// settings at the sandbox's proxy and gives the JVM its proxy properties; an untrusted job
 /// (no proxy) gets none.

@@ -5,7 +5,7 @@
 //! gateway none of them may hold it: the agent gets a job token instead.
 //!
 //! Not searched: the rest of the host's files, which the agent process — outside the sandbox,
-//! with the runner's uid — can open like the runner can (the README's Security model says
+//! with the runner's uid — can open like the runner can (docs/security.md says
 //! so), and the checkout, whose content and links are the attacker's (the sandbox attempts
 //! cover reading through them).
 

@@ -190,7 +190,7 @@ impl ModelServer {
     }
 
     /// [`Self::start_isolated`] when this process may make a network namespace (root), else
-    /// [`Self::start`]: an unprivileged runner's selftest and tests (the README's setup with
+    /// [`Self::start`]: an unprivileged runner's selftest and tests (docs/nix.md's setup with
     /// nix-daemon) get the caller's loopback, and [`Self::confined_processes`] sees nothing.
     pub fn start_isolated_if_root(script: Vec<Step>) -> io::Result<ModelServer> {
         if rustix::process::geteuid().is_root() {
