@@ -570,3 +570,26 @@ fn grep_tree(dir: &Path, needle: &str) -> Vec<PathBuf> {
     }
     found
 }
+
+/// A token is never sent over plain http: the push is refused before git runs, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_is_never_sent_over_plain_http() {
+    let repo = Repo::new();
+    let rev = repo.commit_exact(&[("a", "a\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, "tok-PLAIN-HTTP\n").unwrap();
+    let mut result = finished_job(&state, &job("h1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let settings = config_with_push(serde_json::json!({
+        src_key(&repo): {"remote": format!("http://127.0.0.1:{}/r.git", free_port()),
+                         "namespace": "quest", "credential_file": token}
+    }));
+    deliver(&state, settings, &mut result).await;
+    let push = result.push.clone().unwrap();
+    assert!(
+        !push.pushed && push.error.as_deref().unwrap().contains("plain http"),
+        "{push:?}"
+    );
+}

@@ -85,6 +85,12 @@ async fn try_push(
             redacted(remote)
         )
     })?;
+    if transport == Transport::Http && config.credential_file.is_some() {
+        return Err(format!(
+            "{} is plain http: the push credential is sent over https or ssh only",
+            redacted(remote)
+        ));
+    }
     if let Some(file) = &config.credential_file {
         // Opened for the check only: git's SSH or helper reads it again when it asks.
         std::fs::File::open(file)
