@@ -124,11 +124,7 @@ in
         e.g. "127.0.0.1:9477". Null (the default): no listener. The module opens no firewall
         port for it.
       '';
-      public = mkOption {
-        type = types.bool;
-        default = false;
-        description = "Allow a non-loopback `metrics.listen` (refused otherwise).";
-      };
+      public = optional types.bool "Allow a non-loopback `metrics.listen` (the runner refuses one otherwise).";
     };
 
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).

@@ -355,3 +355,39 @@ fn a_public_metrics_address_is_refused_at_load_naming_the_field() {
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("metrics.listen"), "{stderr}");
 }
+
+#[test]
+fn serve_without_a_usable_nix_is_alive_but_not_ready_and_says_why() {
+    let mut runner = Runner::new();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    std::fs::write(
+        runner.state().join("config.json"),
+        serde_json::json!({
+            "nix": {"options": {"substituters": ""}},
+            "metrics": {"listen": addr.to_string()},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    // The control first: with the host's nix the same runner is ready.
+    let serve = Serve::start(&runner, logs.path());
+    assert_eq!(wait_answer(addr, "/healthz", &serve).0, 200);
+    assert_eq!(wait_ready(addr, &serve).0, 200, "{}", serve.log());
+    drop(serve);
+
+    runner.nix = Some(PathBuf::from("/nonexistent/nix"));
+    let serve = Serve::start(&runner, logs.path());
+    assert_eq!(wait_answer(addr, "/healthz", &serve), (200, "ok\n".into()));
+    let (status, why) = wait_ready(addr, &serve);
+    assert_eq!(status, 503, "{why}\n{}", serve.log());
+    assert!(why.starts_with("devshell: "), "{why}");
+    assert!(why.contains("QUEST_RUNNER_NIX"), "{why}");
+}
+
+/// `/readyz` once the serve loop has made its first checks (it looks every second).
+fn wait_ready(addr: SocketAddr, serve: &Serve) -> (u16, String) {
+    wait_answer(addr, "/readyz", serve);
+    std::thread::sleep(Duration::from_millis(1500));
+    get(addr, "/readyz").unwrap()
+}

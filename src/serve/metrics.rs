@@ -88,7 +88,8 @@ impl Metrics {
             tokens: Family::default(),
             network: Family::default(),
             rss: Gauge::default(),
-            not_ready: Mutex::new(Vec::new()),
+            // Until the serve loop has recovered the past and made its checks.
+            not_ready: Mutex::new(vec![("serve", "starting".to_string())]),
         };
         m.register()
     }

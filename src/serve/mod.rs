@@ -218,6 +218,7 @@ impl<S: JobSource> Serving<S> {
             disk = %runner.disk.summary(),
             "serving"
         );
+        self.set_check("serve", Ok(()));
         notify::notify(&format!(
             "READY=1\nSTATUS=serving, concurrency {}",
             runner.config.concurrency()
