@@ -118,8 +118,14 @@ rec {
   # The runner's config as a Nix value: the settings, the accounts and the queue.
   finalSettings =
     cfg:
-    # No `push` at all unless a repository is pushed, as the runner writes its own config.
-    withoutNulls (removeAttrs cfg.settings (lib.optional (cfg.settings.push == { }) "push"))
+    # No `push` at all unless a repository is pushed, nor `metrics` unless it is set, as the
+    # runner writes its own config.
+    withoutNulls (
+      removeAttrs cfg.settings (
+        lib.optional (cfg.settings.push == { }) "push"
+        ++ lib.optional (withoutNulls cfg.settings.metrics == { }) "metrics"
+      )
+    )
     // {
       accounts = lib.mapAttrs (_: accountJson) (accounts cfg);
     }

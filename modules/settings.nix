@@ -118,6 +118,15 @@ in
       '';
     };
 
+    metrics = {
+      listen = optional t.text ''
+        Where `serve` answers `/metrics` (Prometheus' text format), `/healthz` and `/readyz`,
+        e.g. "127.0.0.1:9477". Null (the default): no listener. The module opens no firewall
+        port for it.
+      '';
+      public = optional types.bool "Allow a non-loopback `metrics.listen` (the runner refuses one otherwise).";
+    };
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";

@@ -20,8 +20,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use quest_runner::config::{
-    Account, ClaudeAccount, Config, LimitsConfig, MilliCpus, NetworkConfig, NixConfig,
-    OpencodeAccount, PushConfig, QueueConfig,
+    Account, ClaudeAccount, Config, LimitsConfig, MetricsConfig, MilliCpus, NetworkConfig,
+    NixConfig, OpencodeAccount, PushConfig, QueueConfig,
 };
 use quest_runner::disk::{DiskLimits, Reserve};
 use quest_runner::sandbox::{private, Platform};
@@ -148,6 +148,10 @@ fn full_config() -> Config {
                 untrusted: true,
             },
         )]),
+        metrics: MetricsConfig {
+            listen: Some("127.0.0.1:9477".parse().unwrap()),
+            public: false,
+        },
     }
 }
 
@@ -162,6 +166,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
       allow_untrusted = true;
       default_timeout = "45m";
       concurrency = 3;
+      metrics.listen = "127.0.0.1:9477";
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
       push."https://git.example.org/team/app.git" = {
         remote = "git@git.example.org:team/app.git";

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
-use super::{Account, Config, NetworkConfig, NixConfig, PushConfig};
+use super::{Account, Config, MetricsConfig, NetworkConfig, NixConfig, PushConfig};
 
 /// The config file's fields; [`Config`] documents what each means.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -28,6 +28,8 @@ pub struct ConfigFile {
     pub queue: Option<QueueFile>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub push: BTreeMap<String, PushConfig>,
+    #[serde(skip_serializing_if = "MetricsConfig::is_default")]
+    pub metrics: MetricsConfig,
 }
 
 impl Default for ConfigFile {
@@ -75,6 +77,7 @@ pub fn with_example(field: &str, message: String) -> String {
         "base_url" => "\"base_url\": \"https://api.anthropic.com\"",
         "namespace" => "\"namespace\": \"quest\" (pushed branches are quest/...)",
         "branch" => "\"branch\": \"{job}\" (the job's id, under the namespace)",
+        "listen" => "\"listen\": \"127.0.0.1:9477\" (an address and port)",
         _ if message.starts_with("unknown field") => return message,
         _ => return format!("{message} (see the example config in docs/jobs.md)"),
     };
@@ -100,6 +103,7 @@ impl TryFrom<ConfigFile> for Config {
             .transpose()
             .map_err(|m| FieldError::new("queue", m))?;
         super::push::check_all(&file.push)?;
+        file.metrics.check()?;
         Ok(Config {
             nix: file.nix,
             accounts: file.accounts,
@@ -110,6 +114,7 @@ impl TryFrom<ConfigFile> for Config {
             limits,
             queue,
             push: file.push,
+            metrics: file.metrics,
         })
     }
 }
@@ -127,6 +132,7 @@ impl From<Config> for ConfigFile {
             limits: LimitsFile::from(&config.limits),
             queue: config.queue.map(QueueFile::from),
             push: config.push,
+            metrics: config.metrics,
         }
     }
 }

@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 mod accounts;
 mod file;
 mod limits;
+pub mod metrics;
 pub mod postgres;
 pub mod push;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
 pub use file::{ConfigFile, FieldError};
 pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
+pub use metrics::MetricsConfig;
 pub use postgres::{QueueConfig, QueueFile};
 pub use push::PushConfig;
 
@@ -51,6 +53,8 @@ pub struct Config {
     /// Where finished jobs' commits are pushed, by repository (its URL exactly as jobs name
     /// it); a repository not named here is never pushed.
     pub push: BTreeMap<String, PushConfig>,
+    /// Where `serve` answers Prometheus and health checks (off when `listen` is absent).
+    pub metrics: MetricsConfig,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -71,6 +75,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             queue: None,
             push: BTreeMap::new(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::enforce::Enforcement;
+use super::metrics::Metrics;
 use super::{cgroup, Claimed, Interruption, JobSource, ServeOptions};
 use crate::run::{Cancel, JobResult, Outcome, Runner};
 
@@ -33,6 +34,7 @@ pub(super) async fn run_one<S: JobSource>(
     stop: watch::Receiver<Option<Cancel>>,
     options: ServeOptions,
     limits: Arc<Enforcement>,
+    metrics: Option<Arc<Metrics>>,
 ) {
     let id = claimed.job.id.clone();
     let stopper: Arc<Mutex<Option<Stopper>>> = Arc::new(Mutex::new(None));
@@ -44,6 +46,9 @@ pub(super) async fn run_one<S: JobSource>(
         stopper.clone(),
     );
     tracing::info!(job = %id, attempt = claimed.attempt, "starting");
+    if let Some(metrics) = &metrics {
+        metrics.job_started(claimed.job.agent.name());
+    }
     let mut result = runner.run_unsaved(&claimed.job, cancel).await;
     let stopped_by = *stopper.lock().unwrap_or_else(|e| e.into_inner());
     let report = limits.take_report(&id);
@@ -59,6 +64,9 @@ pub(super) async fn run_one<S: JobSource>(
         runner.deliver(&mut result).await;
     }
     runner.save_result(&result);
+    if let Some(metrics) = &metrics {
+        metrics.job_ended(&result);
+    }
     let reported = match settled {
         Settled::Finish => source.finish(claimed, result).await,
         Settled::Release(why) => source.release(claimed, why).await,

@@ -19,8 +19,10 @@
 
 pub mod cgroup;
 mod enforce;
+mod health;
 mod job;
 pub mod limits;
+pub mod metrics;
 pub mod notify;
 pub mod pg;
 pub mod procs;
@@ -40,6 +42,7 @@ use crate::config::Config;
 use crate::run::{Cancel, Runner};
 use enforce::Enforcement;
 use limits::Limits;
+use metrics::Metrics;
 pub use source::{Claimed, Interruption, JobSource, Recovered};
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +55,8 @@ pub enum ServeError {
     },
     #[error("recovering jobs left running: {0}")]
     Recover(String),
+    #[error(transparent)]
+    Metrics(#[from] health::ListenError),
 }
 
 /// How `serve` runs.
@@ -84,6 +89,7 @@ pub async fn serve<S: JobSource>(
     on_reload: impl Fn(&Config),
 ) -> Result<(), ServeError> {
     let mut signals = Signals::install()?;
+    let metrics = start_metrics(&runner).await?;
     let limits = Arc::new(Enforcement::start(&runner, &options.limits));
     if let Some(group) = &limits.plan.cgroup {
         enforce::sweep_leftovers(&*source, group).await;
@@ -95,7 +101,7 @@ pub async fn serve<S: JobSource>(
         .await
         .map_err(|e| ServeError::Recover(e.to_string()))?;
     log_recovered(&recovered);
-    let mut serving = Serving::new(source, runner, options, limits);
+    let mut serving = Serving::new(source, runner, options, limits, metrics);
     serving.announce();
     serving.run(&mut signals, &on_reload).await;
     if let Some(group) = &serving.limits.plan.cgroup {
@@ -105,6 +111,17 @@ pub async fn serve<S: JobSource>(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The metrics and health listener, when the config names one (`metrics.listen`).
+async fn start_metrics(runner: &Runner) -> Result<Option<Arc<Metrics>>, ServeError> {
+    let Some(addr) = runner.config.metrics.listen else {
+        return Ok(None);
+    };
+    let metrics = Arc::new(Metrics::new());
+    let bound = health::start(addr, metrics.clone()).await?;
+    tracing::info!(%bound, "metrics and health checks listening");
+    Ok(Some(metrics))
 }
 
 /// The signals `serve` answers: SIGTERM and SIGINT stop it, SIGHUP reloads the config.
@@ -150,6 +167,10 @@ struct Serving<S: JobSource> {
     /// last logged (on each change, and every minute while it lasts).
     no_room: bool,
     no_room_logged: Instant,
+    /// What `/metrics` and `/readyz` answer from, when they are served; and when the queue
+    /// and the devShell engine were last looked at for them.
+    metrics: Option<Arc<Metrics>>,
+    last_observed: Option<Instant>,
 }
 
 /// Whether the serve loop goes on after a wait.
@@ -164,6 +185,7 @@ impl<S: JobSource> Serving<S> {
         runner: Arc<Runner>,
         options: ServeOptions,
         limits: Arc<Enforcement>,
+        metrics: Option<Arc<Metrics>>,
     ) -> Serving<S> {
         let (stop_tx, stop_rx) = watch::channel(None::<Cancel>);
         let now = Instant::now();
@@ -181,6 +203,8 @@ impl<S: JobSource> Serving<S> {
             last_watchdog: now,
             no_room: false,
             no_room_logged: now,
+            metrics,
+            last_observed: None,
         }
     }
 
@@ -194,6 +218,7 @@ impl<S: JobSource> Serving<S> {
             disk = %runner.disk.summary(),
             "serving"
         );
+        self.set_check("serve", Ok(()));
         notify::notify(&format!(
             "READY=1\nSTATUS=serving, concurrency {}",
             runner.config.concurrency()
@@ -207,6 +232,7 @@ impl<S: JobSource> Serving<S> {
             if self.stopping.is_none() {
                 self.check_room();
                 self.claim_jobs().await;
+                self.observe_if_due().await;
                 self.recover_if_due().await;
             } else if self.tasks.is_empty() {
                 return;
@@ -228,7 +254,9 @@ impl<S: JobSource> Serving<S> {
         if !self.has_slot() {
             return;
         }
-        match self.runner.room_to_start() {
+        let room = self.runner.room_to_start();
+        self.set_check("disk", room.clone());
+        match room {
             Err(why) if !self.no_room || self.no_room_logged.elapsed() >= NO_ROOM_LOG_EVERY => {
                 tracing::warn!("not starting jobs: {why}");
                 (self.no_room, self.no_room_logged) = (true, Instant::now());
@@ -247,6 +275,7 @@ impl<S: JobSource> Serving<S> {
         while !self.no_room && self.has_slot() {
             match self.source.claim().await {
                 Ok(Some(claimed)) => {
+                    self.set_check("queue", Ok(()));
                     // Every line logged for the job, on whatever it runs, names it.
                     let span =
                         tracing::info_span!("job", id = %claimed.job.id, attempt = claimed.attempt);
@@ -257,12 +286,17 @@ impl<S: JobSource> Serving<S> {
                         self.stop_rx.clone(),
                         self.options.clone(),
                         self.limits.clone(),
+                        self.metrics.clone(),
                     );
                     self.tasks.spawn(tracing::Instrument::instrument(run, span));
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    self.set_check("queue", Ok(()));
+                    break;
+                }
                 Err(e) => {
                     tracing::error!("claiming a job: {e}");
+                    self.set_check("queue", Err(format!("claiming a job: {e}")));
                     break;
                 }
             }
@@ -280,6 +314,34 @@ impl<S: JobSource> Serving<S> {
             Err(e) => tracing::error!("recovering jobs of a runner that died: {e}"),
         }
         self.last_recovery = Instant::now();
+    }
+
+    fn set_check(&self, name: &'static str, state: Result<(), String>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_check(name, state);
+        }
+    }
+
+    /// For the metrics: the queue's depth and whether a devShell can be built (nix found),
+    /// at most every [`OBSERVE_EVERY`].
+    async fn observe_if_due(&mut self) {
+        let Some(metrics) = self.metrics.clone() else {
+            return;
+        };
+        if self
+            .last_observed
+            .is_some_and(|t| t.elapsed() < OBSERVE_EVERY)
+        {
+            return;
+        }
+        self.last_observed = Some(Instant::now());
+        match self.source.queue_depth().await {
+            Ok(Some(depth)) => metrics.set_queue(depth),
+            Ok(None) => {}
+            Err(why) => metrics.set_check("queue", Err(why)),
+        }
+        let nix = crate::binaries::find(crate::binaries::Tool::Nix);
+        metrics.set_check("devshell", nix.map(|_| ()).map_err(|e| e.to_string()));
     }
 
     fn watchdog_if_due(&mut self) {
@@ -330,10 +392,14 @@ impl<S: JobSource> Serving<S> {
         let running = self.tasks.len();
         tracing::info!(signal = ?how, running, "stopping: no new jobs; cancelling the running ones");
         notify::notify("STOPPING=1");
+        self.set_check("serve", Err("stopping".into()));
         self.stopping = Some(Instant::now());
         let _ = self.stop_tx.send(Some(how));
     }
 }
+
+/// How often the queue is looked at for the metrics.
+const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 
 /// How often `serve` says again that it starts no job for lack of disk space.
 const NO_ROOM_LOG_EVERY: Duration = Duration::from_secs(60);

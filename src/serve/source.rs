@@ -90,6 +90,15 @@ pub trait JobSource: Send + Sync + 'static {
         std::future::pending()
     }
 
+    /// How many jobs wait and how long the oldest has, for the metrics; `Err` when the
+    /// queue cannot be read (then `serve` is not ready). The default: a source that cannot
+    /// tell reports nothing.
+    fn queue_depth(
+        &self,
+    ) -> impl Future<Output = Result<Option<super::metrics::QueueDepth>, String>> + Send {
+        std::future::ready(Ok(None))
+    }
+
     /// If no runner runs job `id` now, a guard that keeps every runner from starting it
     /// until the guard is dropped; `None` if one runs it. On start, `serve` removes what a
     /// dead runner left of a job outside the source (its cgroup) only under this guard, so

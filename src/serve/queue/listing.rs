@@ -9,6 +9,21 @@ use crate::job::check_id;
 use crate::util::io::IoContext;
 
 impl FsQueue {
+    /// The queued jobs and the age of the oldest, by its file's time (written at submit):
+    /// no job file is read, so this is cheap enough for every scrape.
+    pub fn depth(&self) -> std::io::Result<crate::serve::metrics::QueueDepth> {
+        let mut depth = crate::serve::metrics::QueueDepth::default();
+        let now = SystemTime::now();
+        for file in job_files(&self.sub(JobState::Queued.dir()))? {
+            depth.queued += 1;
+            let modified = std::fs::symlink_metadata(&file.path).and_then(|m| m.modified());
+            if let Ok(age) = modified.map(|m| now.duration_since(m).unwrap_or_default()) {
+                depth.oldest_age_seconds = depth.oldest_age_seconds.max(age.as_secs_f64());
+            }
+        }
+        Ok(depth)
+    }
+
     /// The state `id` is in.
     pub fn find_state(&self, id: &str) -> Option<JobState> {
         JobState::ALL

@@ -57,6 +57,16 @@ impl JobSource for FsQueue {
         self.recover_now(max_attempts)
     }
 
+    /// Read on a blocking thread, as a claim is: a directory listing and one stat per job.
+    async fn queue_depth(&self) -> Result<Option<crate::serve::metrics::QueueDepth>, String> {
+        let queue = self.clone();
+        match tokio::task::spawn_blocking(move || queue.depth()).await {
+            Ok(Ok(depth)) => Ok(Some(depth)),
+            Ok(Err(e)) => Err(format!("reading the queue: {e}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// The job's lock, which its runner holds from claim to finish or release.
     async fn hold_idle(&self, id: &str) -> Option<Box<dyn std::any::Any + Send>> {
         check_id(id).ok()?;

@@ -1,0 +1,86 @@
+//! The operator's endpoint of `serve` (`metrics.listen`), on hyper as the model gateway is:
+//! `/metrics` (Prometheus' text format), `/healthz` (alive) and `/readyz` (taking jobs, or
+//! why not). Every answer is read from what the serve loop already knows, so a scrape costs
+//! the loop nothing and a slow scraper holds nothing of it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::metrics::Metrics;
+
+#[derive(Debug, thiserror::Error)]
+#[error("metrics.listen: cannot listen on {addr}: {source}")]
+pub struct ListenError {
+    addr: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Binds `addr` and answers on it until the runtime ends.
+pub async fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, ListenError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ListenError { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tokio::spawn(accept_loop(listener, metrics));
+    Ok(bound)
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!("metrics: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let metrics = metrics.clone();
+                async move { Ok::<_, Infallible>(answer(&metrics, &req)) }
+            });
+            // A client that sends nothing is dropped rather than kept forever.
+            let served = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(Duration::from_secs(60), served).await;
+        });
+    }
+}
+
+fn answer<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut response = text(StatusCode::OK, metrics.render());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => match metrics.not_ready() {
+            None => text(StatusCode::OK, "ready\n".into()),
+            Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+}

@@ -1,0 +1,244 @@
+//! What `serve` counts for an operator's Prometheus (`metrics.listen`): recorded from each
+//! job's result when it ends, and from the source's queue while serving. Labels are bounded
+//! sets only (agent, outcome, limit kind, decision): a job id as a label would grow the
+//! series without end.
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::run::JobResult;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabel {
+    agent: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndLabels {
+    agent: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: String,
+}
+
+/// Jobs take seconds to hours: 1 s to about 4.5 h in doublings.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 15))
+}
+
+/// The queue as the source last reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueueDepth {
+    pub queued: u64,
+    /// Seconds since the oldest queued job was submitted (0 when none is).
+    pub oldest_age_seconds: f64,
+}
+
+/// Every metric `serve` exports, and why it is not ready when it is not.
+pub struct Metrics {
+    registry: Registry,
+    started: Family<AgentLabel, Counter>,
+    ended: Family<EndLabels, Counter>,
+    duration: Family<AgentLabel, Histogram, fn() -> Histogram>,
+    running: Gauge<i64, AtomicI64>,
+    queued: Gauge<i64, AtomicI64>,
+    oldest: Gauge<f64, AtomicU64>,
+    limits: Family<KindLabel, Counter>,
+    model_requests: Counter,
+    tokens: Family<KindLabel, Counter>,
+    network: Family<DecisionLabel, Counter>,
+    rss: Gauge<i64, AtomicI64>,
+    /// Why `serve` takes no job now, by check; empty when it takes jobs.
+    not_ready: Mutex<Vec<(&'static str, String)>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: Registry::default(),
+            started: Family::default(),
+            ended: Family::default(),
+            duration: Family::new_with_constructor(duration_histogram),
+            running: Gauge::default(),
+            queued: Gauge::default(),
+            oldest: Gauge::default(),
+            limits: Family::default(),
+            model_requests: Counter::default(),
+            tokens: Family::default(),
+            network: Family::default(),
+            rss: Gauge::default(),
+            // Until the serve loop has recovered the past and made its checks.
+            not_ready: Mutex::new(vec![("serve", "starting".to_string())]),
+        };
+        m.register()
+    }
+
+    fn register(mut self) -> Metrics {
+        let r = &mut self.registry;
+        let p = "quest_runner_";
+        r.register(
+            format!("{p}jobs_started"),
+            "Jobs started",
+            self.started.clone(),
+        );
+        r.register(
+            format!("{p}jobs_ended"),
+            "Jobs ended, by outcome",
+            self.ended.clone(),
+        );
+        r.register(
+            format!("{p}job_duration_seconds"),
+            "Job durations, start to end",
+            self.duration.clone(),
+        );
+        r.register(
+            format!("{p}jobs_running"),
+            "Jobs running now",
+            self.running.clone(),
+        );
+        r.register(
+            format!("{p}queue_depth"),
+            "Jobs queued",
+            self.queued.clone(),
+        );
+        r.register(
+            format!("{p}queue_oldest_age_seconds"),
+            "Age of the oldest queued job",
+            self.oldest.clone(),
+        );
+        r.register(
+            format!("{p}limits_fired"),
+            "Limits that stopped a job, by kind",
+            self.limits.clone(),
+        );
+        r.register(
+            format!("{p}model_requests"),
+            "Requests forwarded to the model by the runner's gateway",
+            self.model_requests.clone(),
+        );
+        r.register(
+            format!("{p}model_tokens"),
+            "Model tokens used, by kind",
+            self.tokens.clone(),
+        );
+        r.register(
+            format!("{p}network_requests"),
+            "Requests of jobs' proxies, by the decider's decision",
+            self.network.clone(),
+        );
+        r.register(
+            format!("{p}process_resident_memory_bytes"),
+            "The runner's own resident memory",
+            self.rss.clone(),
+        );
+        self
+    }
+
+    pub fn job_started(&self, agent: &str) {
+        let agent = agent.to_string();
+        self.started.get_or_create(&AgentLabel { agent }).inc();
+        self.running.inc();
+    }
+
+    /// Counts what `result` says the job did; called once per run, whatever its end.
+    pub fn job_ended(&self, result: &JobResult) {
+        let agent = result.agent.name().to_string();
+        self.running.dec();
+        let outcome = result.outcome.as_str().to_string();
+        self.ended
+            .get_or_create(&EndLabels {
+                agent: agent.clone(),
+                outcome,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&AgentLabel { agent })
+            .observe(result.duration_ms as f64 / 1000.0);
+        if let Some(kind) = &result.limit_fired {
+            let kind = kind.clone();
+            self.limits.get_or_create(&KindLabel { kind }).inc();
+        }
+        if let Some(usage) = &result.usage {
+            self.model_requests.inc_by(usage.requests);
+            for (kind, n) in [
+                ("input", usage.input_tokens),
+                ("output", usage.output_tokens),
+                ("cache_read", usage.cache_read_tokens),
+                ("cache_write", usage.cache_write_tokens),
+            ] {
+                let kind = kind.to_string();
+                self.tokens.get_or_create(&KindLabel { kind }).inc_by(n);
+            }
+        }
+        if let Some(net) = &result.network {
+            for (decision, n) in [("allowed", net.allowed), ("refused", net.refused)] {
+                let decision = decision.to_string();
+                self.network
+                    .get_or_create(&DecisionLabel { decision })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    pub fn set_queue(&self, depth: QueueDepth) {
+        self.queued
+            .set(i64::try_from(depth.queued).unwrap_or(i64::MAX));
+        self.oldest.set(depth.oldest_age_seconds);
+    }
+
+    /// Records whether check `name` passes now (`Err` says why not).
+    pub fn set_check(&self, name: &'static str, state: Result<(), String>) {
+        let mut not_ready = self.not_ready.lock().unwrap_or_else(|e| e.into_inner());
+        not_ready.retain(|(n, _)| *n != name);
+        if let Err(why) = state {
+            not_ready.push((name, why));
+        }
+    }
+
+    /// Why `serve` takes no job now, one line per failing check; `None` when it does.
+    pub fn not_ready(&self) -> Option<String> {
+        let not_ready = self.not_ready.lock().unwrap_or_else(|e| e.into_inner());
+        let lines: Vec<String> = not_ready.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+
+    /// The Prometheus text format of every metric, the runner's RSS read now.
+    pub fn render(&self) -> String {
+        if let Some(rss) = resident_bytes() {
+            self.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
+        }
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// The runner's resident set, from /proc/self/statm (in pages).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
