@@ -72,30 +72,7 @@ async fn try_push(
     record: &mut PushRecord,
 ) -> Result<(), String> {
     record.branch = config.branch_ref(&work.job_id)?;
-    if work.trust == Trust::Untrusted && !config.untrusted {
-        return Err(
-            "the job is untrusted and its repository's push settings do not allow untrusted \
-             jobs (push.<repo>.untrusted); its commits stay in the shared clone"
-                .into(),
-        );
-    }
-    let transport = Transport::of(remote).ok_or_else(|| {
-        format!(
-            "{:?} is not a remote the runner pushes to",
-            redacted(remote)
-        )
-    })?;
-    if transport == Transport::Http && config.credential_file.is_some() {
-        return Err(format!(
-            "{} is plain http: the push credential is sent over https or ssh only",
-            redacted(remote)
-        ));
-    }
-    if let Some(file) = &config.credential_file {
-        // Opened for the check only: git's SSH or helper reads it again when it asks.
-        std::fs::File::open(file)
-            .map_err(|e| format!("the push credential {}: {e}", file.display()))?;
-    }
+    let transport = admissible(work, config, remote)?;
     let git = work.checked_git().await.map_err(|e| e.to_string())?;
     // The lease: the branch is absent, or still at what this runner pushed there.
     let expected = previous
@@ -147,4 +124,34 @@ async fn try_push(
         }
     }
     Err(format!("git push to {remote} failed: {why}"))
+}
+
+/// The refusals made before git runs: an untrusted job where the settings do not allow one,
+/// a remote of another transport, a credential over plain http or one that cannot be read.
+fn admissible(work: &JobWork, config: &PushConfig, remote: &str) -> Result<Transport, String> {
+    if work.trust == Trust::Untrusted && !config.untrusted {
+        return Err(
+            "the job is untrusted and its repository's push settings do not allow untrusted \
+             jobs (push.<repo>.untrusted); its commits stay in the shared clone"
+                .into(),
+        );
+    }
+    let transport = Transport::of(remote).ok_or_else(|| {
+        format!(
+            "{:?} is not a remote the runner pushes to",
+            redacted(remote)
+        )
+    })?;
+    if transport == Transport::Http && config.credential_file.is_some() {
+        return Err(format!(
+            "{} is plain http: the push credential is sent over https or ssh only",
+            redacted(remote)
+        ));
+    }
+    if let Some(file) = &config.credential_file {
+        // Opened for the check only: git's SSH or helper reads it again when it asks.
+        std::fs::File::open(file)
+            .map_err(|e| format!("the push credential {}: {e}", file.display()))?;
+    }
+    Ok(transport)
 }
