@@ -194,28 +194,24 @@ fn boundary_check(f: &Facts) -> Option<Check> {
         _ => return None,
     };
     let detail = crate::devshell::confine::describe(&nix);
-    Some(check("nix job boundary", true, detail, None))
-}
-
-fn check(name: &str, ok: bool, detail: String, fix: Option<String>) -> Check {
-    Check::new(name, ok, detail, fix)
+    Some(Check::new("nix job boundary", true, detail, None))
 }
 
 fn flakes_check(f: &Facts) -> Check {
     match &f.version {
-        Err(e) => check(
+        Err(e) => Check::new(
             "nix flakes",
             false,
             format!("nix --version failed: {e}"),
             Some("apt-get install nix-bin, or set QUEST_RUNNER_NIX".into()),
         ),
-        Ok(v) if !crate::devshell::version_at_least(v, (2, 4)) => check(
+        Ok(v) if !crate::devshell::version_at_least(v, (2, 4)) => Check::new(
             "nix flakes",
             false,
             format!("Nix {v} has no flakes; the runner builds every devShell from a flake"),
             Some("install Nix 2.4 or later".into()),
         ),
-        Ok(v) => check(
+        Ok(v) => Check::new(
             "nix flakes",
             true,
             format!(
@@ -230,7 +226,7 @@ fn flakes_check(f: &Facts) -> Check {
 fn store_check(f: &Facts) -> Check {
     let name = "nix store";
     match f.store() {
-        Store::Local if f.uid == 0 => check(
+        Store::Local if f.uid == 0 => Check::new(
             name,
             true,
             format!(
@@ -239,7 +235,7 @@ fn store_check(f: &Facts) -> Check {
             ),
             None,
         ),
-        Store::Local => check(
+        Store::Local => Check::new(
             name,
             true,
             format!(
@@ -250,7 +246,7 @@ fn store_check(f: &Facts) -> Check {
             None,
         ),
         Store::Daemon(socket) => daemon_check(f, &socket),
-        Store::Unreachable => check(
+        Store::Unreachable => Check::new(
             name,
             false,
             format!(
@@ -262,7 +258,7 @@ fn store_check(f: &Facts) -> Check {
             ),
             no_store_fix(),
         ),
-        Store::Chroot => check(
+        Store::Chroot => Check::new(
             name,
             false,
             format!(
@@ -274,7 +270,7 @@ fn store_check(f: &Facts) -> Check {
             ),
             no_store_fix(),
         ),
-        Store::Other(url) => check(
+        Store::Other(url) => Check::new(
             name,
             true,
             format!("store = {url} (not checked by the runner)"),
@@ -287,7 +283,7 @@ fn store_check(f: &Facts) -> Check {
 fn daemon_check(f: &Facts, socket: &Path) -> Check {
     let name = "nix store";
     match &f.ping {
-        Some(Ok(())) | None => check(
+        Some(Ok(())) | None => Check::new(
             name,
             true,
             format!(
@@ -297,17 +293,19 @@ fn daemon_check(f: &Facts, socket: &Path) -> Check {
             ),
             None,
         ),
-        Some(Err(e)) if e.contains("cannot connect") || e.contains("Connection refused") => check(
-            name,
-            false,
-            format!("no nix-daemon answers at {}: {e}", socket.display()),
-            Some(
-                "start nix-daemon (systemctl start nix-daemon; NixOS and the official \
+        Some(Err(e)) if e.contains("cannot connect") || e.contains("Connection refused") => {
+            Check::new(
+                name,
+                false,
+                format!("no nix-daemon answers at {}: {e}", socket.display()),
+                Some(
+                    "start nix-daemon (systemctl start nix-daemon; NixOS and the official \
                      multi-user installer run it)"
-                    .into(),
-            ),
-        ),
-        Some(Err(e)) => check(
+                        .into(),
+                ),
+            )
+        }
+        Some(Err(e)) => Check::new(
             name,
             false,
             format!(
@@ -370,7 +368,7 @@ fn build_users_check(f: &Facts) -> Check {
         ))
     };
     if group.is_empty() {
-        return check(
+        return Check::new(
             name,
             true,
             "none (build-users-group is empty): builds run as root, still in Nix's sandbox".into(),
@@ -378,7 +376,7 @@ fn build_users_check(f: &Facts) -> Check {
         );
     }
     match f.build_group_members {
-        None => check(
+        None => Check::new(
             name,
             false,
             format!(
@@ -387,13 +385,13 @@ fn build_users_check(f: &Facts) -> Check {
             ),
             fix(),
         ),
-        Some(0) => check(
+        Some(0) => Check::new(
             name,
             false,
             format!("the group {group} (build-users-group) has no members: Nix cannot build"),
             fix(),
         ),
-        Some(n) => check(
+        Some(n) => Check::new(
             name,
             true,
             format!("{n} users in {group}: builds run as one of them"),
@@ -409,13 +407,13 @@ fn sandbox_check(f: &Facts) -> Check {
         _ => "",
     };
     let c = match value {
-        Some("true") => check(
+        Some("true") => Check::new(
             "nix build sandbox",
             true,
             format!("on{whose}: a trusted revision's builds see nothing of the host"),
             None,
         ),
-        Some(v) => check(
+        Some(v) => Check::new(
             "nix build sandbox",
             true,
             format!(
@@ -424,7 +422,7 @@ fn sandbox_check(f: &Facts) -> Check {
             ),
             Some("remove `sandbox = false` from nix.conf, or set `sandbox = true`".into()),
         ),
-        None => check(
+        None => Check::new(
             "nix build sandbox",
             true,
             "unknown (nix show-config gave no answer)".into(),
@@ -439,9 +437,9 @@ pub fn bash_static_check() -> Check {
     let name = "bash-static";
     let fix = Some("apt-get install bash-static, or set QUEST_RUNNER_BASH_STATIC".to_string());
     match binaries::find(Tool::BashStatic) {
-        Err(e) => check(name, false, e.to_string(), fix),
+        Err(e) => Check::new(name, false, e.to_string(), fix),
         Ok(path) => match crate::util::elf::is_dynamically_linked(&path) {
-            Ok(false) => check(
+            Ok(false) => Check::new(
                 name,
                 true,
                 format!(
@@ -450,7 +448,7 @@ pub fn bash_static_check() -> Check {
                 ),
                 None,
             ),
-            Ok(true) => check(
+            Ok(true) => Check::new(
                 name,
                 false,
                 format!(
@@ -459,7 +457,7 @@ pub fn bash_static_check() -> Check {
                 ),
                 fix,
             ),
-            Err(e) => check(name, false, format!("reading {}: {e}", path.display()), fix),
+            Err(e) => Check::new(name, false, format!("reading {}: {e}", path.display()), fix),
         },
     }
 }
