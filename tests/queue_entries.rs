@@ -396,3 +396,70 @@ fn a_job_given_back_on_a_full_disk_is_requeued_and_the_error_says_what_is_missin
     let again = queue.claim_now().unwrap().expect("claimed again");
     assert_eq!(again.attempt, 2);
 }
+
+/// A job file the runner's user cannot read (another program's, written with a strict umask)
+/// is set aside with its reason, once, and the jobs behind it are claimed: it is the oldest
+/// in the queue, so putting it back as a transient error would stall the queue for good.
+/// Needs a user other than root (root reads every file): run as root, serve runs as nobody.
+#[test]
+fn an_unreadable_file_is_set_aside_and_the_queue_goes_on() {
+    if !rustix::process::geteuid().is_root() {
+        println!("skipped: needs root, to run serve as another user");
+        return;
+    }
+    let (runner, keys, repo, rev) = setup();
+    let queue = runner.state().join("queue");
+    std::fs::create_dir_all(&queue).unwrap();
+    let first = queue.join("a.json");
+    std::fs::write(&first, job(&repo, &rev, "a")).unwrap();
+    std::fs::set_permissions(&first, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let older = Command::new("touch")
+        .args(["-d", "1 minute ago"])
+        .arg(&first)
+        .status()
+        .unwrap();
+    assert!(older.success());
+    drop_job(&runner, "good.json".as_ref(), &job(&repo, &rev, "good"));
+    for tree in [runner.state(), keys.path()] {
+        let chown = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(tree)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
+    let log = keys.path().join("serve.log");
+    let mut serve = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_quest-runner"))
+        .arg("--state-dir")
+        .arg(runner.state())
+        .args(["serve", "--poll", "100ms"])
+        .env("QUEST_RUNNER_CLAUDE", "/nonexistent/claude")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queue_names(&runner).iter().any(|n| n == b"good.json") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) };
+    let _ = serve.wait();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !queue_names(&runner).iter().any(|n| n == b"good.json"),
+        "the job behind the unreadable file was never claimed:\n{log}"
+    );
+    let rejected = rejected(&runner);
+    assert_eq!(rejected.len(), 1, "{rejected:?}\n{log}");
+    assert!(rejected[0].0.ends_with(b"-a.json"), "{rejected:?}");
+    assert!(
+        rejected[0].1.contains("unreadable by the runner"),
+        "{rejected:?}"
+    );
+    assert_eq!(log.matches("unreadable by the runner").count(), 1, "{log}");
+    println!("set aside: {}", rejected[0].1.trim());
+}

@@ -50,6 +50,14 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, ReadError> {
         Err(rustix::io::Errno::NXIO) => {
             return Err(ReadError::Refused("a socket, not a job file".into()))
         }
+        // For good, not transient: the file stays the oldest in the queue, and putting it
+        // back would stall every job behind it (a program with a strict umask, say 077).
+        Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
+            return Err(ReadError::Refused(format!(
+                "unreadable by the runner ({e}): make it readable to the runner's user and \
+                 submit it again"
+            )))
+        }
         Err(e) => return Err(ReadError::Io(e.into())),
     };
     let stat = rustix::fs::fstat(&fd).map_err(|e| ReadError::Io(e.into()))?;
@@ -103,7 +111,8 @@ pub(super) struct JobFile {
 }
 
 impl JobFile {
-    /// The name, printable and one-to-one: bytes that are not UTF-8 escaped as `\xNN`.
+    /// The name, printable: bytes that are not UTF-8 escaped as `\xNN` (a UTF-8 name that
+    /// spells such an escape shows the same; the set-aside copy's time prefix tells them apart).
     pub fn shown_name(&self) -> String {
         shown(&self.name)
     }
