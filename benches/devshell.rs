@@ -119,7 +119,7 @@ fn main() {
         eight.push(started.elapsed());
     }
     let (one, eight) = (median(one), median(eight));
-    let (open, confined) = confined_misses(&repo, &state);
+    let (open, confined, proxied) = confined_misses(&repo, &state);
 
     println!(
         "devShell cache, per process (medians: {PAIR_ROUNDS} floor/hit pairs, {ROUNDS} warm nix, \
@@ -132,6 +132,7 @@ fn main() {
     println!("  8 concurrent misses, one rev   {:>9.2} ms", ms(eight));
     println!("  miss in-process, nix as runner {:>9.2} ms", ms(open));
     println!("  miss in-process, nix confined  {:>9.2} ms", ms(confined));
+    println!("  miss confined, via job proxy   {:>9.2} ms", ms(proxied));
     println!("ratios");
     report(
         "hit / floor (pairs)",
@@ -154,8 +155,9 @@ fn main() {
 }
 
 /// One miss each way per round, in one process through the library (`quest-runner env` runs
-/// nix as the runner; a job's miss runs it inside the job's boundary): medians.
-fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Duration) {
+/// nix as the runner; a job's miss runs it inside the job's boundary, with no network or on
+/// the job's proxy, bridged in, as `run` does by default): medians.
+fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Duration, Duration) {
     use quest_runner::devshell::{DevShells, Request};
     use quest_runner::sandbox::{plan, Platform, PolicyInputs};
     let mut config = quest_runner::config::Config::default();
@@ -187,10 +189,12 @@ fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Dur
         operator_home: std::env::var_os("HOME").map(PathBuf::from),
         private: Vec::new(),
     };
-    let policy = std::sync::Arc::new(plan(&ws, &inputs));
+    let mut policy = plan(&ws, &inputs);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (mut open, mut confined) = (Vec::new(), Vec::new());
-    for round in 0..MISS_ROUNDS * 2 {
+    let (proxy, net) = job_proxy(&rt, &mut policy, &job);
+    let policy = std::sync::Arc::new(policy);
+    let (mut open, mut confined, mut proxied) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..MISS_ROUNDS * 3 {
         let rev = repo.commit(&format!("inproc-{round}"));
         let req = Request {
             repo: repo.bare(),
@@ -199,18 +203,57 @@ fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Dur
             attr: None,
         };
         let started = Instant::now();
-        let answer = match round % 2 {
+        let answer = match round % 3 {
             0 => rt.block_on(shells.get(&req)),
-            _ => rt.block_on(shells.get_confined(&req, policy.clone())),
+            1 => rt.block_on(shells.get_confined(&req, policy.clone(), None)),
+            _ => rt.block_on(shells.get_confined(&req, policy.clone(), Some(net.clone()))),
         };
         answer.expect("a miss");
         let took = started.elapsed();
-        match round % 2 {
+        match round % 3 {
             0 => open.push(took),
-            _ => confined.push(took),
+            1 => confined.push(took),
+            _ => proxied.push(took),
         }
     }
-    (median(open), median(confined))
+    rt.block_on(proxy.stop());
+    (median(open), median(confined), median(proxied))
+}
+
+/// The job's proxy for `policy`, as `run` starts it before the devShell, and how nix reaches it.
+fn job_proxy(
+    rt: &tokio::runtime::Runtime,
+    policy: &mut quest_runner::sandbox::SandboxPolicy,
+    job: &std::path::Path,
+) -> (
+    quest_runner::netproxy::JobProxy,
+    quest_runner::devshell::network::NixNet,
+) {
+    let temp = job.join("proxy-tmp");
+    std::fs::create_dir_all(&temp).expect("the proxy's temp dir");
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let net = quest_runner::netproxy::job::JobNet {
+        job_id: "bench",
+        timeout: Duration::from_secs(3600),
+        result_dir: job,
+        job_dir: job,
+        temp_dir: &temp,
+        bind: None,
+        adjust: None,
+        env_source: &env,
+    };
+    let proxy = rt
+        .block_on(quest_runner::netproxy::job::start(policy, net))
+        .expect("the job's proxy (srt: QUEST_RUNNER_SRT)")
+        .expect("a trusted policy reaches the registries");
+    let net = quest_runner::devshell::network::NixNet {
+        proxy_port: proxy.port,
+        ca_bundle: policy.ca.as_ref().map(|ca| ca.bundle.clone()),
+        socket_dir: job.join("nix-net"),
+        runner: env!("CARGO_BIN_EXE_quest-runner").into(),
+        adjust: None,
+    };
+    (proxy, net)
 }
 
 fn report(name: &str, value: f64, target: &str, met: bool) {

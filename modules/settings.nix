@@ -67,13 +67,16 @@ in
     };
 
     nix.network = optional (types.enum [
+      "proxy"
       "none"
       "host"
     ]) ''
-      The network of the devShell's nix inside the job's boundary: `none` (the runner's
-      default) gives it none, so a revision's flake reaches no host and builds from the store;
-      `host` lets trusted revisions fetch inputs and substitutes over the host's network, and
-      so reach whatever the host reaches.
+      The network of the devShell's nix inside the job's boundary: `proxy` (the runner's
+      default) is the job's own, through its proxy and decider to the hosts the job may reach
+      (name the hosts flake inputs and caches need in `network.extra_hosts`), each request in
+      the job's network log; `none` gives it none, so a revision builds from the store; `host`
+      lets trusted revisions fetch over the host's network, and so reach whatever the host
+      reaches.
     '';
 
     push = mkOption {

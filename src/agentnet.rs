@@ -52,6 +52,48 @@ pub fn outside_args(dir: &Path, owner: Option<u32>, ports: &[u16]) -> Vec<String
     ]
 }
 
+/// How long the runner's side of the bridges may take to bind its sockets.
+const OUTSIDE_START: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the runner's side of the bridges (`runner`'s `outside` mode), adjusted as the
+/// caller's commands are (the suite's network namespace), and returns once its sockets are
+/// bound. Stopped when the returned child is dropped.
+pub async fn start_outside(
+    runner: &Path,
+    dir: &Path,
+    owner: Option<u32>,
+    ports: &[u16],
+    adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+) -> Result<tokio::process::Child, String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut cmd = std::process::Command::new(runner);
+    cmd.args(outside_args(dir, owner, ports))
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    if let Some(adjust) = adjust {
+        adjust(&mut cmd);
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the job's network bridge: {e}"))?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err("the job's network bridge has no stdout".into());
+    };
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    match tokio::time::timeout(OUTSIDE_START, lines.next_line()).await {
+        Ok(Ok(Some(line))) if line == "ready" => Ok(child),
+        Ok(_) => Err("the job's network bridge exited before it was ready".into()),
+        Err(_) => Err(format!(
+            "the job's network bridge was not ready within {}s",
+            OUTSIDE_START.as_secs()
+        )),
+    }
+}
+
 fn ports_arg(ports: &[u16]) -> String {
     ports
         .iter()

@@ -19,13 +19,19 @@ use std::time::{Duration, Instant};
 
 use quest_runner::config::Config;
 use quest_runner::devshell::confine::client_store;
+use quest_runner::devshell::network::NixNet;
 use quest_runner::devshell::{DevShellError, DevShells, Request};
+use quest_runner::job::Trust;
 use quest_runner::sandbox::boundary::NixStore;
 use quest_runner::sandbox::private::HiddenDir;
 use quest_runner::sandbox::{self, HiddenFile, Platform, PolicyInputs, SandboxPolicy};
 use quest_runner::state::StateDir;
 use quest_runner::workspace::WorkspacePaths;
 use support::*;
+
+/// Each attempt runs at both trust levels: they differ only in what their policy allows, and
+/// nix's confinement follows the policy.
+const BOTH: [Trust; 2] = [Trust::Trusted, Trust::Untrusted];
 
 const WRONG: &str = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
@@ -39,10 +45,10 @@ struct World {
 }
 
 fn world() -> World {
-    world_of(quest_runner::job::Trust::Trusted)
+    world_of(Trust::Trusted)
 }
 
-fn world_of(trust: quest_runner::job::Trust) -> World {
+fn world_of(trust: Trust) -> World {
     let dir = tempfile::Builder::new()
         .prefix("qr-n23-")
         .tempdir()
@@ -186,7 +192,7 @@ fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, De
     let rt = tokio::runtime::Runtime::new().unwrap();
     let shell = rt.block_on(async {
         match confined {
-            true => shells.get_confined(&req, policy).await,
+            true => shells.get_confined(&req, policy, None).await,
             false => shells.get(&req).await,
         }
     })?;
@@ -275,7 +281,13 @@ fn path_input(dir: &Path, hash: &str) -> (String, serde_json::Value) {
 
 #[test]
 fn path_input_to_a_hidden_directory_wrong_hash() {
-    let w = world();
+    for trust in BOTH {
+        path_input_to_a_hidden_directory_wrong_hash_at(trust);
+    }
+}
+
+fn path_input_to_a_hidden_directory_wrong_hash_at(trust: Trust) {
+    let w = world_of(trust);
     let repo = Repo::new();
     let (control, confined) = (token(), token());
     let seen = |secret: &str, on: bool| {
@@ -285,12 +297,23 @@ fn path_input_to_a_hidden_directory_wrong_hash() {
     };
     let before = seen(&control, false);
     let after = seen(&confined, true);
-    assert_refused("path-wrong-hash", before, after, &confined);
+    assert_refused(
+        &format!("path-wrong-hash ({trust:?})"),
+        before,
+        after,
+        &confined,
+    );
 }
 
 #[test]
 fn path_input_to_a_hidden_directory_right_hash() {
-    let w = world();
+    for trust in BOTH {
+        path_input_to_a_hidden_directory_right_hash_at(trust);
+    }
+}
+
+fn path_input_to_a_hidden_directory_right_hash_at(trust: Trust) {
+    let w = world_of(trust);
     let repo = Repo::new();
     let (control, confined) = (token(), token());
     let seen = |secret: &str, on: bool| {
@@ -307,12 +330,23 @@ fn path_input_to_a_hidden_directory_right_hash() {
         before.answer.err()
     );
     let after = seen(&confined, true);
-    assert_refused("path-right-hash", before, after, &confined);
+    assert_refused(
+        &format!("path-right-hash ({trust:?})"),
+        before,
+        after,
+        &confined,
+    );
 }
 
 #[test]
 fn git_input_to_a_repository_the_job_may_not_read() {
-    let w = world();
+    for trust in BOTH {
+        git_input_to_a_repository_the_job_may_not_read_at(trust);
+    }
+}
+
+fn git_input_to_a_repository_the_job_may_not_read_at(trust: Trust) {
+    let w = world_of(trust);
     let repo = Repo::new();
     let (control, confined) = (token(), token());
     let seen = |secret: &str, on: bool| {
@@ -335,12 +369,23 @@ fn git_input_to_a_repository_the_job_may_not_read() {
     };
     let before = seen(&control, false);
     let after = seen(&confined, true);
-    assert_refused("git-other-repo", before, after, &confined);
+    assert_refused(
+        &format!("git-other-repo ({trust:?})"),
+        before,
+        after,
+        &confined,
+    );
 }
 
 #[test]
 fn file_input_aimed_at_the_account_key() {
-    let w = world();
+    for trust in BOTH {
+        file_input_aimed_at_the_account_key_at(trust);
+    }
+}
+
+fn file_input_aimed_at_the_account_key_at(trust: Trust) {
+    let w = world_of(trust);
     let repo = Repo::new();
     let (control, confined) = (token(), token());
     let seen = |secret: &str, on: bool| {
@@ -356,7 +401,12 @@ fn file_input_aimed_at_the_account_key() {
     };
     let before = seen(&control, false);
     let after = seen(&confined, true);
-    assert_refused("file-account-key", before, after, &confined);
+    assert_refused(
+        &format!("file-account-key ({trust:?})"),
+        before,
+        after,
+        &confined,
+    );
 }
 
 /// A loopback service for the network attempts: it records the first line of every request
@@ -401,7 +451,13 @@ fn reached(service: &Service, what: &str) -> bool {
 
 #[test]
 fn tarball_input_aimed_at_a_loopback_service() {
-    let w = world();
+    for trust in BOTH {
+        tarball_input_aimed_at_a_loopback_service_at(trust);
+    }
+}
+
+fn tarball_input_aimed_at_a_loopback_service_at(trust: Trust) {
+    let w = world_of(trust);
     let repo = Repo::new();
     let svc = service();
     let seen = |tag: &str, on: bool| {
@@ -420,13 +476,16 @@ fn tarball_input_aimed_at_a_loopback_service() {
         before,
         "the unconfined control never reached the service: {answer:?}"
     );
-    println!("ESCAPED-before tarball-loopback: unconfined nix sent GET to 127.0.0.1");
+    println!("ESCAPED-before tarball-loopback ({trust:?}): unconfined nix sent GET to 127.0.0.1");
     let (answer, after) = seen("confined", true);
     assert!(!after, "confined nix reached the loopback service");
     let err = answer
         .expect_err("the confined build succeeded")
         .to_string();
-    println!("refused-after tarball-loopback: {}", first_line(&err));
+    println!(
+        "refused-after tarball-loopback ({trust:?}): {}",
+        first_line(&err)
+    );
 }
 
 /// Nix's own words of an error: its first line after the command the runner names.
@@ -495,7 +554,7 @@ fn fixed_output_builder_aimed_at_a_loopback_service() {
 /// the reason, before its builder runs.
 #[test]
 fn untrusted_revisions_get_their_devshell_without_fixed_output_builds() {
-    let w = world_of(quest_runner::job::Trust::Untrusted);
+    let w = world_of(Trust::Untrusted);
     let repo = Repo::new();
     let rev = repo.commit(&[("flake.nix", &flake(r#"GREETING = "untrusted";"#))]);
     let script = build(&w, &repo, &rev, true).unwrap();
@@ -542,7 +601,7 @@ fn a_dropped_confined_build_leaves_nothing() {
     rt.block_on(async {
         let build = {
             let (shells, policy) = (Arc::clone(&shells), Arc::new(w.policy.clone()));
-            tokio::spawn(async move { shells.get_confined(&req, policy).await })
+            tokio::spawn(async move { shells.get_confined(&req, policy, None).await })
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while !slow.started() {
@@ -565,4 +624,144 @@ fn a_dropped_confined_build_leaves_nothing() {
     let rev = repo.commit(&[("flake.nix", &flake(r#"AFTER = "drop";"#))]);
     let script = build(&w, &repo, &rev, true).unwrap();
     assert!(script.contains("export AFTER='drop'"));
+}
+
+/// The job's proxy, as `run` starts it for a trusted job whose allowlist holds `allowed`, and
+/// how the devShell's nix reaches it (`nix.network = "proxy"`, the default).
+struct JobNetwork {
+    proxy: Option<quest_runner::netproxy::JobProxy>,
+    net: NixNet,
+    log: PathBuf,
+    policy: SandboxPolicy,
+    rt: tokio::runtime::Runtime,
+}
+
+fn job_network(w: &World, allowed: &str) -> JobNetwork {
+    let mut policy = w.policy.clone();
+    policy.allowed_hosts.push(allowed.to_string());
+    let job_dir = w.state.join("jobs/n23");
+    let temp = w.state.join("jobs/n23-tmp");
+    std::fs::create_dir_all(&temp).unwrap();
+    std::fs::create_dir_all(&job_dir).unwrap();
+    if let Some(ca) = &policy.ca {
+        std::fs::create_dir_all(ca.bundle.parent().unwrap()).unwrap();
+    }
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let proxy = rt
+        .block_on(quest_runner::netproxy::job::start(
+            &mut policy,
+            quest_runner::netproxy::job::JobNet {
+                job_id: "n23",
+                timeout: Duration::from_secs(300),
+                result_dir: &job_dir,
+                job_dir: &job_dir,
+                temp_dir: &temp,
+                bind: None,
+                adjust: None,
+                env_source: &env,
+            },
+        ))
+        .unwrap()
+        .expect("a trusted policy with hosts runs a proxy");
+    let net = NixNet {
+        proxy_port: policy.proxy_port.unwrap(),
+        ca_bundle: policy.ca.as_ref().map(|ca| ca.bundle.clone()),
+        socket_dir: job_dir.join("nix-net"),
+        runner: env!("CARGO_BIN_EXE_quest-runner").into(),
+        adjust: None,
+    };
+    JobNetwork {
+        proxy: Some(proxy),
+        net,
+        log: job_dir.join("network.log"),
+        policy,
+        rt,
+    }
+}
+
+impl JobNetwork {
+    fn build(&self, w: &World, repo: &Repo, rev: &str) -> Result<String, DevShellError> {
+        let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
+        let req = Request {
+            repo: repo.bare(),
+            rev: rev.to_string(),
+            git_ref: Some("main".into()),
+            attr: None,
+        };
+        let (policy, net) = (Arc::new(self.policy.clone()), Some(self.net.clone()));
+        self.rt
+            .block_on(shells.get_confined(&req, policy, net))
+            .map(|shell| shell.key)
+    }
+
+    fn log_lines(&self, needle: &str) -> Vec<String> {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains(needle))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for JobNetwork {
+    fn drop(&mut self) {
+        if let Some(proxy) = self.proxy.take() {
+            self.rt.block_on(proxy.stop());
+        }
+    }
+}
+
+fn tarball_rev(repo: &Repo, port: u16, tag: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}/inputs/{tag}.tar.gz");
+    let nix = format!(r#"type = "tarball"; url = "{url}";"#);
+    let locked = serde_json::json!({ "type": "tarball", "url": url, "narHash": WRONG });
+    hostile_rev(repo, &nix, locked, "")
+}
+
+/// The devShell's nix on the job's network: a flake input from a host on the job's allowlist
+/// is fetched through the job's proxy (the request reaches the host, and the job's network log
+/// says allowed); one from a host off it, which unconfined nix reaches, is refused by the
+/// decider and logged, and never reaches its host. Nothing else is reachable from nix's
+/// namespace: the one address in it is the proxy.
+#[test]
+fn inputs_are_fetched_through_the_job_proxy() {
+    let w = world();
+    let repo = Repo::new();
+    let (allowed, other) = (service(), service());
+    let job = job_network(&w, &format!("127.0.0.1:{}", allowed.port));
+
+    let rev = tarball_rev(&repo, allowed.port, "allowed");
+    let answer = job.build(&w, &repo, &rev);
+    assert!(
+        reached(&allowed, "/inputs/allowed.tar.gz"),
+        "nix's fetch of an allowed host never reached it: {answer:?}"
+    );
+    let logged = job.log_lines("/inputs/allowed.tar.gz");
+    assert!(
+        logged.iter().any(|l| l.ends_with(" allowed")),
+        "the job's network log: {logged:?}"
+    );
+    println!("allowed: {}", logged[0]);
+
+    let rev = tarball_rev(&repo, other.port, "control");
+    let control = build(&w, &repo, &rev, false);
+    assert!(
+        reached(&other, "/inputs/control.tar.gz"),
+        "the unconfined control never reached the host off the allowlist: {control:?}"
+    );
+    println!(
+        "ESCAPED-before off-allowlist: unconfined nix fetched from 127.0.0.1:{}",
+        other.port
+    );
+    let rev = tarball_rev(&repo, other.port, "refused");
+    let err = job.build(&w, &repo, &rev).expect_err("built").to_string();
+    assert!(!reached(&other, "/inputs/refused.tar.gz"), "{err}");
+    let refused = job.log_lines(&format!("127.0.0.1:{}", other.port));
+    assert!(
+        refused.iter().any(|l| l.contains(" refused 403 ")),
+        "no refusal in the job's network log: {refused:?}"
+    );
+    assert!(err.contains("extra_hosts"), "{err}");
+    println!("refused-after off-allowlist: {}", refused[0]);
 }

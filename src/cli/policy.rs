@@ -36,10 +36,22 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         None => serde_json::json!(null),
     };
     let store = crate::devshell::confine::client_store();
+    // What the devShell's nix reaches: with "proxy", the job's allowed hosts through its
+    // proxy (none for a policy that reaches no host).
+    let network = ctx.config.nix.network;
+    let nix_hosts = match network {
+        crate::config::NixNetwork::Proxy => serde_json::json!(policy.allowed_hosts),
+        crate::config::NixNetwork::Host if job.trust == Trust::Trusted => {
+            serde_json::json!("the host's network")
+        }
+        _ => serde_json::json!([]),
+    };
     let nix = serde_json::json!({
         "confined": policy.confine_agent,
         "store": store,
         "what_is_confined": crate::devshell::confine::describe(&store),
+        "network": network,
+        "reaches": nix_hosts,
     });
     let shown = serde_json::json!({
         "job": job, "policy": policy, "rendered": rendered, "devshell_nix": nix,

@@ -98,19 +98,24 @@ pub struct NixConfig {
     /// `"substituters": ""` on a machine without a binary cache). They can change what a
     /// devShell evaluates to, so they are part of its cache key.
     pub options: BTreeMap<String, String>,
-    /// The network of the devShell's nix in the job's boundary. `none` (the default): a
-    /// network namespace of its own with nothing in it, so a revision's flake reaches no host
-    /// (no loopback service, no metadata address) and builds from the store, substituters it
-    /// cannot reach aside. `host`: trusted revisions' nix fetches inputs and substitutes over
-    /// the host's network, as before the boundary, and so can reach whatever the host can.
+    /// The network of the devShell's nix in the job's boundary (docs/nix.md).
     pub network: NixNetwork,
 }
 
+/// What the devShell's nix reaches from the job's boundary.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum NixNetwork {
+    /// The job's own network, as its commands have it: nix's fetches (flake inputs, tarballs,
+    /// git over HTTPS; in setup (a) its fixed-output builds too) go through the job's proxy
+    /// and decider, to the hosts the job may reach and no other, each request in the job's
+    /// network log. An untrusted revision's policy reaches no host, so neither does its nix.
     #[default]
+    Proxy,
+    /// No network at all: a revision builds from what the store holds.
     None,
+    /// Trusted revisions' nix fetches over the host's network, as before the boundary, and so
+    /// reaches whatever the host can (a loopback service, a metadata address).
     Host,
 }
 

@@ -145,7 +145,8 @@ async fn print_dev_env(
     // Removed when this returns, however nix ended (see `scratch`).
     let scratch = super::scratch::Scratch::create()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    let cmd = nix_command(shells, p, &tail, scratch.path())?;
+    // `_bridge`, the job's network for nix, lives until nix has ended.
+    let (cmd, _bridge) = nix_command(shells, p, &tail, scratch.path()).await?;
     tracing::info!(%installable, "nix print-dev-env");
     let out = process::run_captured(cmd, "nix")
         .await
@@ -165,35 +166,43 @@ async fn print_dev_env(
 }
 
 /// Nix's error, with what to do when it failed for want of the network the job's boundary
-/// does not give it.
+/// gives it: the job's allowed hosts through its proxy, or none.
 fn without_network_hint(p: &Prepared, message: String) -> String {
-    let offline = p.confine.is_some() && !p.host_network;
     let fetch = [
         "unable to download",
         "resolve host",
         "Couldn't connect",
         "Could not resolve",
+        "HTTP error 403",
     ];
-    if offline && fetch.iter().any(|f| message.contains(f)) {
-        format!(
-            "{message} (the devShell's nix has no network in the job's boundary: put the \
-             revision's inputs in the store first, or set \"nix\": {{\"network\": \"host\"}} in the \
-             config to let trusted revisions fetch over the host's network, with what that \
-             risks; see docs/nix.md, \"Supported Nix setups\")"
-        )
-    } else {
-        message
+    if p.confine.is_none() || p.host_network || !fetch.iter().any(|f| message.contains(f)) {
+        return message;
+    }
+    match p.net {
+        Some(_) => format!(
+            "{message} (the devShell's nix fetches through the job's proxy, from the hosts the \
+             job may reach: add a host its inputs or binary cache need to \"network\": \
+             {{\"extra_hosts\": [...]}} in the config; the job's network.log names each refused \
+             request; see docs/nix.md, \"Supported Nix setups\")"
+        ),
+        None => format!(
+            "{message} (the devShell's nix has no network in the job's boundary: this job's \
+             policy reaches no host (an untrusted revision's never does) or \"nix\": \
+             {{\"network\": \"none\"}} is set; put the revision's inputs in the store first; \
+             see docs/nix.md, \"Supported Nix setups\")"
+        ),
     }
 }
 
 /// `nix <the runner's options> <tail>`, inside the job's boundary when the request has one,
-/// with `scratch` as its TMPDIR.
-pub(super) fn nix_command(
+/// with `scratch` as its TMPDIR; and the runner's side of the bridge to the job's proxy when
+/// nix reaches it ([`super::network`]), to be kept until nix ends.
+pub(super) async fn nix_command(
     shells: &DevShells,
     p: &Prepared,
     tail: &[&str],
     scratch: &Path,
-) -> Result<Command, DevShellError> {
+) -> Result<(Command, Option<tokio::process::Child>), DevShellError> {
     let mut args: Vec<String> = ["--extra-experimental-features", "nix-command flakes"]
         // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
         .into_iter()
@@ -222,7 +231,18 @@ pub(super) fn nix_command(
     // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
     cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
-    Ok(cmd)
+    let net = p
+        .net
+        .as_ref()
+        .filter(|_| p.confine.is_some() && !p.host_network);
+    let bridge = match net {
+        Some(net) => {
+            super::network::apply_env(&mut cmd, net);
+            Some(super::network::start(net).await?)
+        }
+        None => None,
+    };
+    Ok((cmd, bridge))
 }
 
 /// Where the profile link Nix made at `root` points: a store path, or the build failed.

@@ -68,6 +68,9 @@ pub(super) fn plan(
         [p.nix.path.as_path()],
         policy,
     ));
+    if let Some(net) = &p.net {
+        read.extend(super::network::reads(net));
+    }
     let own = OwnFiles {
         read,
         write: vec![roots.to_path_buf(), scratch.to_path_buf()],
@@ -76,6 +79,8 @@ pub(super) fn plan(
     let mut plan = boundary::nix_plan(policy, &own, &store, &tools, &unshare, scratch);
     if p.host_network {
         plan.prefix.retain(|a| a != "--unshare-net");
+    } else if let Some(net) = &p.net {
+        plan.prefix.extend(super::network::inside(net));
     }
     Ok(plan)
 }
@@ -84,14 +89,14 @@ pub(super) fn plan(
 pub fn describe(store: &NixStore) -> String {
     let client = "the devShell's nix client runs in the job's boundary (the policy's denied \
                   trees absent, its own network namespace: no host loopback or link-local \
-                  address)";
+                  address; with nix.network \"proxy\", the default, the job's proxy bridged in, \
+                  so it fetches from the job's allowed hosts only)";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
             "setup (a), root with the local store: {client}, as root with its capabilities in \
              a mount and PID namespace; its builds, fixed-output ones included, share that \
-             network namespace, so they reach no host and no cache: devShells build from \
-             what is in the store and from sandboxed builds; untrusted revisions' \
-             fixed-output builds are refused"
+             network namespace, so they reach the job's proxy and nothing else; untrusted \
+             revisions' fixed-output builds are refused"
         ),
         NixStore::LocalAsUser { .. } => format!(
             "single-user Nix of this user: {client}, in a user namespace; its builds share \

@@ -33,7 +33,7 @@ pub(super) async fn refuse_unconfinable(
         "--no-update-lock-file",
         installable,
     ];
-    let cmd = nix_command(shells, p, &tail, scratch.path())?;
+    let (cmd, _bridge) = nix_command(shells, p, &tail, scratch.path()).await?;
     let out = process::run_captured(cmd, "nix")
         .await
         .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;

@@ -21,6 +21,7 @@ pub mod entry;
 mod fixed_output;
 pub mod key;
 mod maintenance;
+pub mod network;
 pub mod nix_version;
 pub mod render;
 pub mod scratch;
@@ -188,6 +189,9 @@ pub(crate) struct Prepared {
     pub refuse_fixed_output: bool,
     /// The confined nix keeps the host's network (`nix.network = "host"`, trusted revisions).
     pub host_network: bool,
+    /// The confined nix reaches the job's proxy (`nix.network = "proxy"`, a job whose policy
+    /// reaches some host).
+    pub net: Option<network::NixNet>,
 }
 
 type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
@@ -275,6 +279,7 @@ impl DevShells {
             confine: None,
             refuse_fixed_output: false,
             host_network: false,
+            net: None,
         })
     }
 
@@ -328,13 +333,17 @@ impl DevShells {
     }
 
     /// [`get`](Self::get) for a job: a miss runs nix inside `policy`'s boundary
-    /// ([`confine`]). A hit is the same as `get`'s; concurrent misses share the first
+    /// ([`confine`]), on the job's network `net` (its proxy, when it runs one) as the config's
+    /// `nix.network` says. A hit is the same as `get`'s; concurrent misses share the first
     /// request's run, whose policy hides the same host trees (they differ only in the job's
-    /// own workspace, which nix never reads).
+    /// own workspace, which nix never reads). A shared miss runs on the first request's proxy:
+    /// a job cancelled meanwhile takes it away, and the build fails for the others as its
+    /// fetches do (never cached).
     pub async fn get_confined(
         self: &Arc<Self>,
         req: &Request,
         policy: Arc<SandboxPolicy>,
+        net: Option<network::NixNet>,
     ) -> Result<DevShell, DevShellError> {
         let mut prepared = self.prepare(req)?;
         if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
@@ -344,6 +353,7 @@ impl DevShells {
         let trusted = policy.trust == crate::job::Trust::Trusted;
         prepared.refuse_fixed_output = daemon || !trusted;
         prepared.host_network = trusted && self.nix_network == crate::config::NixNetwork::Host;
+        prepared.net = net.filter(|_| self.nix_network == crate::config::NixNetwork::Proxy);
         prepared.confine = Some(policy);
         let shared = self.join_or_start(prepared);
         let result = shared.await;

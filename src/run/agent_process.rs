@@ -92,7 +92,9 @@ pub(super) async fn run_agent(
     drop(commands);
     // Before the agent: its first request goes through the bridge.
     let _bridge = match &launch.net_bridge {
-        Some(bridge) => Some(super::confine::start_bridge(bridge, adjust).await?),
+        Some(b) => Some(
+            crate::agentnet::start_outside(&b.runner, &b.dir, b.owner, &b.ports, adjust).await?,
+        ),
         None => None,
     };
     let mut child = spawn_agent(launch, &mut cmd)?;

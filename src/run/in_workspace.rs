@@ -50,10 +50,27 @@ impl JobRun<'_> {
         // a repository of another owner (tests/devshell_confined.rs proves Nix's confinement
         // with controls of its own).
         let before = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
-        let devshell_attr = self.prepare_devshell(&mut paths, &before, result).await?;
+        // The job's network first: the devShell's nix fetches through it too, and its rules
+        // do not depend on the devShell. Before the agent's files are rendered: they name its
+        // port.
+        let mut net_policy = self.policy(&paths)?;
+        let proxy = self.start_network(&paths, &mut net_policy).await?;
+        let nix_net = match proxy {
+            Some(_) => self.nix_net(&paths, &net_policy)?,
+            None => None,
+        };
+        let devshell = self.prepare_devshell(&mut paths, &before, nix_net, result);
+        let devshell_attr = match devshell.await {
+            Ok(attr) => attr,
+            Err(stop) => {
+                if let Some(proxy) = proxy {
+                    result.network = Some(proxy.stop().await);
+                }
+                return Err(stop);
+            }
+        };
         let mut policy = self.policy(&paths)?;
-        // Started before the agent's files are rendered: they name its port.
-        let proxy = self.start_network(&paths, &mut policy).await?;
+        policy.proxy_port = net_policy.proxy_port;
         let system_prompt = {
             let instructions = crate::instructions::read(&paths.checkout);
             system_prompt(self.job, &policy, devshell_attr.as_deref(), &instructions)
@@ -86,6 +103,7 @@ impl JobRun<'_> {
         &self,
         paths: &mut WorkspacePaths,
         policy: &SandboxPolicy,
+        net: Option<devshell::network::NixNet>,
         result: &mut JobResult,
     ) -> Result<Option<String>, Stop> {
         let job = self.job;
@@ -104,7 +122,11 @@ impl JobRun<'_> {
         // Off only where the agent is not confined either (macOS, the suite's mutation).
         let building = async {
             match policy.confine_agent {
-                true => shells.get_confined(&req, Arc::new(policy.clone())).await,
+                true => {
+                    shells
+                        .get_confined(&req, Arc::new(policy.clone()), net)
+                        .await
+                }
                 false => shells.get(&req).await,
             }
         };
@@ -129,6 +151,24 @@ impl JobRun<'_> {
             .map_err(|e| format!("copying the devShell script: {e}"))?;
         paths.devshell_script = Some(copy);
         Ok(Some(shell.attr.clone()))
+    }
+
+    /// How the devShell's nix reaches the job's proxy, which `policy` names.
+    fn nix_net(
+        &self,
+        paths: &WorkspacePaths,
+        policy: &SandboxPolicy,
+    ) -> Result<Option<devshell::network::NixNet>, Stop> {
+        let Some(proxy_port) = policy.proxy_port else {
+            return Ok(None);
+        };
+        Ok(Some(devshell::network::NixNet {
+            proxy_port,
+            ca_bundle: policy.ca.as_ref().map(|ca| ca.bundle.clone()),
+            socket_dir: paths.job_dir.join("nix-net"),
+            runner: crate::jobshell::runner_binary().map_err(Stop::error)?,
+            adjust: self.runner.hooks.agent_command.clone(),
+        }))
     }
 
     /// Starts the job's network proxy, when its policy lets commands reach some host, and
