@@ -167,7 +167,7 @@ async fn print_dev_env(
 
 /// Nix's error, with what to do when it failed for want of the network the job's boundary
 /// gives it: the job's allowed hosts through its proxy, or none.
-fn without_network_hint(p: &Prepared, message: String) -> String {
+pub(super) fn without_network_hint(p: &Prepared, message: String) -> String {
     let fetch = [
         "unable to download",
         "resolve host",
