@@ -765,3 +765,84 @@ fn inputs_are_fetched_through_the_job_proxy() {
     assert!(err.contains("extra_hosts"), "{err}");
     println!("refused-after off-allowlist: {}", refused[0]);
 }
+
+/// `nix-store --add` of a directory holding `secret`: a store path as any user can make one.
+fn store_add(w: &World, name: &str, secret: &str) -> PathBuf {
+    let dir = w.state.join(format!("add-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("file"), secret).unwrap();
+    let out = std::process::Command::new("nix-store")
+        .arg("--add")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Defence in depth for the store: a job's namespace shows the store paths of its devShell's
+/// closure, not every path any user added (the store is world-readable). The control: the
+/// same namespace without the view reads the other path; the permitted read succeeds in the
+/// view.
+#[test]
+fn the_job_sees_its_devshell_closure_not_the_whole_store() {
+    use quest_runner::sandbox::boundary::{plan, Identity, OwnFiles, Tools};
+    let w = world();
+    let (needed, other) = (token(), token());
+    let (needed_path, other_path) = (
+        store_add(&w, "needed", &needed),
+        store_add(&w, "other", &other),
+    );
+    let store = quest_runner::store_path::store_dir();
+    let programs = [PathBuf::from("/usr/bin/cat")];
+    let view =
+        quest_runner::sandbox::store::view(&store, std::slice::from_ref(&needed_path), &programs)
+            .expect("nothing the test runs is in the store");
+    let run = |view: Option<Vec<PathBuf>>, path: &Path| {
+        let mut policy = w.policy.clone();
+        policy.store_view = view;
+        let tools = Tools {
+            bwrap: which::which("bwrap").unwrap(),
+            setpriv: PathBuf::new(),
+        };
+        let own = OwnFiles::default();
+        let confined = plan(
+            &policy,
+            &own,
+            Identity::Runner,
+            None,
+            &tools,
+            (Path::new("/"), None),
+        );
+        let file = path.join("file");
+        let args = confined.args(Path::new("/usr/bin/cat"), &[file.display().to_string()]);
+        let out = std::process::Command::new(&confined.program)
+            .args(&args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        run(None, &other_path),
+        other,
+        "the control: the whole store"
+    );
+    println!(
+        "ESCAPED-before store-view: the job's namespace read {}",
+        other_path.display()
+    );
+    assert_eq!(
+        run(Some(view.clone()), &needed_path),
+        needed,
+        "the closure is readable"
+    );
+    assert_eq!(
+        run(Some(view), &other_path),
+        "",
+        "another store path was readable"
+    );
+    println!(
+        "refused-after store-view: {} is absent",
+        other_path.display()
+    );
+}

@@ -109,6 +109,7 @@ async fn build_shell(
         message: e.to_string(),
     })?;
     let store_path = profile_store_path(&root, what)?;
+    let closure = requisites(p, &store_path).await?;
     entry::write_file(staged, entry::SCRIPT, script.as_bytes())
         .map_err(|e| DevShellError::io("writing", staged, e))?;
     let mut guard = root_guard;
@@ -117,7 +118,42 @@ async fn build_shell(
         url,
         store_path,
         script_sha256: entry::sha256_hex(script.as_bytes()),
+        closure,
     })
+}
+
+/// The store paths `store_path` needs, as the store records them: what a job using the
+/// devShell is shown of the store. Asked as the runner, outside the boundary: it reads the
+/// store's database about a path nix just built, nothing the revision chose.
+async fn requisites(p: &Prepared, store_path: &Path) -> Result<Vec<PathBuf>, DevShellError> {
+    let mut cmd = Command::new(&p.nix.path);
+    cmd.args([
+        "--extra-experimental-features",
+        "nix-command",
+        "path-info",
+        "--recursive",
+    ])
+    .arg(store_path);
+    let what = format!("nix path-info --recursive {}", store_path.display());
+    let out = process::run_captured(cmd, "nix")
+        .await
+        .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
+    if !out.status.success() {
+        return Err(DevShellError::Nix {
+            what,
+            message: out.error_message(),
+        });
+    }
+    let store = store_path::store_dir();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let paths: Vec<PathBuf> = text.lines().map(|l| PathBuf::from(l.trim())).collect();
+    match paths.iter().all(|p| store_path::is_store_path(p, &store)) {
+        true => Ok(paths),
+        false => Err(DevShellError::Nix {
+            what,
+            message: format!("printed what is not a store path: {text}"),
+        }),
+    }
 }
 
 /// Runs `nix print-dev-env --json --profile <root> <installable>` and returns its output: no

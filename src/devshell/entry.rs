@@ -85,6 +85,11 @@ pub struct ShellMeta {
     pub url: String,
     pub store_path: PathBuf,
     pub script_sha256: String,
+    /// The store paths the devShell needs (`nix path-info --recursive` of `store_path`): the
+    /// job's view of the store. Empty in an entry written before it was recorded: the job
+    /// then sees the whole store.
+    #[serde(default)]
+    pub closure: Vec<PathBuf>,
 }
 
 /// A verified entry.

@@ -169,6 +169,8 @@ pub struct ShellEnv {
     pub store_path: PathBuf,
     /// The flake reference Nix evaluated.
     pub url: String,
+    /// The store paths the devShell needs; empty when its entry did not record them.
+    pub closure: Vec<PathBuf>,
 }
 
 /// A validated request with its cache key.
@@ -306,6 +308,7 @@ impl DevShells {
             gcroot: self.layout.root(&p.key),
             store_path: s.store_path.clone(),
             url: s.url.clone(),
+            closure: s.closure.clone(),
         });
         DevShell {
             cache,

@@ -2,6 +2,7 @@
 //! policy and network, the agent's launch plan and files, the agent's run with what meters
 //! it, and how the run ended.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,8 +61,8 @@ impl JobRun<'_> {
             None => None,
         };
         let devshell = self.prepare_devshell(&mut paths, &before, nix_net, result);
-        let devshell_attr = match devshell.await {
-            Ok(attr) => attr,
+        let (devshell_attr, closure) = match devshell.await {
+            Ok(loaded) => loaded,
             Err(stop) => {
                 if let Some(proxy) = proxy {
                     result.network = Some(proxy.stop().await);
@@ -71,6 +72,7 @@ impl JobRun<'_> {
         };
         let mut policy = self.policy(&paths)?;
         policy.proxy_port = net_policy.proxy_port;
+        policy.store_view = self.store_view(closure);
         let system_prompt = {
             let instructions = crate::instructions::read(&paths.checkout);
             system_prompt(self.job, &policy, devshell_attr.as_deref(), &instructions)
@@ -98,19 +100,20 @@ impl JobRun<'_> {
 
     /// Builds (or finds cached) the revision's devShell, inside the job's boundary, and puts a copy
     /// of its script in the job's directory: the sandbox may read that, but not the cache.
-    /// Returns the devShell's attribute, when there is one to load.
+    /// Returns the devShell's attribute, when there is one to load, and the store paths the
+    /// job needs (`None`: not known, the whole store).
     async fn prepare_devshell(
         &self,
         paths: &mut WorkspacePaths,
         policy: &SandboxPolicy,
         net: Option<devshell::network::NixNet>,
         result: &mut JobResult,
-    ) -> Result<Option<String>, Stop> {
+    ) -> Result<(Option<String>, Option<Vec<PathBuf>>), Stop> {
         let job = self.job;
         // An untrusted revision's devShell is built only where nix runs in the job's
         // boundary, with no fixed-output build it would need to make (see devshell::confine).
         if job.trust != Trust::Trusted && !policy.confine_agent {
-            return Ok(None);
+            return Ok((None, None));
         }
         let req = devshell::Request {
             repo: paths.bare_clone.clone(),
@@ -144,13 +147,37 @@ impl JobRun<'_> {
             present: shell.env.is_some(),
         });
         let Some(env) = &shell.env else {
-            return Ok(None);
+            return Ok((None, Some(Vec::new())));
         };
         let copy = paths.job_dir.join("devshell.sh");
         std::fs::copy(&env.script, &copy)
             .map_err(|e| format!("copying the devShell script: {e}"))?;
         paths.devshell_script = Some(copy);
-        Ok(Some(shell.attr.clone()))
+        let closure = (!env.closure.is_empty()).then(|| env.closure.clone());
+        Ok((Some(shell.attr.clone()), closure))
+    }
+
+    /// The job's view of the store ([`crate::sandbox::store`]): `closure`, unless a program
+    /// its namespace runs lives in the store (NixOS), or the closure is not known.
+    fn store_view(&self, closure: Option<Vec<PathBuf>>) -> Option<Vec<PathBuf>> {
+        let closure = closure?;
+        let tool = match self.job.agent {
+            AgentKind::Claude => Tool::Claude,
+            AgentKind::Opencode => Tool::Opencode,
+        };
+        let programs: Vec<PathBuf> = [tool, Tool::Bwrap, Tool::Srt, Tool::Node, Tool::Setpriv]
+            .into_iter()
+            .filter_map(|t| crate::binaries::find(t).ok())
+            .chain(crate::jobshell::runner_binary().ok())
+            .collect();
+        let store = crate::store_path::store_dir();
+        match crate::sandbox::store::view(&store, &closure, &programs) {
+            Ok(view) => Some(view),
+            Err(why) => {
+                tracing::info!("{why}");
+                None
+            }
+        }
     }
 
     /// How the devShell's nix reaches the job's proxy, which `policy` names.

@@ -183,6 +183,12 @@ pub fn namespace_args(
     ]
     .map(String::from)
     .to_vec();
+    if let Some(view) = &policy.store_view {
+        out.extend(super::store::view_args(
+            &crate::store_path::store_dir(),
+            view,
+        ));
+    }
     let hidden: Vec<PathBuf> = sorted(&policy.deny_read);
     for path in &hidden {
         out.extend(hide(path));
@@ -267,10 +273,12 @@ pub fn nix_plan(
     unshare: &Path,
     cwd: &Path,
 ) -> Confined {
+    // Nix reads and writes the whole store: the job's view of it is for the job's processes.
     let view = SandboxPolicy {
         allow_read: Vec::new(),
         allow_write: Vec::new(),
         deny_write: Vec::new(),
+        store_view: None,
         ..policy.clone()
     };
     let mut own = own.clone();

@@ -7,6 +7,7 @@ mod network;
 pub mod policy;
 pub mod private;
 pub mod programs;
+pub mod store;
 
 /// The CA variables a trusted job gets, which docs/security.md lists (tests/docs.rs).
 pub use network::TRUST_VARS;

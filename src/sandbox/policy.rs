@@ -101,6 +101,9 @@ pub struct SandboxPolicy {
     pub tmpdir: PathBuf,
     pub checkout: PathBuf,
     pub devshell_script: Option<PathBuf>,
+    /// The store paths the job's namespace shows, the rest of the store absent
+    /// ([`super::store`]); `None`: the whole store, which every user may read.
+    pub store_view: Option<Vec<PathBuf>>,
 }
 
 /// Builds the policy. Pure: the private files' directories were resolved before.
@@ -132,6 +135,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         tmpdir: ws.temp_dir.clone(),
         checkout: ws.checkout.clone(),
         devshell_script: ws.devshell_script.clone(),
+        store_view: None,
     }
 }
 

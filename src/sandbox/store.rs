@@ -1,0 +1,91 @@
+//! The job's view of the Nix store: the closure of its devShell, not every path any user ever
+//! added. The store is world-readable, and a secret that reached it (a NixOS configuration's
+//! `builtins.readFile` of a key, a flake input copied before its hash was checked, another
+//! job's devShell) is there for every process of the host. Defence in depth: the job's
+//! namespace hides the store and binds back, read-only, the store paths its devShell needs.
+//!
+//! Only where nothing the namespace runs lives in the store: on NixOS (and wherever the agent,
+//! bubblewrap or the system's shell is a store path) the programs' closures are the system's,
+//! which would have to be bound path by path and kept in step with every upgrade; there the
+//! whole store stays visible, and `why_whole` says so.
+
+use std::path::{Path, PathBuf};
+
+/// The programs whose place decides: the system's shell and `env`, which scripts start from.
+const SYSTEM_PROGRAMS: [&str; 2] = ["/bin/sh", "/usr/bin/env"];
+
+/// The store paths a job sees, `closure` (its devShell's, empty without one), or why it must
+/// see the whole store: one of `programs` (or the system's shell) lives in `store`.
+pub fn view(
+    store: &Path,
+    closure: &[PathBuf],
+    programs: &[PathBuf],
+) -> Result<Vec<PathBuf>, String> {
+    let system = SYSTEM_PROGRAMS.iter().map(PathBuf::from);
+    for program in programs.iter().cloned().chain(system) {
+        let real = std::fs::canonicalize(&program).unwrap_or(program.clone());
+        if real.starts_with(store) {
+            return Err(format!(
+                "{} is in the Nix store ({}): the job sees the whole store",
+                program.display(),
+                real.display()
+            ));
+        }
+    }
+    let mut paths: Vec<PathBuf> = closure
+        .iter()
+        .filter(|p| crate::store_path::is_store_path(p, store))
+        .cloned()
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// bubblewrap's options for the view, after the system's read-only bind: an empty store with
+/// each path bound back (each a mount of its own), then the empty store made read-only.
+pub(super) fn view_args(store: &Path, view: &[PathBuf]) -> Vec<String> {
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let mut out = vec!["--tmpfs".to_string(), s(store)];
+    for path in view {
+        out.extend(["--ro-bind".to_string(), s(path), s(path)]);
+    }
+    out.extend(["--remount-ro".to_string(), s(store)]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_program_keeps_the_whole_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let prog = store.join("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-claude/bin/claude");
+        std::fs::create_dir_all(prog.parent().unwrap()).unwrap();
+        std::fs::write(&prog, "").unwrap();
+        let why = view(&store, &[], &[prog]).unwrap_err();
+        assert!(why.contains("is in the Nix store"), "{why}");
+    }
+
+    #[test]
+    fn the_view_is_the_closure_of_store_paths_only() {
+        let store = Path::new("/nix/store");
+        let a = store.join("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-a");
+        let closure = vec![
+            a.clone(),
+            store.join("cccccccccccccccccccccccccccccccc-b"),
+            a.clone(),
+            PathBuf::from("/etc/passwd"),
+            store.join("x/../.."),
+        ];
+        let got = view(store, &closure, &[PathBuf::from("/usr/bin/true")]);
+        if let Ok(got) = got {
+            assert_eq!(got.len(), 2, "{got:?}");
+            let args = view_args(store, &got);
+            assert_eq!(args[..2], ["--tmpfs", "/nix/store"]);
+            assert_eq!(args[args.len() - 2..], ["--remount-ro", "/nix/store"]);
+        }
+    }
+}
