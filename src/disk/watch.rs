@@ -68,13 +68,30 @@ type ByDev = HashMap<u64, Held>;
 /// system: which job the reserve stops.
 #[derive(Debug, Default)]
 pub struct Registry {
-    /// Bytes and files by file system (`st_dev`), by job id.
-    jobs: Mutex<HashMap<String, ByDev>>,
+    /// Bytes and files by file system (`st_dev`), by job id, and when that walk ended.
+    jobs: Mutex<HashMap<String, (ByDev, Instant)>>,
+}
+
+/// How long a job below the reserve waits for the others' walks to be newer than the moment
+/// it saw the file system low, before it judges with what it has (a walk elsewhere that never
+/// ends must not keep the reserve from firing).
+const RESERVE_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether a job below the reserve stops.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// It has the most there.
+    Stop,
+    /// Another job has more.
+    GoOn,
+    /// Another job's count is older than the moment the file system went low: a job filling
+    /// the disk since then would look small, and the wrong job would stop.
+    Wait,
 }
 
 impl Registry {
     fn set(&self, id: &str, by_dev: ByDev) {
-        self.lock().insert(id.to_string(), by_dev);
+        self.lock().insert(id.to_string(), (by_dev, Instant::now()));
     }
 
     fn remove(&self, id: &str) {
@@ -82,20 +99,28 @@ impl Registry {
     }
 
     /// Whether `id` has the most of `resource` on file system `dev` of the jobs there (ties:
-    /// the first by id, so exactly one job fires).
-    fn largest_on(&self, dev: u64, resource: Resource, id: &str) -> bool {
+    /// the first by id, so exactly one job fires), judged only on counts newer than `low_since`
+    /// (when `id` saw the file system below the reserve) until [`RESERVE_WAIT`] has passed.
+    fn largest_on(&self, dev: u64, resource: Resource, id: &str, low_since: Instant) -> Verdict {
         let jobs = self.lock();
-        let top = jobs
-            .iter()
-            .filter_map(|(job, by_dev)| {
+        let on_dev = || {
+            jobs.iter().filter_map(|(job, (by_dev, at))| {
                 let held = by_dev.get(&dev)?;
-                Some((job, held.of(resource)))
+                Some((job, held.of(resource), *at))
             })
-            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
-        top.is_some_and(|(top, _)| top == id)
+        };
+        let stale = on_dev().any(|(job, _, at)| job != id && at < low_since);
+        if stale && low_since.elapsed() < RESERVE_WAIT {
+            return Verdict::Wait;
+        }
+        let top = on_dev().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
+        match top {
+            Some((top, _, _)) if top == id => Verdict::Stop,
+            _ => Verdict::GoOn,
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ByDev>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ByDev, Instant)>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -175,6 +200,8 @@ struct State {
     /// How long the last walk took.
     last_took: Duration,
     interval: Duration,
+    /// Since when each file system below the reserve has been seen so.
+    low_since: HashMap<u64, Instant>,
 }
 
 async fn watch(mut state: State, fired: tokio::sync::watch::Sender<Option<Fired>>) {
@@ -251,6 +278,7 @@ impl State {
             last_walk: None,
             last_took: Duration::ZERO,
             interval: MIN_INTERVAL,
+            low_since: HashMap::new(),
         }
     }
 
@@ -271,7 +299,16 @@ impl State {
                 lost.files += was.files.saturating_sub(fs.free.files);
             }
         }
-        let low = file_systems.iter().any(|f| f.short_of().is_some());
+        let now = Instant::now();
+        self.low_since.retain(|dev, _| {
+            file_systems
+                .iter()
+                .any(|f| f.dev == *dev && f.short_of().is_some())
+        });
+        for fs in file_systems.iter().filter(|f| f.short_of().is_some()) {
+            self.low_since.entry(fs.dev).or_insert(now);
+        }
+        let low = !self.low_since.is_empty();
         // Half the headroom left under a limit was taken since the last walk.
         let near = |limit: Option<u64>, used: u64, lost: u64| {
             limit.is_some_and(|l| lost.saturating_mul(2) > l.saturating_sub(used))
@@ -327,9 +364,9 @@ impl State {
         }
         let (stopped, short) = file_systems.iter().find_map(|fs| {
             let short = fs.short_of()?;
-            self.registry
-                .largest_on(fs.dev, short, &self.id)
-                .then_some((fs, short))
+            let since = self.low_since.get(&fs.dev).copied().unwrap_or(started);
+            let verdict = self.registry.largest_on(fs.dev, short, &self.id, since);
+            (verdict == Verdict::Stop).then_some((fs, short))
         })?;
         let held = by_dev.get(&stopped.dev).copied().unwrap_or_default();
         let show = |n: Held| match short {

@@ -81,6 +81,11 @@ fn below_the_reserve_the_largest_job_fires() {
     let mut large = state("large", vec![tree("checkout", &b)], limits, &registry);
     // The small job walks first: alone in the registry, it is the largest for now.
     let _ = small.tick();
+    // small's count is from before large saw the file system low: large waits for a newer one.
+    assert_eq!(large.tick(), None, "judged on a count older than the low");
+    settle();
+    assert_eq!(small.tick(), None, "the smaller job goes on");
+    settle();
     let fired = large.tick().expect("the largest job fires");
     assert!(
         fired
@@ -207,6 +212,11 @@ fn below_the_inode_reserve_the_job_with_most_files_fires() {
     let mut bulky = state("bulky", vec![tree("checkout", &bulky)], limits, &registry);
     let mut many = state("many", vec![tree("checkout", &many)], limits, &registry);
     let _ = bulky.tick();
+    // bulky's count is from before many saw the file system low: many waits for a newer one.
+    assert_eq!(many.tick(), None, "judged on a count older than the low");
+    settle();
+    assert_eq!(bulky.tick(), None, "the job with fewer files goes on");
+    settle();
     let fired = many.tick().expect("the job with most files fires");
     assert!(
         fired
@@ -273,4 +283,63 @@ async fn a_watchdog_fires_soon_after_a_job_creates_files_past_its_limit() {
         "{}",
         fired.message
     );
+}
+
+/// Another tick's walk is due at once below the reserve, but not sooner than twice the last
+/// walk's duration: a moment between ticks.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+/// The issue-30 race: the filler's count is from its last walk, before it filled the file
+/// system; the job beside, first to see the file system low, must not judge itself the
+/// largest on that stale count and stop (as it did, leaving the filler running). It waits for
+/// a count newer than the low, and the filler stops.
+#[test]
+fn below_the_reserve_a_count_from_before_the_low_stops_no_one() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (filler, beside) = (dir.path().join("filler"), dir.path().join("beside"));
+    std::fs::create_dir(&filler).unwrap();
+    std::fs::create_dir(&beside).unwrap();
+    empty_files(&beside, 0, 95);
+    let limits = DiskLimits {
+        limit: None,
+        files: None,
+        reserve: NO_RESERVE,
+        reserve_files: Reserve::Amount(u64::MAX / 2),
+    };
+    let registry = Arc::new(Registry::default());
+    // The filler's last walk, before its fill: one file.
+    let dev = std::fs::metadata(&filler).unwrap().dev();
+    let stale = HashMap::from([(dev, Held { bytes: 0, files: 1 })]);
+    registry.set("filler", stale);
+    settle();
+    empty_files(&filler, 0, 500);
+    let mut beside = state("beside", vec![tree("checkout", &beside)], limits, &registry);
+    let mut filler = state("filler", vec![tree("checkout", &filler)], limits, &registry);
+    assert_eq!(
+        beside.tick(),
+        None,
+        "the job beside stopped on the filler's stale count"
+    );
+    settle();
+    assert_eq!(
+        filler.tick(),
+        None,
+        "beside's count is older than the filler's low"
+    );
+    settle();
+    assert_eq!(beside.tick(), None, "the job beside stopped");
+    settle();
+    let fired = filler.tick().expect("the filler stops");
+    assert!(
+        fired
+            .message
+            .contains("this one had the most files on it (501 inodes"),
+        "{}",
+        fired.message
+    );
+    settle();
+    assert_eq!(beside.tick(), None);
 }
