@@ -152,6 +152,9 @@ fn store_names() -> BTreeSet<String> {
 fn store_gained(before: &BTreeSet<String>, needle: &str) -> Option<PathBuf> {
     let store = quest_runner::store_path::store_dir();
     for name in store_names().difference(before) {
+        if name.ends_with(".chroot") {
+            continue;
+        }
         if let Some(found) = holds(&store.join(name), needle.as_bytes()) {
             return Some(found);
         }
@@ -159,11 +162,17 @@ fn store_gained(before: &BTreeSet<String>, needle: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether a file under `path` holds `needle`: regular files only, for a concurrent test's
+/// build in progress has a `<drv>.chroot` in the store, with the build's `/dev` (a read of
+/// its `ptmx` never returns).
 fn holds(path: &Path, needle: &[u8]) -> Option<PathBuf> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     if meta.is_dir() {
         let entries = std::fs::read_dir(path).ok()?;
         return entries.flatten().find_map(|e| holds(&e.path(), needle));
+    }
+    if !meta.is_file() {
+        return None;
     }
     let bytes = std::fs::read(path).unwrap_or_default();
     bytes
