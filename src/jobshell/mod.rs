@@ -58,6 +58,7 @@ pub fn runner_binary() -> Result<PathBuf, String> {
             .map_err(|e| format!("{SELF_VAR} is set to {}: {e}", path.display()));
     }
     let exe = std::env::current_exe().map_err(|e| format!("finding the runner's binary: {e}"))?;
+    let exe = replaced(exe);
     // A program that embeds the runner as a library (a test) has modes of its own, not these.
     let is_runner = exe
         .file_name()
@@ -70,4 +71,36 @@ pub fn runner_binary() -> Result<PathBuf, String> {
         ));
     }
     Ok(exe)
+}
+
+/// A `serve` whose binary was replaced while it runs (a package upgrade, a rebuild) finds
+/// itself at `<path> (deleted)`, where nothing can be started: every job's bridges and
+/// opencode's shell would fail until a restart. The binary now at `<path>` is the one to
+/// start; its modes are the runner's (an upgrade is applied to jobs as they start).
+fn replaced(exe: PathBuf) -> PathBuf {
+    if exe.exists() {
+        return exe;
+    }
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)").map(PathBuf::from) {
+        Some(path) if path.exists() => path,
+        _ => exe,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_binary_is_found_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quest-runner");
+        std::fs::write(&path, "").unwrap();
+        let deleted = PathBuf::from(format!("{} (deleted)", path.display()));
+        assert_eq!(replaced(deleted), path);
+        assert_eq!(replaced(path.clone()), path);
+        let gone = dir.path().join("gone (deleted)");
+        assert_eq!(replaced(gone.clone()), gone);
+    }
 }
