@@ -201,6 +201,8 @@ fn assert_scrape(scrape: &str) {
         "# TYPE quest_runner_jobs_started counter",
         "# TYPE quest_runner_jobs_ended counter",
         "# TYPE quest_runner_job_duration_seconds histogram",
+        "# TYPE quest_runner_job_phase_seconds histogram",
+        "# TYPE quest_runner_devshell_lookups counter",
         "# TYPE quest_runner_jobs_running gauge",
         "# TYPE quest_runner_queue_depth gauge",
         "# TYPE quest_runner_process_resident_memory_bytes gauge",
@@ -224,6 +226,18 @@ fn assert_scrape(scrape: &str) {
         value(r#"quest_runner_job_duration_seconds_count{agent="claude"}"#),
         2.0
     );
+    for phase in ["workspace", "devshell", "agent_start"] {
+        let series = format!(r#"quest_runner_job_phase_seconds_count{{phase="{phase}"}}"#);
+        assert_eq!(value(&series), 2.0, "{series}");
+    }
+    // The two jobs share one revision: one builds (or finds) the devShell, each looks it up.
+    let lookups = ["hit", "miss"].map(|c| {
+        sample(
+            scrape,
+            &format!(r#"quest_runner_devshell_lookups_total{{cache="{c}"}}"#),
+        )
+    });
+    assert_eq!(lookups.iter().flatten().sum::<f64>(), 2.0, "{lookups:?}");
     assert_eq!(value("quest_runner_jobs_running"), 0.0);
     assert!(
         value("quest_runner_model_requests_total") >= 2.0,

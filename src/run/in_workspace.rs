@@ -60,8 +60,14 @@ impl JobRun<'_> {
             Some(_) => self.nix_net(&paths, &net_policy)?,
             None => None,
         };
-        let devshell = self.prepare_devshell(&mut paths, &before, nix_net, result);
-        let (devshell_attr, closure) = match devshell.await {
+        let building = Instant::now();
+        let devshell = self
+            .prepare_devshell(&mut paths, &before, nix_net, result)
+            .await;
+        if let Some(phases) = result.phases.as_mut() {
+            phases.devshell_ms = Some(building.elapsed().as_millis() as u64);
+        }
+        let (devshell_attr, closure) = match devshell {
             Ok(loaded) => loaded,
             Err(stop) => {
                 if let Some(proxy) = proxy {

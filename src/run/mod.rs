@@ -190,7 +190,13 @@ impl Runner {
         // The job's timeout bounds all of it, not only the agent: a fetch or a devShell build
         // that never ends must not hold the job (and its runner slot) for ever.
         let deadline = tokio::time::Instant::from_std(started + job.timeout);
-        let ws = match self.prepare_workspace(job, deadline).await {
+        let preparing = Instant::now();
+        let ws = self.prepare_workspace(job, deadline).await;
+        result.phases = Some(result::Phases {
+            workspace_ms: Some(preparing.elapsed().as_millis() as u64),
+            devshell_ms: None,
+        });
+        let ws = match ws {
             Ok(ws) => ws,
             Err(stop) => return result.end(stop.outcome, stop.message),
         };

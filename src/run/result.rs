@@ -96,6 +96,21 @@ pub struct JobResult {
     /// repository has no push settings or it made no commits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<crate::deliver::PushRecord>,
+    /// How long the runner's steps before the agent took, in milliseconds: where
+    /// `agent_started_ms` went (the metrics' phase histograms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+}
+
+/// The runner's steps before the agent, each as long as it took (absent: not reached).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Phases {
+    /// The shared clone fetched, the job's worktree and temp dirs made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_ms: Option<u64>,
+    /// The devShell found in the cache or built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devshell_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,6 +148,7 @@ impl JobResult {
             repo: Some(job.repo.clone()),
             trust: Some(job.trust),
             push: None,
+            phases: None,
         }
     }
 

@@ -36,9 +36,25 @@ struct DecisionLabel {
     decision: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabel {
+    cache: &'static str,
+}
+
 /// Jobs take seconds to hours: 1 s to about 4.5 h in doublings.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 15))
+}
+
+/// The steps before the agent take milliseconds (a cached devShell) to minutes (a first
+/// clone, a devShell build): 10 ms to about 2.7 min in doublings.
+fn phase_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 15))
 }
 
 /// The queue as the source last reported it.
@@ -55,6 +71,8 @@ pub struct Metrics {
     started: Family<AgentLabel, Counter>,
     ended: Family<EndLabels, Counter>,
     duration: Family<AgentLabel, Histogram, fn() -> Histogram>,
+    phases: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    devshell: Family<CacheLabel, Counter>,
     running: Gauge<i64, AtomicI64>,
     queued: Gauge<i64, AtomicI64>,
     oldest: Gauge<f64, AtomicU64>,
@@ -80,6 +98,8 @@ impl Metrics {
             started: Family::default(),
             ended: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            phases: Family::new_with_constructor(phase_histogram),
+            devshell: Family::default(),
             running: Gauge::default(),
             queued: Gauge::default(),
             oldest: Gauge::default(),
@@ -111,6 +131,17 @@ impl Metrics {
             format!("{p}job_duration_seconds"),
             "Job durations, start to end",
             self.duration.clone(),
+        );
+        r.register(
+            format!("{p}job_phase_seconds"),
+            "The runner's steps before the agent: workspace (fetch, worktree), devshell (cache \
+             or build), agent_start (all of them, to the agent's start)",
+            self.phases.clone(),
+        );
+        r.register(
+            format!("{p}devshell_lookups"),
+            "Jobs' devShell lookups, by whether the cache answered (hit) or nix ran (miss)",
+            self.devshell.clone(),
         );
         r.register(
             format!("{p}jobs_running"),
@@ -175,6 +206,7 @@ impl Metrics {
         self.duration
             .get_or_create(&AgentLabel { agent })
             .observe(result.duration_ms as f64 / 1000.0);
+        self.observe_phases(result);
         if let Some(kind) = &result.limit_fired {
             let kind = kind.clone();
             self.limits.get_or_create(&KindLabel { kind }).inc();
@@ -198,6 +230,29 @@ impl Metrics {
                     .get_or_create(&DecisionLabel { decision })
                     .inc_by(n);
             }
+        }
+    }
+
+    /// The steps before the agent that the job reached, and its devShell lookup.
+    fn observe_phases(&self, result: &JobResult) {
+        let phases = result.phases.clone().unwrap_or_default();
+        for (phase, ms) in [
+            ("workspace", phases.workspace_ms),
+            ("devshell", phases.devshell_ms),
+            ("agent_start", result.agent_started_ms),
+        ] {
+            if let Some(ms) = ms {
+                self.phases
+                    .get_or_create(&PhaseLabel { phase })
+                    .observe(ms as f64 / 1000.0);
+            }
+        }
+        if let Some(shell) = &result.devshell {
+            let cache = match shell.cache {
+                crate::devshell::CacheStatus::Hit => "hit",
+                crate::devshell::CacheStatus::Miss => "miss",
+            };
+            self.devshell.get_or_create(&CacheLabel { cache }).inc();
         }
     }
 
