@@ -758,6 +758,25 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     server.set_script(vec![hang(&token2)]);
     let serve = Serve::start(&runner, &server, &log_dir);
     wait_for_process(&format!("hang-{token2}"), &serve);
+    // The running job's use now, read by another process: its processes, memory, CPU time,
+    // disk and tokens.
+    let live = show(&runner, "t")["live"].clone();
+    let n = |k: &str| {
+        live[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k} in {live}"))
+    };
+    assert!(n("processes") >= 2, "the agent and its command: {live}");
+    assert!(n("memory_bytes") > 1 << 20, "{live}");
+    assert!(n("disk_files") > 0 && n("disk_bytes") > 0, "{live}");
+    let jobs = runner.command().arg("jobs").output().unwrap();
+    let jobs = String::from_utf8_lossy(&jobs.stdout);
+    let row = jobs
+        .lines()
+        .find(|l| l.starts_with("t "))
+        .unwrap_or_default();
+    assert!(row.contains(" mem ") && row.contains(" cpu "), "{jobs}");
+    eprintln!("a running job, live: {live}\n{row}");
     let out = runner.command().args(["cancel", "t"]).output().unwrap();
     assert!(
         out.status.success(),

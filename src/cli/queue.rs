@@ -11,7 +11,7 @@ use crate::exit::Exit;
 use crate::job::JobSpec;
 use crate::serve::limits::Limits;
 use crate::serve::pg::{self, PgError};
-use crate::serve::queue::{CancelOutcome, FsQueue, Listed, QueueError};
+use crate::serve::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
 use crate::serve::ServeOptions;
 
 #[derive(Debug, clap::Args)]
@@ -275,10 +275,13 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
 
 /// `quest-runner jobs [--json]`.
 pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
-    let listed: Vec<Listed> = match Queue::open(&ctx)? {
+    let mut listed: Vec<Listed> = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue.list(),
         Queue::Pg(db) => db.run(|client| async move { pg::admin::list(&client).await })?,
     };
+    for job in listed.iter_mut() {
+        job.live = live(&ctx, &job.id, job.state);
+    }
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         writeln!(
@@ -299,7 +302,11 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
                 j.outcome.as_deref().unwrap_or("-"),
                 j.attempts,
                 j.submitted_at.as_deref().unwrap_or("-"),
-                j.usage.as_ref().map_or("-".to_string(), |u| u.brief()),
+                match (&j.usage, &j.live) {
+                    (Some(u), _) => u.brief(),
+                    (None, Some(live)) => live.brief(),
+                    (None, None) => "-".to_string(),
+                },
                 j.message.as_deref().unwrap_or("")
             ));
         }
@@ -324,6 +331,9 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             value["id"] = args.id.clone().into();
             value["state"] = state.name().into();
             value["dir"] = queue.job_dir(&args.id).display().to_string().into();
+            if let Some(live) = live(&ctx, &args.id, state) {
+                value["live"] = serde_json::to_value(live).unwrap_or_default();
+            }
             // A `quest-runner push` after the job's end is in its result file only.
             if let (Some(push), Some(result)) = (
                 super::deliver::local_push(&ctx, &args.id),
@@ -340,6 +350,12 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
         }
     };
     super::out(pretty(&value))
+}
+
+/// A running job's use now, when it runs on this host (its directory is here).
+fn live(ctx: &Context, id: &str, state: JobState) -> Option<crate::serve::live::Live> {
+    let here = crate::workspace::job_root(&ctx.state, id).is_dir();
+    (state == JobState::Running && here).then(|| crate::serve::live::sample(&ctx.state, id))
 }
 
 fn pretty(value: &serde_json::Value) -> String {

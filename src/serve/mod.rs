@@ -22,6 +22,7 @@ mod enforce;
 mod health;
 mod job;
 pub mod limits;
+pub mod live;
 pub mod metrics;
 pub mod notify;
 pub mod pg;

@@ -267,6 +267,7 @@ pub async fn list(client: &Client) -> Result<Vec<Listed>, PgError> {
                 usage: r
                     .get::<_, Option<String>>(8)
                     .and_then(|u| serde_json::from_str(&u).ok()),
+                live: None,
             }
         })
         .collect())

@@ -68,6 +68,7 @@ impl FsQueue {
                         repo: None,
                         rev: None,
                         usage: None,
+                        live: None,
                     });
                     continue;
                 }
@@ -84,6 +85,7 @@ impl FsQueue {
                     repo: entry.as_ref().map(|e| e.job.repo.clone()),
                     rev: entry.as_ref().map(|e| e.job.rev.clone()),
                     usage: result.and_then(|r| r.usage()).cloned(),
+                    live: None,
                 });
             }
         }

@@ -187,6 +187,9 @@ pub struct Listed {
     /// The finished job's model use (the result's `usage`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::gateway::Usage>,
+    /// A running job's use now, when it runs on this host ([`crate::serve::live`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<crate::serve::live::Live>,
 }
 
 /// The claim a serve process holds on a running job.
