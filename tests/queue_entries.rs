@@ -463,3 +463,49 @@ fn an_unreadable_file_is_set_aside_and_the_queue_goes_on() {
     assert_eq!(log.matches("unreadable by the runner").count(), 1, "{log}");
     println!("set aside: {}", rejected[0].1.trim());
 }
+
+/// `jobs` says when no `serve` works the directory queue (`submit` succeeds with none): with
+/// none ever started, and after a runner was killed outright (its mark is gone with it), but
+/// not while one serves.
+#[test]
+fn jobs_says_when_no_serve_is_running() {
+    let (runner, keys, repo, rev) = setup();
+    let jobs_stderr = || {
+        let out = bounded({
+            let mut c = runner.command();
+            c.arg("jobs");
+            c
+        });
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let queue = runner.state().join("queue");
+    std::fs::create_dir_all(&queue).unwrap();
+    std::fs::write(queue.join("w.json"), job(&repo, &rev, "w")).unwrap();
+    let said = jobs_stderr();
+    assert!(said.contains("no serve is running"), "{said}");
+
+    let mut serve = Serve::start(&runner, keys.path());
+    let runners = runner.state().join("serve/runners");
+    let mark = runners.join(format!("{}.lock", serve.pid()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mark.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        mark.exists(),
+        "no mark of the running serve:\n{}",
+        serve.log()
+    );
+    // While it serves, `jobs` does not warn.
+    assert!(!jobs_stderr().contains("no serve is running"));
+
+    unsafe { libc::kill(serve.pid() as i32, libc::SIGKILL) };
+    let _ = serve.child.take().unwrap().wait();
+    std::fs::write(queue.join("v.json"), job(&repo, &rev, "v")).unwrap();
+    let said = jobs_stderr();
+    assert!(
+        said.contains("no serve is running"),
+        "after a kill -9: {said}"
+    );
+    assert!(!mark.exists(), "the dead runner's mark was left");
+}

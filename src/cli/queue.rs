@@ -174,6 +174,10 @@ pub fn serve(ctx: Context, config_flag: Option<PathBuf>, args: ServeArgs) -> Res
     let served = match ctx.config.queue.clone() {
         None => {
             let queue = Arc::new(open(&ctx)?);
+            // Seen by `jobs` while this process serves (released with it, however it ends).
+            let _serving = queue
+                .serving()
+                .map_err(|e| Failure::new(Exit::Failed, format!("marking this runner: {e}")))?;
             let reload_queue = queue.clone();
             runtime.block_on(crate::serve::serve(queue, runner, options, move |config| {
                 reload_queue.set_default_timeout(config.default_timeout);
@@ -276,7 +280,21 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
 /// `quest-runner jobs [--json]`.
 pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
     let mut listed: Vec<Listed> = match Queue::open(&ctx)? {
-        Queue::Dir(queue) => queue.list(),
+        Queue::Dir(queue) => {
+            let listed = queue.list();
+            let queued = listed
+                .iter()
+                .filter(|j| j.state == JobState::Queued)
+                .count();
+            if queued > 0 && queue.runners().is_empty() {
+                tracing::warn!(
+                    "no serve is running on {}: its {queued} queued job(s) wait until one starts \
+                     (quest-runner serve, or the service)",
+                    ctx.state.root().display()
+                );
+            }
+            listed
+        }
         Queue::Pg(db) => db.run(|client| async move { pg::admin::list(&client).await })?,
     };
     for job in listed.iter_mut() {

@@ -27,6 +27,7 @@ mod entry;
 mod listing;
 mod read;
 mod recover;
+mod runners;
 mod source;
 mod submit;
 
@@ -191,6 +192,8 @@ pub struct Listed {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live: Option<crate::serve::live::Live>,
 }
+
+pub use runners::Serving;
 
 /// The claim a serve process holds on a running job.
 pub struct Ticket {
