@@ -823,3 +823,30 @@ async fn a_requeued_job_keeps_its_place_in_the_queue() {
     let third = restarted.claim().await.unwrap().unwrap();
     assert_eq!((third.job.id.as_str(), third.attempt), ("first", 3));
 }
+
+/// The metrics' queue depth with the PostgreSQL queue: every host's queued jobs and the age
+/// of the oldest, by the database's clock; a claimed job no longer counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_depth_counts_every_hosts_queued_jobs() {
+    let pg = Postgres::start();
+    let c = client(&pg).await;
+    let (_dir, q) = runner(&pg, Duration::from_secs(30)).await;
+    let empty = q.queue_depth().await.unwrap().unwrap();
+    assert_eq!(empty.queued, 0);
+    for i in 0..3 {
+        let id = format!("d{i}");
+        admin::submit(&c, spec(&id), &config(&pg), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let three = q.queue_depth().await.unwrap().unwrap();
+    assert_eq!(three.queued, 3, "{three:?}");
+    assert!(three.oldest_age_seconds >= 0.2, "{three:?}");
+    let claimed = q.claim().await.unwrap().expect("a job");
+    let two = q.queue_depth().await.unwrap().unwrap();
+    assert_eq!(two.queued, 2, "{two:?}");
+    let id = claimed.job.id.clone();
+    q.finish(claimed, succeeded(&id)).await.unwrap();
+    eprintln!("queue depth: {empty:?} → {three:?} → {two:?}");
+}

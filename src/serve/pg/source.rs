@@ -194,6 +194,26 @@ impl JobSource for PgQueue {
         ended
     }
 
+    /// Every host's queued jobs, by the database's clock (one indexed count per look).
+    async fn queue_depth(&self) -> Result<Option<crate::serve::metrics::QueueDepth>, String> {
+        let statement =
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(queued_at)), 0)::float8
+                         FROM quest_runner.jobs WHERE state = 'queued'";
+        let row = self
+            .shared
+            .session
+            .run("reading the queue's depth", |c| async move {
+                c.query_one(statement, &[]).await
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let queued: i64 = row.get(0);
+        Ok(Some(crate::serve::metrics::QueueDepth {
+            queued: u64::try_from(queued).unwrap_or(0),
+            oldest_age_seconds: row.get::<_, f64>(1).max(0.0),
+        }))
+    }
+
     async fn cancel_requested(&self, claimed_id: &str) -> bool {
         self.shared
             .signals
