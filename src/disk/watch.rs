@@ -132,6 +132,24 @@ pub struct Watchdog {
     task: tokio::task::JoinHandle<()>,
     registry: Arc<Registry>,
     id: String,
+    /// Whether dropping it removes the job from the registry ([`Watchdog::stop`] hands that
+    /// to a [`Counted`]).
+    counted: bool,
+}
+
+/// A stopped job still counted among the jobs on its file systems, with what it had at its
+/// last walk, until this is dropped: its files stay until its workspace is removed, and a job
+/// beside it that sees the file system below the reserve meanwhile must not find itself the
+/// largest there and stop too (the reserve fired on the filler, then on the job beside).
+pub struct Counted {
+    registry: Arc<Registry>,
+    id: String,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.registry.remove(&self.id);
+    }
 }
 
 impl Watchdog {
@@ -155,6 +173,7 @@ impl Watchdog {
             task,
             registry,
             id: id.to_string(),
+            counted: true,
         })
     }
 
@@ -175,12 +194,24 @@ impl Watchdog {
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }
+
+    /// Stops watching, keeping the job counted until the returned value is dropped: drop it
+    /// once the job's trees are removed.
+    pub fn stop(mut self) -> Counted {
+        self.counted = false;
+        Counted {
+            registry: self.registry.clone(),
+            id: self.id.clone(),
+        }
+    }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.task.abort();
-        self.registry.remove(&self.id);
+        if self.counted {
+            self.registry.remove(&self.id);
+        }
     }
 }
 

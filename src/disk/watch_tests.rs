@@ -343,3 +343,55 @@ fn below_the_reserve_a_count_from_before_the_low_stops_no_one() {
     settle();
     assert_eq!(beside.tick(), None);
 }
+
+/// The second issue-30 race: the filler, stopped, left the registry with its watchdog while
+/// its files stayed until its workspace was removed, and the job beside, still below the
+/// reserve, then found itself the largest and stopped too. A stopped job stays counted until
+/// its `Counted` is dropped (after the workspace is removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_job_stays_counted_until_its_workspace_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (filler, beside) = (dir.path().join("filler"), dir.path().join("beside"));
+    std::fs::create_dir(&filler).unwrap();
+    std::fs::create_dir(&beside).unwrap();
+    empty_files(&filler, 0, 500);
+    empty_files(&beside, 0, 95);
+    let limits = DiskLimits {
+        limit: None,
+        files: None,
+        reserve: NO_RESERVE,
+        reserve_files: Reserve::Amount(u64::MAX / 2),
+    };
+    let registry = Arc::new(Registry::default());
+    let mut dog = Watchdog::start(
+        "filler",
+        vec![tree("checkout", &filler)],
+        limits,
+        registry.clone(),
+    )
+    .unwrap();
+    let fired = tokio::time::timeout(Duration::from_secs(10), dog.fired())
+        .await
+        .expect("the filler, alone and largest, fires");
+    assert!(
+        fired.message.contains("the disk reserve fired"),
+        "{}",
+        fired.message
+    );
+    let counted = dog.stop();
+    let mut beside = state("beside", vec![tree("checkout", &beside)], limits, &registry);
+    settle();
+    assert_eq!(
+        beside.tick(),
+        None,
+        "the job beside stopped while the filler's files stay"
+    );
+    settle();
+    assert_eq!(beside.tick(), None);
+    drop(counted);
+    settle();
+    let alone = beside
+        .tick()
+        .expect("alone below the reserve, the job beside is the largest");
+    assert!(alone.message.contains("96 inodes"), "{}", alone.message);
+}

@@ -31,6 +31,9 @@ pub(super) struct JobRun<'a> {
     /// When the job started, and when its timeout runs out (it bounds every step).
     pub started: Instant,
     pub deadline: tokio::time::Instant,
+    /// The job, once its agent has stopped, still counted by the disk reserve with what it
+    /// had on disk: the caller drops it after the workspace is removed.
+    pub counted: std::sync::Mutex<Option<crate::disk::watch::Counted>>,
 }
 
 /// What the agent's run needs besides its launch plan, each stopped or dropped once the
@@ -312,7 +315,9 @@ impl JobRun<'_> {
         )
         .await;
         result.disk_used = disk.as_ref().map(|d| d.peak());
-        drop(disk);
+        if let Some(disk) = disk {
+            *self.counted.lock().unwrap_or_else(|e| e.into_inner()) = Some(disk.stop());
+        }
         // The agent's tree is stopped: nothing can make a request any more.
         if let Some(proxy) = proxy {
             result.network = Some(proxy.stop().await);

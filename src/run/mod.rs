@@ -207,12 +207,20 @@ impl Runner {
             ws: &ws,
             started,
             deadline,
+            counted: Default::default(),
         };
         if let Err(stop) = steps.run(result).await {
             result.end(stop.outcome, stop.message);
         }
+        let counted = steps
+            .counted
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
         keep_work(&ws, job, result).await;
-        // `ws` drops here: worktree and temp dir are removed.
+        // The worktree and temp dir are removed, and only then is the job no longer counted
+        // on their file systems.
+        drop(ws);
+        drop(counted);
     }
 
     /// The job's workspace (clone, fetch, worktree, temp dir), within its timeout.
