@@ -38,13 +38,17 @@ impl Bench {
         cmd
     }
 
-    fn configure(&self, server: &ModelServer, concurrency: usize) {
-        let config = serde_json::json!({
+    /// `metrics`: a loopback address for `metrics.listen`, or none (the default: off).
+    fn configure(&self, server: &ModelServer, concurrency: usize, metrics: Option<String>) {
+        let mut config = serde_json::json!({
             "nix": {"options": {"substituters": ""}},
             "concurrency": concurrency,
             "accounts": {"main": {"agent": "claude", "api_key_file": self.key,
                                    "base_url": server.base_url()}},
         });
+        if let Some(listen) = metrics {
+            config["metrics"] = serde_json::json!({ "listen": listen });
+        }
         std::fs::write(self.state.join("config.json"), config.to_string()).expect("config");
     }
 
@@ -124,7 +128,7 @@ async fn main() {
     let server = ModelServer::start_isolated(vec![]).expect("model server");
 
     // Warm-up: the bare clone and the devShell cache.
-    bench.configure(&server, 1);
+    bench.configure(&server, 1, None);
     let serve = bench.serve(&server);
     bench.submit("warm");
     let warm = ["warm".to_string()];
@@ -142,13 +146,25 @@ async fn main() {
     drop(serve);
 
     println!("serve: {JOBS} short jobs (scripted model, cached devShell) per concurrency");
-    for concurrency in [1, 2, 4] {
-        bench.configure(&server, concurrency);
+    // The last round repeats concurrency 2 with metrics on: its cost, against the round
+    // before it, in the same run.
+    for (concurrency, metrics) in [(1, false), (2, false), (4, false), (2, true)] {
+        let listen = metrics.then(|| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            format!("127.0.0.1:{port}")
+        });
+        bench.configure(&server, concurrency, listen.clone());
         let serve = bench.serve(&server);
         let pid = serve.0.id();
         std::thread::sleep(Duration::from_millis(1000));
         let idle = rss_kb(pid);
-        let ids: Vec<String> = (0..JOBS).map(|i| format!("c{concurrency}-{i}")).collect();
+        let tag = if metrics { "m" } else { "" };
+        let ids: Vec<String> = (0..JOBS)
+            .map(|i| format!("c{concurrency}{tag}-{i}"))
+            .collect();
         let started = Instant::now();
         for id in &ids {
             bench.submit(id);
@@ -167,8 +183,16 @@ async fn main() {
         drop(serve);
         let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
         own.sort();
+        if let Some(listen) = &listen {
+            let scrape = scrape(listen);
+            println!(
+                "  metrics on ({listen}): /metrics answered {} bytes",
+                scrape.len()
+            );
+        }
+        let label = if metrics { ", metrics on" } else { "" };
         println!(
-            "  concurrency {concurrency}: {:.2} jobs/s ({:.1} s for {JOBS}); runner's own work \
+            "  concurrency {concurrency}{label}: {:.2} jobs/s ({:.1} s for {JOBS}); runner's own work \
              per job {} ms median (max {}); serve RSS idle {:.1} MB, busy {:.1} MB, idle after \
              the jobs (model gateway started) {:.1} MB",
             JOBS as f64 / elapsed.as_secs_f64(),
@@ -181,4 +205,19 @@ async fn main() {
         );
     }
     server.kill_confined();
+}
+
+/// `GET /metrics` from `listen`, the body (empty when it did not answer).
+fn scrape(listen: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(listen) else {
+        return String::new();
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = conn.read_to_string(&mut text);
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }
