@@ -575,3 +575,27 @@ fn flake_checks_evaluate() {
         agents["claude-code"]["lock"]
     );
 }
+
+/// The options reference `scripts/nixos-options` prints is the NixOS module's own options as
+/// nix/eval's `optionsDoc` renders them (descriptions written once, in the module), and every
+/// option there says what it is for.
+#[test]
+fn the_options_reference_renders_every_option_with_a_description() {
+    let Some(nix) =
+        nix_instantiate("the_options_reference_renders_every_option_with_a_description")
+    else {
+        return;
+    };
+    let doc = eval_lib(&nix, &format!("{{ root, lib }}: ({EVAL}).optionsDoc"));
+    let doc = doc.as_str().unwrap();
+    let sections: Vec<&str> = doc.split("\n## `").skip(1).collect();
+    assert!(sections.len() >= 40, "{} options:\n{doc}", sections.len());
+    for section in sections {
+        let (name, rest) = section.split_once('`').unwrap();
+        let description = rest.split("*Type:*").next().unwrap_or("").trim();
+        assert!(
+            description.len() >= 20,
+            "services.quest-runner option {name} has no description to speak of: {description:?}"
+        );
+    }
+}

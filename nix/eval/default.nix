@@ -204,6 +204,43 @@ in
     run
     ;
   caseNames = lib.attrNames cases;
+
+  # The NixOS module's options as markdown, for `scripts/nixos-options`; tests/flake.rs checks
+  # that every option has a description.
+  optionsDoc =
+    let
+      eval = lib.evalModules {
+        modules = [
+          ./nixos.nix
+          flake.nixosModules.default
+          (usePackage (pkgsFor "x86_64-linux"))
+        ];
+      };
+      docs = lib.optionAttrSetToDocList eval.options.services.quest-runner;
+      shown = lib.filter (o: o.visible && !o.internal) docs;
+      text =
+        v:
+        if v == null then
+          ""
+        else if builtins.isString v then
+          v
+        else if v ? text then
+          v.text
+        else
+          builtins.toJSON v;
+      field =
+        o: name: label:
+        lib.optionalString (o ? ${name}) "\n*${label}:*\n```nix\n${text o.${name}}\n```\n";
+      one =
+        o:
+        "## `${o.name}`\n\n${text (o.description or null)}\n\n*Type:* ${o.type}\n"
+        + field o "default" "Default"
+        + field o "example" "Example";
+    in
+    "# NixOS module options\n\n"
+    + "Generated from the module by `scripts/nixos-options` (nix/eval's `optionsDoc`).\n"
+    + "How to use them: docs/nixos-module.md.\n\n"
+    + lib.concatMapStringsSep "\n" one shown;
   # The cases whose evaluation must fail, with text the error must contain.
   expectedErrors = lib.mapAttrs (_: c: c.error) (lib.filterAttrs (_: c: c ? error) cases);
 
