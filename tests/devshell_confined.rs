@@ -188,8 +188,8 @@ fn config() -> Config {
     config
 }
 
-/// Builds the revision's devShell, confined to the world's policy or not.
-fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, DevShellError> {
+/// The world's devShell cache, and a request for `rev` of `repo`.
+fn shells_and_request(w: &World, repo: &Repo, rev: &str) -> (Arc<DevShells>, Request) {
     let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
     let req = Request {
         repo: repo.bare(),
@@ -197,6 +197,12 @@ fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, De
         git_ref: Some("main".into()),
         attr: None,
     };
+    (shells, req)
+}
+
+/// Builds the revision's devShell, confined to the world's policy or not.
+fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, DevShellError> {
+    let (shells, req) = shells_and_request(w, repo, rev);
     let policy = Arc::new(w.policy.clone());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let shell = rt.block_on(async {
@@ -691,13 +697,7 @@ fn job_network(w: &World, allowed: &str) -> JobNetwork {
 
 impl JobNetwork {
     fn build(&self, w: &World, repo: &Repo, rev: &str) -> Result<String, DevShellError> {
-        let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
-        let req = Request {
-            repo: repo.bare(),
-            rev: rev.to_string(),
-            git_ref: Some("main".into()),
-            attr: None,
-        };
+        let (shells, req) = shells_and_request(w, repo, rev);
         let (policy, net) = (Arc::new(self.policy.clone()), Some(self.net.clone()));
         self.rt
             .block_on(shells.get_confined(&req, policy, net))

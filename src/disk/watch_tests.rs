@@ -32,6 +32,16 @@ fn tree(label: &'static str, path: &std::path::Path) -> Tree {
 
 const NO_RESERVE: Reserve = Reserve::Off;
 
+/// Only an inode reserve, so large that every file system is below it.
+fn below_the_inode_reserve() -> DiskLimits {
+    DiskLimits {
+        limit: None,
+        files: None,
+        reserve: NO_RESERVE,
+        reserve_files: Reserve::Amount(u64::MAX / 2),
+    }
+}
+
 #[test]
 fn the_limit_fires_past_the_limit_and_names_the_trees() {
     let dir = tempfile::tempdir().unwrap();
@@ -202,12 +212,7 @@ fn below_the_inode_reserve_the_job_with_most_files_fires() {
     write_file(&bulky.join("f"), 4 << 20);
     empty_files(&many, 0, 500);
     // Every file system with inodes is below a reserve this large.
-    let limits = DiskLimits {
-        limit: None,
-        files: None,
-        reserve: NO_RESERVE,
-        reserve_files: Reserve::Amount(u64::MAX / 2),
-    };
+    let limits = below_the_inode_reserve();
     let registry = Arc::new(Registry::default());
     let mut bulky = state("bulky", vec![tree("checkout", &bulky)], limits, &registry);
     let mut many = state("many", vec![tree("checkout", &many)], limits, &registry);
@@ -303,12 +308,7 @@ fn below_the_reserve_a_count_from_before_the_low_stops_no_one() {
     std::fs::create_dir(&filler).unwrap();
     std::fs::create_dir(&beside).unwrap();
     empty_files(&beside, 0, 95);
-    let limits = DiskLimits {
-        limit: None,
-        files: None,
-        reserve: NO_RESERVE,
-        reserve_files: Reserve::Amount(u64::MAX / 2),
-    };
+    let limits = below_the_inode_reserve();
     let registry = Arc::new(Registry::default());
     // The filler's last walk, before its fill: one file.
     let dev = std::fs::metadata(&filler).unwrap().dev();
@@ -356,12 +356,7 @@ async fn a_stopped_job_stays_counted_until_its_workspace_is_gone() {
     std::fs::create_dir(&beside).unwrap();
     empty_files(&filler, 0, 500);
     empty_files(&beside, 0, 95);
-    let limits = DiskLimits {
-        limit: None,
-        files: None,
-        reserve: NO_RESERVE,
-        reserve_files: Reserve::Amount(u64::MAX / 2),
-    };
+    let limits = below_the_inode_reserve();
     let registry = Arc::new(Registry::default());
     let mut dog = Watchdog::start(
         "filler",
