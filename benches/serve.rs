@@ -180,14 +180,19 @@ async fn main() {
         // Idle again, with the model gateway and its TLS roots loaded by the jobs.
         std::thread::sleep(Duration::from_millis(1000));
         let after = rss_kb(pid);
+        let scraped = listen.as_deref().map(scrape);
         drop(serve);
         let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
         own.sort();
-        if let Some(listen) = &listen {
-            let scrape = scrape(listen);
+        if let Some(scraped) = &scraped {
+            let ended = scraped
+                .lines()
+                .filter(|l| l.starts_with("quest_runner_jobs_ended_total"))
+                .collect::<Vec<_>>()
+                .join("; ");
             println!(
-                "  metrics on ({listen}): /metrics answered {} bytes",
-                scrape.len()
+                "  metrics on: /metrics answered {} bytes ({ended})",
+                scraped.len()
             );
         }
         let label = if metrics { ", metrics on" } else { "" };
