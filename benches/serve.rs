@@ -212,17 +212,11 @@ async fn main() {
     server.kill_confined();
 }
 
-/// `GET /metrics` from `listen`, the body (empty when it did not answer).
+/// `GET /metrics` from `listen` with curl, the body (empty when it did not answer).
 fn scrape(listen: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut conn) = std::net::TcpStream::connect(listen) else {
-        return String::new();
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    let mut text = String::new();
-    let _ = conn.read_to_string(&mut text);
-    text.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", &format!("http://{listen}/metrics")])
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default()
 }
