@@ -46,8 +46,9 @@ let
     "authFile"
   ];
 
-  # Unset settings are left out of the file, as the runner's own defaults. (No list of the
-  # settings holds attribute sets, so lib's filter, which does not enter lists, is enough.)
+  # Unset settings are left out of the file, as the runner's own defaults. (The one list of
+  # attribute sets, events.webhooks, has no optional fields, so lib's filter, which does not
+  # enter lists, is enough.)
   withoutNulls = lib.filterAttrsRecursive (_: v: v != null);
 
   # Whether `path` is `dir` or inside it, component-wise as Rust's Path::starts_with.
@@ -118,12 +119,18 @@ rec {
   # The runner's config as a Nix value: the settings, the accounts and the queue.
   finalSettings =
     cfg:
-    # No `push` at all unless a repository is pushed, nor `metrics` unless it is set, as the
-    # runner writes its own config.
+    # No `push` at all unless a repository is pushed, nor `metrics` or `events` unless set,
+    # as the runner writes its own config.
     withoutNulls (
       removeAttrs cfg.settings (
         lib.optional (cfg.settings.push == { }) "push"
         ++ lib.optional (withoutNulls cfg.settings.metrics == { }) "metrics"
+        ++ lib.optional (
+          withoutNulls cfg.settings.events == {
+            webhooks = [ ];
+            command = [ ];
+          }
+        ) "events"
       )
     )
     // {

@@ -130,6 +130,54 @@ in
       public = optional types.bool "Allow a non-loopback `metrics.listen` (the runner refuses one otherwise).";
     };
 
+    # Read when `serve` starts: SIGHUP does not change where events go.
+    events = {
+      webhooks = mkOption {
+        type = types.listOf (
+          types.submodule {
+            options = {
+              url = mkOption {
+                type = t.text;
+                example = "https://hooks.example.org/quest";
+                description = "An http:// or https:// URL each job event is POSTed to, as JSON.";
+              };
+              secret_file = mkOption {
+                type = t.runtimePath;
+                example = "/run/secrets/quest-webhook";
+                description = ''
+                  The HMAC-SHA256 key the body is signed with (header
+                  `X-Quest-Signature-256: sha256=<hex>`), the file's content without a final
+                  newline, read when `serve` starts; a private file the jobs' sandbox hides with
+                  its directory.
+                '';
+              };
+            };
+          }
+        );
+        default = [ ];
+        description = ''
+          Receivers of the job events (a job's start and end, its result's fields and push
+          outcome; never its prompt, transcript or a secret). Each is tried 3 times (5 s each,
+          1 s then 2 s apart); a job never waits for it. Failures are logged and counted in
+          `quest_runner_events_failed_total`.
+        '';
+      };
+      command = mkOption {
+        type = types.listOf t.text;
+        default = [ ];
+        example = [
+          "/run/current-system/sw/bin/logger"
+          "-t"
+          "quest-event"
+        ];
+        description = ''
+          A trusted operator hook: this argv (the program an absolute path) runs as the runner
+          for each job event, the event's JSON on its stdin. Empty: none.
+        '';
+      };
+      timeout = optional t.duration "How long the events command may run before it is killed (runner's default: 10s).";
+    };
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";

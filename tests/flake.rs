@@ -20,8 +20,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use quest_runner::config::{
-    Account, ClaudeAccount, Config, LimitsConfig, MetricsConfig, MilliCpus, NetworkConfig,
-    NixConfig, OpencodeAccount, PushConfig, QueueConfig,
+    Account, ClaudeAccount, Config, EventsConfig, LimitsConfig, MetricsConfig, MilliCpus,
+    NetworkConfig, NixConfig, OpencodeAccount, PushConfig, QueueConfig, Webhook,
 };
 use quest_runner::disk::{DiskLimits, Reserve};
 use quest_runner::sandbox::{private, Platform};
@@ -152,6 +152,18 @@ fn full_config() -> Config {
             listen: Some("127.0.0.1:9477".parse().unwrap()),
             public: false,
         },
+        events: EventsConfig {
+            webhooks: vec![Webhook {
+                url: "https://hooks.example.org/quest".into(),
+                secret_file: "/run/keys/quest-webhook".into(),
+            }],
+            command: vec![
+                "/run/current-system/sw/bin/logger".into(),
+                "-t".into(),
+                "quest".into(),
+            ],
+            timeout: Some(Duration::from_secs(20)),
+        },
     }
 }
 
@@ -167,6 +179,11 @@ const FULL_MODULE_CONFIG: &str = r#"{
       default_timeout = "45m";
       concurrency = 3;
       metrics.listen = "127.0.0.1:9477";
+      events = {
+        webhooks = [ { url = "https://hooks.example.org/quest"; secret_file = "/run/keys/quest-webhook"; } ];
+        command = [ "/run/current-system/sw/bin/logger" "-t" "quest" ];
+        timeout = "20s";
+      };
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
       push."https://git.example.org/team/app.git" = {
         remote = "git@git.example.org:team/app.git";

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
-use super::{Account, Config, MetricsConfig, NetworkConfig, NixConfig, PushConfig};
+use super::{Account, Config, EventsConfig, MetricsConfig, NetworkConfig, NixConfig, PushConfig};
 
 /// The config file's fields; [`Config`] documents what each means.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -30,6 +30,8 @@ pub struct ConfigFile {
     pub push: BTreeMap<String, PushConfig>,
     #[serde(skip_serializing_if = "MetricsConfig::is_default")]
     pub metrics: MetricsConfig,
+    #[serde(skip_serializing_if = "EventsConfig::is_default")]
+    pub events: EventsConfig,
 }
 
 impl Default for ConfigFile {
@@ -78,6 +80,8 @@ pub fn with_example(field: &str, message: String) -> String {
         "namespace" => "\"namespace\": \"quest\" (pushed branches are quest/...)",
         "branch" => "\"branch\": \"{job}\" (the job's id, under the namespace)",
         "listen" => "\"listen\": \"127.0.0.1:9477\" (an address and port)",
+        "secret_file" => "an absolute path, e.g. \"/run/secrets/quest-webhook\"",
+        "url" => "\"url\": \"https://hooks.example.org/quest\"",
         _ if message.starts_with("unknown field") => return message,
         _ => return format!("{message} (see the example config in docs/jobs.md)"),
     };
@@ -104,6 +108,7 @@ impl TryFrom<ConfigFile> for Config {
             .map_err(|m| FieldError::new("queue", m))?;
         super::push::check_all(&file.push)?;
         file.metrics.check()?;
+        file.events.check()?;
         Ok(Config {
             nix: file.nix,
             accounts: file.accounts,
@@ -115,6 +120,7 @@ impl TryFrom<ConfigFile> for Config {
             queue,
             push: file.push,
             metrics: file.metrics,
+            events: file.events,
         })
     }
 }
@@ -133,6 +139,7 @@ impl From<Config> for ConfigFile {
             queue: config.queue.map(QueueFile::from),
             push: config.push,
             metrics: config.metrics,
+            events: config.events,
         }
     }
 }

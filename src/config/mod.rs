@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod accounts;
+pub mod events;
 mod file;
 mod limits;
 pub mod metrics;
@@ -19,6 +20,7 @@ pub mod postgres;
 pub mod push;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
+pub use events::{EventsConfig, Webhook};
 pub use file::{ConfigFile, FieldError};
 pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
 pub use metrics::MetricsConfig;
@@ -55,6 +57,8 @@ pub struct Config {
     pub push: BTreeMap<String, PushConfig>,
     /// Where `serve` answers Prometheus and health checks (off when `listen` is absent).
     pub metrics: MetricsConfig,
+    /// Where `serve` sends job events (webhooks, a command); none when empty.
+    pub events: EventsConfig,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -76,6 +80,7 @@ impl Default for Config {
             queue: None,
             push: BTreeMap::new(),
             metrics: MetricsConfig::default(),
+            events: EventsConfig::default(),
         }
     }
 }
@@ -153,9 +158,8 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Every secret file: the accounts', the queue database's password file and the push
-    /// credentials, with the
-    /// config field naming each.
+    /// Every secret file: the accounts', the queue database's password file, the push
+    /// credentials and the webhooks' secrets, with the config field naming each.
     pub fn secret_files(&self) -> Vec<(String, PathBuf)> {
         let mut files: Vec<(String, PathBuf)> = self
             .accounts
@@ -169,6 +173,10 @@ impl Config {
             if let Some(file) = &push.credential_file {
                 files.push((format!("push.{repo}.credential_file"), file.clone()));
             }
+        }
+        for (i, hook) in self.events.webhooks.iter().enumerate() {
+            let field = format!("events.webhooks[{i}].secret_file");
+            files.push((field, hook.secret_file.clone()));
         }
         files
     }

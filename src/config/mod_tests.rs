@@ -149,3 +149,29 @@ fn a_wrong_value_names_its_field_and_an_accepted_example() {
         "a syntax error keeps its position: {err}"
     );
 }
+
+#[test]
+fn events_are_checked_when_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    for (events, field) in [
+        (
+            serde_json::json!({"webhooks": [{"url": "ftp://x/", "secret_file": "/run/s"}]}),
+            "events.webhooks[0].url",
+        ),
+        (
+            serde_json::json!({"webhooks": [{"url": "http://127.0.0.1:1/", "secret_file": "s"}]}),
+            "events.webhooks[0].secret_file",
+        ),
+        (serde_json::json!({"command": ["hook"]}), "events.command"),
+    ] {
+        std::fs::write(&path, serde_json::json!({ "events": events }).to_string()).unwrap();
+        match Config::load(&path, true) {
+            Err(ConfigError::Field { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{events}: {other:?}"),
+        }
+    }
+    let unknown = serde_json::json!({"events": {"webhook": []}});
+    std::fs::write(&path, unknown.to_string()).unwrap();
+    assert!(Config::load(&path, true).is_err());
+}

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::enforce::Enforcement;
+use super::events::{Event, Events};
 use super::metrics::Metrics;
 use super::{cgroup, Claimed, Interruption, JobSource, ServeOptions};
 use crate::run::{Cancel, JobResult, Outcome, Runner};
@@ -26,6 +27,13 @@ enum Settled {
     Release(Interruption),
 }
 
+/// Who hears of a job's start and end: the metrics and the job events, when on.
+#[derive(Clone, Default)]
+pub(super) struct Observers {
+    pub metrics: Option<Arc<Metrics>>,
+    pub events: Option<Arc<Events>>,
+}
+
 /// Runs one claimed job to its end and reports it to the source.
 pub(super) async fn run_one<S: JobSource>(
     source: Arc<S>,
@@ -34,8 +42,9 @@ pub(super) async fn run_one<S: JobSource>(
     stop: watch::Receiver<Option<Cancel>>,
     options: ServeOptions,
     limits: Arc<Enforcement>,
-    metrics: Option<Arc<Metrics>>,
+    observers: Observers,
 ) {
+    let Observers { metrics, events } = observers;
     let id = claimed.job.id.clone();
     let stopper: Arc<Mutex<Option<Stopper>>> = Arc::new(Mutex::new(None));
     let cancel = stopped(
@@ -48,6 +57,9 @@ pub(super) async fn run_one<S: JobSource>(
     tracing::info!(job = %id, attempt = claimed.attempt, "starting");
     if let Some(metrics) = &metrics {
         metrics.job_started(claimed.job.agent.name());
+    }
+    if let Some(events) = &events {
+        events.send(&Event::started(&claimed.job, claimed.attempt));
     }
     let mut result = runner.run_unsaved(&claimed.job, cancel).await;
     let stopped_by = *stopper.lock().unwrap_or_else(|e| e.into_inner());
@@ -66,6 +78,10 @@ pub(super) async fn run_one<S: JobSource>(
     runner.save_result(&result);
     if let Some(metrics) = &metrics {
         metrics.job_ended(&result);
+    }
+    // A run given back to the source is not the job's end: it runs again.
+    if let (Some(events), Settled::Finish) = (&events, &settled) {
+        events.send(&Event::ended(&claimed.job, claimed.attempt, &result));
     }
     let reported = match settled {
         Settled::Finish => source.finish(claimed, result).await,

@@ -81,6 +81,7 @@ pub struct Metrics {
     tokens: Family<KindLabel, Counter>,
     network: Family<DecisionLabel, Counter>,
     rss: Gauge<i64, AtomicI64>,
+    events_failed: Family<KindLabel, Counter>,
     /// Why `serve` takes no job now, by check; empty when it takes jobs.
     not_ready: Mutex<Vec<(&'static str, String)>>,
 }
@@ -108,6 +109,7 @@ impl Metrics {
             tokens: Family::default(),
             network: Family::default(),
             rss: Gauge::default(),
+            events_failed: Family::default(),
             // Until the serve loop has recovered the past and made its checks.
             not_ready: Mutex::new(vec![("serve", "starting".to_string())]),
         };
@@ -183,6 +185,11 @@ impl Metrics {
             "The runner's own resident memory",
             self.rss.clone(),
         );
+        r.register(
+            format!("{p}events_failed"),
+            "Job events not delivered, by kind: webhook (after its tries), command, dropped",
+            self.events_failed.clone(),
+        );
         self
     }
 
@@ -254,6 +261,12 @@ impl Metrics {
             };
             self.devshell.get_or_create(&CacheLabel { cache }).inc();
         }
+    }
+
+    /// A job event that did not reach a receiver (`kind`: webhook, command, dropped).
+    pub fn event_failed(&self, kind: &str) {
+        let kind = kind.to_string();
+        self.events_failed.get_or_create(&KindLabel { kind }).inc();
     }
 
     pub fn set_queue(&self, depth: QueueDepth) {

@@ -19,6 +19,7 @@
 
 pub mod cgroup;
 mod enforce;
+pub mod events;
 mod health;
 mod job;
 pub mod limits;
@@ -58,6 +59,8 @@ pub enum ServeError {
     Recover(String),
     #[error(transparent)]
     Metrics(#[from] health::ListenError),
+    #[error(transparent)]
+    Events(#[from] events::EventsError),
 }
 
 /// How `serve` runs.
@@ -91,6 +94,8 @@ pub async fn serve<S: JobSource>(
 ) -> Result<(), ServeError> {
     let mut signals = Signals::install()?;
     let metrics = start_metrics(&runner).await?;
+    // Read at start, as the metrics: SIGHUP does not change where events go.
+    let events = events::Events::start(&runner.config.events, metrics.clone())?.map(Arc::new);
     let limits = Arc::new(Enforcement::start(&runner, &options.limits));
     if let Some(group) = &limits.plan.cgroup {
         enforce::sweep_leftovers(&*source, group).await;
@@ -102,7 +107,8 @@ pub async fn serve<S: JobSource>(
         .await
         .map_err(|e| ServeError::Recover(e.to_string()))?;
     log_recovered(&recovered);
-    let mut serving = Serving::new(source, runner, options, limits, metrics);
+    let observers = job::Observers { metrics, events };
+    let mut serving = Serving::new(source, runner, options, limits, observers);
     serving.announce();
     serving.run(&mut signals, &on_reload).await;
     if let Some(group) = &serving.limits.plan.cgroup {
@@ -172,6 +178,8 @@ struct Serving<S: JobSource> {
     /// and the devShell engine were last looked at for them.
     metrics: Option<Arc<Metrics>>,
     last_observed: Option<Instant>,
+    /// Where job events go, when the config names a receiver.
+    events: Option<Arc<events::Events>>,
 }
 
 /// Whether the serve loop goes on after a wait.
@@ -186,7 +194,7 @@ impl<S: JobSource> Serving<S> {
         runner: Arc<Runner>,
         options: ServeOptions,
         limits: Arc<Enforcement>,
-        metrics: Option<Arc<Metrics>>,
+        observers: job::Observers,
     ) -> Serving<S> {
         let (stop_tx, stop_rx) = watch::channel(None::<Cancel>);
         let now = Instant::now();
@@ -204,8 +212,9 @@ impl<S: JobSource> Serving<S> {
             last_watchdog: now,
             no_room: false,
             no_room_logged: now,
-            metrics,
+            metrics: observers.metrics,
             last_observed: None,
+            events: observers.events,
         }
     }
 
@@ -287,7 +296,10 @@ impl<S: JobSource> Serving<S> {
                         self.stop_rx.clone(),
                         self.options.clone(),
                         self.limits.clone(),
-                        self.metrics.clone(),
+                        job::Observers {
+                            metrics: self.metrics.clone(),
+                            events: self.events.clone(),
+                        },
                     );
                     self.tasks.spawn(tracing::Instrument::instrument(run, span));
                 }

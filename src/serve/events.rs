@@ -1,0 +1,394 @@
+//! Job events for an operator's systems (`events` in the config): when a job starts and when
+//! it ends, `serve` POSTs a JSON [`Event`] to each webhook, signed with HMAC-SHA256 over the
+//! body (`X-Quest-Signature-256: sha256=<hex>`, as GitHub's `X-Hub-Signature-256`), and runs
+//! the configured command with the event on stdin.
+//!
+//! A job never waits for its events: each receiver has its own task fed through a bounded
+//! channel, delivering in order; a full channel drops the event. A webhook is tried
+//! [`ATTEMPTS`] times, each bounded by [`ATTEMPT_TIMEOUT`], with a backoff between; what is
+//! not delivered (or a command that fails or outlasts its timeout) is logged and counted in
+//! `quest_runner_events_failed_total`. The event carries the job's result fields, never its
+//! prompt, transcript or any secret.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use super::metrics::Metrics;
+use crate::config::{EventsConfig, Webhook};
+use crate::gateway::upstream::HttpClient;
+use crate::job::{Job, Trust};
+use crate::run::JobResult;
+
+/// The signature header.
+pub const SIGNATURE_HEADER: &str = "x-quest-signature-256";
+/// Tries of one event at one webhook.
+pub const ATTEMPTS: u32 = 3;
+/// How long one try may take, connecting to the whole answer.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The wait before the second try; doubled before each later one.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Events waiting for one receiver before more are dropped.
+const QUEUE: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error("events.webhooks[{index}].secret_file: reading {path}: {source}")]
+    Secret {
+        index: usize,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("events.webhooks[{index}].secret_file: {path} is empty")]
+    EmptySecret { index: usize, path: String },
+    #[error("events.webhooks: the HTTP client: {0}")]
+    Client(String),
+}
+
+/// What happened to a job.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Started,
+    Ended,
+}
+
+/// One event: the job's identity and, when it ended, its result's fields.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event<'a> {
+    pub event: Kind,
+    /// Seconds since the Unix epoch, when the event was made.
+    pub time: u64,
+    pub job_id: &'a str,
+    pub repo: &'a str,
+    pub rev: &'a str,
+    pub agent: &'static str,
+    pub account: &'a str,
+    pub trust: Trust,
+    pub attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Ended<'a>>,
+}
+
+/// The result of an ended job, without its transcript or its files' paths.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ended<'a> {
+    pub outcome: &'static str,
+    pub message: Option<&'a str>,
+    pub exit_status: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: u64,
+    pub head: Option<&'a str>,
+    pub commits: &'a [String],
+    pub uncommitted: &'a [String],
+    pub limit_fired: Option<&'a str>,
+    pub disk_used: Option<u64>,
+    pub cpu_throttled_ms: Option<u64>,
+    pub usage: Option<&'a crate::gateway::Usage>,
+    /// The push's outcome: the pushed ref and remote, or its error.
+    pub push: Option<&'a crate::deliver::PushRecord>,
+}
+
+impl<'a> Event<'a> {
+    pub fn started(job: &'a Job, attempt: u32) -> Event<'a> {
+        Event {
+            event: Kind::Started,
+            time: now(),
+            job_id: &job.id,
+            repo: &job.repo,
+            rev: &job.rev,
+            agent: job.agent.name(),
+            account: &job.account,
+            trust: job.trust,
+            attempt,
+            result: None,
+        }
+    }
+
+    pub fn ended(job: &'a Job, attempt: u32, r: &'a JobResult) -> Event<'a> {
+        let result = Ended {
+            outcome: r.outcome.as_str(),
+            message: r.message.as_deref(),
+            exit_status: r.exit_status,
+            signal: r.signal,
+            duration_ms: r.duration_ms,
+            head: r.head.as_deref(),
+            commits: &r.commits,
+            uncommitted: &r.uncommitted,
+            limit_fired: r.limit_fired.as_deref(),
+            disk_used: r.disk_used,
+            cpu_throttled_ms: r.cpu_throttled_ms,
+            usage: r.usage.as_ref(),
+            push: r.push.as_ref(),
+        };
+        Event {
+            event: Kind::Ended,
+            result: Some(result),
+            ..Event::started(job, attempt)
+        }
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `sha256=<hex>` of HMAC-SHA256 over `body` with `secret`: the signature header's value.
+pub fn signature(secret: &[u8], body: &[u8]) -> String {
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, secret);
+    let tag = aws_lc_rs::hmac::sign(&key, body);
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+/// Where one event goes: a receiver's channel, named for the log.
+struct Sink {
+    what: String,
+    tx: mpsc::Sender<Arc<Bytes>>,
+}
+
+/// The receivers' tasks, fed by [`Events::send`].
+pub struct Events {
+    sinks: Vec<Sink>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Events {
+    /// Reads the webhooks' secrets and starts a task per receiver; `None` when the config
+    /// names none.
+    pub fn start(
+        config: &EventsConfig,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<Option<Events>, EventsError> {
+        if !config.is_on() {
+            return Ok(None);
+        }
+        let mut sinks = Vec::new();
+        let client = if config.webhooks.is_empty() {
+            None
+        } else {
+            Some(crate::gateway::upstream::client(&[]).map_err(EventsError::Client)?)
+        };
+        for (index, hook) in config.webhooks.iter().enumerate() {
+            let secret = read_secret(index, &hook.secret_file)?;
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let client = client.clone().ok_or(EventsError::Client("none".into()))?;
+            let webhook = WebhookTask {
+                hook: hook.clone(),
+                secret,
+                client,
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(webhook.run(rx));
+            sinks.push(Sink {
+                what: format!("webhook {}", hook.url),
+                tx,
+            });
+        }
+        if !config.command.is_empty() {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let command = CommandTask {
+                argv: config.command.clone(),
+                timeout: config.timeout(),
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(command.run(rx));
+            sinks.push(Sink {
+                what: "the events command".into(),
+                tx,
+            });
+        }
+        Ok(Some(Events { sinks, metrics }))
+    }
+
+    /// Hands `event` to every receiver without waiting.
+    pub fn send(&self, event: &Event<'_>) {
+        let body = match serde_json::to_vec(event) {
+            Ok(b) => Arc::new(Bytes::from(b)),
+            Err(e) => {
+                tracing::error!("encoding a job event: {e}");
+                return;
+            }
+        };
+        for sink in &self.sinks {
+            if sink.tx.try_send(body.clone()).is_err() {
+                tracing::warn!(job = event.job_id, "{} is behind: event dropped", sink.what);
+                failed(&self.metrics, "dropped");
+            }
+        }
+    }
+}
+
+fn failed(metrics: &Option<Arc<Metrics>>, why: &'static str) {
+    if let Some(m) = metrics {
+        m.event_failed(why);
+    }
+}
+
+/// The file's bytes without a final newline.
+fn read_secret(index: usize, path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>, EventsError> {
+    let shown = path.display().to_string();
+    let mut bytes = std::fs::read(path).map_err(|source| EventsError::Secret {
+        index,
+        path: shown.clone(),
+        source,
+    })?;
+    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        bytes.pop();
+    }
+    if bytes.is_empty() {
+        return Err(EventsError::EmptySecret { index, path: shown });
+    }
+    Ok(zeroize::Zeroizing::new(bytes))
+}
+
+struct WebhookTask {
+    hook: Webhook,
+    secret: zeroize::Zeroizing<Vec<u8>>,
+    client: HttpClient,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl WebhookTask {
+    async fn run(self, mut rx: mpsc::Receiver<Arc<Bytes>>) {
+        while let Some(body) = rx.recv().await {
+            let signature = signature(&self.secret, &body);
+            let mut backoff = FIRST_BACKOFF;
+            for attempt in 1..=ATTEMPTS {
+                let tried = tokio::time::timeout(ATTEMPT_TIMEOUT, self.post(&body, &signature));
+                let why = match tried.await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(why)) => why,
+                    Err(_) => format!("no answer within {ATTEMPT_TIMEOUT:?}"),
+                };
+                if attempt == ATTEMPTS {
+                    tracing::warn!(url = %self.hook.url, "job event not delivered after {ATTEMPTS} tries: {why}");
+                    failed(&self.metrics, "webhook");
+                    break;
+                }
+                tracing::info!(url = %self.hook.url, attempt, "job event: {why}; trying again in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+    }
+
+    /// One POST; a 2xx answer is delivery.
+    async fn post(&self, body: &Bytes, signature: &str) -> Result<(), String> {
+        let request = http::Request::post(&self.hook.url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::USER_AGENT, "quest-runner")
+            .header(SIGNATURE_HEADER, signature)
+            .body(Full::new(body.clone()).map_err(|e| match e {}).boxed())
+            .map_err(|e| format!("the request: {e}"))?;
+        let answer = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| format!("sending: {e}"))?;
+        let status = answer.status();
+        // Read to the end, so the connection can be used again.
+        let _ = answer.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the receiver answered {status}"))
+        }
+    }
+}
+
+struct CommandTask {
+    argv: Vec<String>,
+    timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl CommandTask {
+    async fn run(self, mut rx: mpsc::Receiver<Arc<Bytes>>) {
+        while let Some(body) = rx.recv().await {
+            if let Err(why) = self.run_once(&body).await {
+                tracing::warn!(command = ?self.argv, "the events command: {why}");
+                failed(&self.metrics, "command");
+            }
+        }
+    }
+
+    /// Runs the command with `body` on stdin, killing it at the timeout.
+    async fn run_once(&self, body: &[u8]) -> Result<(), String> {
+        let (program, args) = self.argv.split_first().ok_or("no command")?;
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))?;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let run = async {
+            // A command that does not read its stdin still gets its exit judged.
+            let _ = stdin.write_all(body).await;
+            drop(stdin);
+            child.wait().await
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => Err(format!("it exited with {status}")),
+            Ok(Err(e)) => Err(format!("waiting for it: {e}")),
+            Err(_) => Err(format!("it ran longer than {:?}; killed", self.timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_is_githubs_hmac_sha256() {
+        // RFC 4231 test case 2.
+        let sig = signature(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            sig,
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    /// The ended event has the push's outcome (issue 29) and the result's fields, never the
+    /// prompt or the transcript's path.
+    #[test]
+    fn the_ended_event_has_the_pushed_ref_and_not_the_prompt() {
+        let job = crate::run::result::tests::job();
+        let mut result = JobResult::new(&job);
+        result.head = Some("c0ffee".into());
+        result.transcript = Some("/state/jobs/j1/transcript.jsonl".into());
+        result.push = Some(crate::deliver::PushRecord {
+            remote: "https://git.example.org/r.git".into(),
+            branch: "refs/heads/quest/j1".into(),
+            commit: "c0ffee".into(),
+            pushed: true,
+            error: None,
+        });
+        let v = serde_json::to_value(Event::ended(&job, 2, &result)).unwrap();
+        assert_eq!(v["event"], "ended");
+        assert_eq!(v["attempt"], 2);
+        assert_eq!(v["result"]["head"], "c0ffee");
+        assert_eq!(v["result"]["push"]["branch"], "refs/heads/quest/j1");
+        assert_eq!(v["result"]["push"]["pushed"], true);
+        let text = v.to_string();
+        assert!(
+            !text.contains("transcript") && !text.contains("\"prompt\""),
+            "{text}"
+        );
+        let started = serde_json::to_value(Event::started(&job, 1)).unwrap();
+        assert!(started.get("result").is_none(), "{started}");
+    }
+}

@@ -1,0 +1,386 @@
+//! Job events (`events` in the config) end to end: a real `serve` runs real jobs (refused
+//! at once, their agent's binary missing, as tests/queue_entries.rs does: the ended event of
+//! a failed job is an ended event) and loopback receivers on 127.0.0.1 check what arrives:
+//! the HMAC-SHA256 signature, computed here independently from the secret; a 500 retried and
+//! the event delivered once; a receiver that accepts and never answers does not hold the job.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use support::{unique_token, Repo, Runner};
+
+const SECRET: &str = "webhook-secret-3f9a";
+const API_KEY: &str = "sk-test-events-71c2";
+
+/// HMAC-SHA256 (RFC 2104) from sha2 alone: not the runner's code.
+fn hmac_sha256_hex(key: &[u8], body: &[u8]) -> String {
+    let mut block = [0u8; 64];
+    block[..key.len()].copy_from_slice(key);
+    let pad = |b: u8| block.iter().map(|k| k ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(body)
+        .finalize();
+    let outer = Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize();
+    outer.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One request a receiver read, and the status it answered (None: it never did).
+#[derive(Debug, Clone)]
+struct Received {
+    signature: Option<String>,
+    body: Vec<u8>,
+    answered: Option<u16>,
+}
+
+impl Received {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// A loopback HTTP receiver: answers each request with the next status of `script` (the
+/// last repeats); `None` in it means: read the request and never answer.
+struct Receiver {
+    addr: SocketAddr,
+    got: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    fn start(script: Vec<Option<u16>>) -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let seen = got.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { return };
+                let status = script[n.min(script.len() - 1)];
+                if let Some(kept) = serve_one(stream, status, &seen) {
+                    held.push(kept);
+                }
+            }
+        });
+        Receiver { addr, got }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    fn got(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` requests have arrived.
+    fn wait_for(&self, n: usize, limit: Duration, log: &dyn Fn() -> String) -> Vec<Received> {
+        let deadline = Instant::now() + limit;
+        while self.got().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{} request(s) of {n} in {limit:?}: {:?}\n{}",
+                self.got().len(),
+                self.got(),
+                log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.got()
+    }
+}
+
+/// Reads one request and answers `status` (closing), or keeps the connection unanswered.
+fn serve_one(
+    stream: TcpStream,
+    status: Option<u16>,
+    seen: &Mutex<Vec<Received>>,
+) -> Option<TcpStream> {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let (mut length, mut signature) = (0usize, None);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "x-quest-signature-256" => signature = Some(value.trim().to_string()),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    seen.lock().unwrap().push(Received {
+        signature,
+        body,
+        answered: status,
+    });
+    let Some(code) = status else {
+        return Some(stream);
+    };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    None
+}
+
+/// Sets the config's `events`.
+fn set_events(runner: &Runner, events: Value) {
+    let path = runner.state().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["events"] = events;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+/// A state dir whose config has one Claude account, a webhook secret file, and a repository.
+fn setup() -> (Runner, tempfile::TempDir, Repo, String) {
+    let runner = Runner::new();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("anthropic-key");
+    std::fs::write(&key, API_KEY).unwrap();
+    std::fs::write(keys.path().join("webhook-secret"), format!("{SECRET}\n")).unwrap();
+    let config = serde_json::json!({
+        "nix": {"options": {"substituters": ""}},
+        "concurrency": 1,
+        "accounts": {"main": {"agent": "claude", "api_key_file": key}},
+    });
+    std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    (runner, keys, repo, rev)
+}
+
+fn secret_file(keys: &tempfile::TempDir) -> PathBuf {
+    keys.path().join("webhook-secret")
+}
+
+/// Drops job `id` into the directory queue, its prompt `prompt`.
+fn drop_job(runner: &Runner, repo: &Repo, rev: &str, id: &str, prompt: &str) {
+    let text = serde_json::json!({
+        "id": id, "repo": repo.src().to_string_lossy(), "rev": rev, "trust": "trusted",
+        "agent": "claude", "account": "main", "prompt": prompt,
+    });
+    let queue = runner.state().join("queue");
+    std::fs::create_dir_all(&queue).unwrap();
+    std::fs::write(queue.join(".incoming"), text.to_string()).unwrap();
+    std::fs::rename(queue.join(".incoming"), queue.join(format!("{id}.json"))).unwrap();
+}
+
+/// `quest-runner serve`, killed if still running when dropped.
+struct Serve {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Serve {
+    fn start(runner: &Runner, log_dir: &Path) -> Serve {
+        let log = log_dir.join("serve.log");
+        let child = runner
+            .command()
+            .env("QUEST_RUNNER_CLAUDE", "/nonexistent/claude")
+            .args(["serve", "--poll", "100ms"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Serve {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, and the exit, which must come within 10 s.
+    fn stop(&mut self) -> Duration {
+        let mut child = self.child.take().unwrap();
+        let started = Instant::now();
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not exit within 10 s of SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The job's `show` once it is done, within `limit`.
+fn wait_done(runner: &Runner, id: &str, serve: &Serve, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let out = runner.command().args(["show", id]).output().unwrap();
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            // A job refused at once ends `failed`.
+            if v["state"] == "done" || v["state"] == "failed" {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} not ended in {limit:?}\n{}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn events_are_signed_with_the_secret_and_carry_the_result_not_the_prompt() {
+    let receiver = Receiver::start(vec![Some(200)]);
+    let dir = tempfile::tempdir().unwrap();
+    let hooked = dir.path().join("hook.out");
+    let script = format!("cat >> {}; echo >> {}", hooked.display(), hooked.display());
+    let (runner, keys, repo, rev) = setup();
+    set_events(
+        &runner,
+        serde_json::json!({
+            "webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}],
+            "command": ["/bin/sh", "-c", script],
+            "timeout": "5s",
+        }),
+    );
+    let mut serve = Serve::start(&runner, dir.path());
+    let prompt = format!("PROMPT-{}", unique_token());
+    drop_job(&runner, &repo, &rev, "signed", &prompt);
+    let got = receiver.wait_for(2, Duration::from_secs(30), &|| serve.log());
+    serve.stop();
+    for r in &got {
+        let want = format!("sha256={}", hmac_sha256_hex(SECRET.as_bytes(), &r.body));
+        assert_eq!(r.signature.as_deref(), Some(want.as_str()), "{r:?}");
+        let text = String::from_utf8_lossy(&r.body);
+        for secret in [SECRET, API_KEY, &prompt] {
+            assert!(!text.contains(secret), "{secret} in the event: {text}");
+        }
+    }
+    let kinds: Vec<Value> = got.iter().map(|r| r.json()["event"].clone()).collect();
+    assert_eq!(kinds, ["started", "ended"], "{got:?}");
+    let ended = got[1].json();
+    assert_eq!(ended["job_id"], "signed");
+    assert_eq!(ended["rev"], rev.as_str());
+    assert_eq!(ended["result"]["outcome"], "refused", "{ended}");
+    assert!(ended["result"].get("push").is_some(), "{ended}");
+    assert!(ended["result"].get("transcript").is_none(), "{ended}");
+    // A wrong secret would not match.
+    let forged = format!("sha256={}", hmac_sha256_hex(b"other", &got[1].body));
+    assert_ne!(got[1].signature.as_deref(), Some(forged.as_str()));
+    let hooked = std::fs::read_to_string(&hooked).unwrap();
+    let lines: Vec<Value> = hooked
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{hooked}");
+    assert_eq!(lines[1]["event"], "ended");
+    println!(
+        "signature verified: {}",
+        got[1].signature.as_deref().unwrap_or("")
+    );
+    println!("ended event: {ended}");
+    println!("the command read {} events on stdin", lines.len());
+}
+
+#[test]
+fn a_500_is_retried_and_the_event_delivered_once() {
+    // The first request fails with a 500; every later one is accepted.
+    let receiver = Receiver::start(vec![Some(500), Some(200)]);
+    let (runner, keys, repo, rev) = setup();
+    set_events(
+        &runner,
+        serde_json::json!({"webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}]}),
+    );
+    let mut serve = Serve::start(&runner, keys.path());
+    drop_job(&runner, &repo, &rev, "retried", "Do nothing.");
+    let got = receiver.wait_for(3, Duration::from_secs(30), &|| serve.log());
+    // Nothing more comes: each event was delivered once.
+    std::thread::sleep(Duration::from_secs(3));
+    serve.stop();
+    let got_now = receiver.got();
+    let seen: Vec<(String, Option<u16>)> = got_now
+        .iter()
+        .map(|r| (r.json()["event"].as_str().unwrap().to_string(), r.answered))
+        .collect();
+    let want = [
+        ("started".to_string(), Some(500)),
+        ("started".to_string(), Some(200)),
+        ("ended".to_string(), Some(200)),
+    ];
+    assert_eq!(seen, want, "{got:?}\n{}", serve.log());
+    assert_eq!(
+        got_now[0].body, got_now[1].body,
+        "the retry sends the same event"
+    );
+    let log = serve.log();
+    assert!(log.contains("500"), "{log}");
+    println!("requests (event, answer): {seen:?}");
+}
+
+#[test]
+fn a_receiver_that_never_answers_does_not_hold_the_job() {
+    let receiver = Receiver::start(vec![None]);
+    let (runner, keys, repo, rev) = setup();
+    set_events(
+        &runner,
+        serde_json::json!({"webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}]}),
+    );
+    let mut serve = Serve::start(&runner, keys.path());
+    let started = Instant::now();
+    drop_job(&runner, &repo, &rev, "held", "Do nothing.");
+    // One try at the webhook alone takes 5 s; the job is done well before.
+    let shown = wait_done(&runner, "held", &serve, Duration::from_secs(4));
+    let took = started.elapsed();
+    let got = receiver.got();
+    assert_eq!(
+        got.len(),
+        1,
+        "the receiver still holds the first try: {got:?}"
+    );
+    assert_eq!(got[0].json()["event"], "started");
+    assert_eq!(shown["result"]["outcome"], "refused", "{shown}");
+    // A second job is not held either.
+    let second = Instant::now();
+    drop_job(&runner, &repo, &rev, "held2", "Do nothing.");
+    wait_done(&runner, "held2", &serve, Duration::from_secs(4));
+    let took2 = second.elapsed();
+    let stopped = serve.stop();
+    println!(
+        "job done {took:?} after it was queued, a second in {took2:?}, with the receiver \
+         holding its first request; serve stopped {stopped:?} after SIGTERM"
+    );
+}
