@@ -167,13 +167,66 @@ fn runner_cmd(state: &Path, config: Option<&Path>) -> Command {
     cmd
 }
 
+/// What the tests stand on: a repository at one commit, its copy on a forge (the origin the
+/// pushes go to), and a runner state directory.
+struct Setup {
+    repo: Repo,
+    rev: String,
+    forge: tempfile::TempDir,
+    origin: PathBuf,
+    state_dir: tempfile::TempDir,
+    state: StateDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let repo = Repo::new();
+        let rev = repo.commit_exact(&[("a", "a\n")]);
+        let forge = tempfile::tempdir().unwrap();
+        let origin = forge_copy(&repo, forge.path());
+        let state_dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(state_dir.path());
+        Setup {
+            repo,
+            rev,
+            forge,
+            origin,
+            state_dir,
+            state,
+        }
+    }
+
+    /// `git daemon` serving the forge.
+    fn daemon(&self) -> Daemon {
+        Daemon::start(self.forge.path(), free_port())
+    }
+
+    /// Job `id` of the repository, finished with `commits` commits (see [`finished_job`]).
+    async fn finished(&self, id: &str, trust: Trust, commits: usize) -> JobResult {
+        let job = job(id, &self.repo.src(), &self.rev, trust);
+        finished_job(&self.state, &job, commits).await
+    }
+
+    /// The repository's key in the config's `push`.
+    fn key(&self) -> String {
+        src_key(&self.repo)
+    }
+}
+
+/// `out` succeeded; its stderr otherwise.
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bundle_and_patches_carry_the_commits_to_a_fresh_clone() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    let result = finished_job(&state, &job("e1", &repo.src(), &rev, Trust::Trusted), 2).await;
+    let s = Setup::new();
+    let (repo, rev, state_dir) = (&s.repo, &s.rev, &s.state_dir);
+    let result = s.finished("e1", Trust::Trusted, 2).await;
     let head = result.head.clone().unwrap();
     assert_eq!(result.commits.len(), 2);
 
@@ -184,11 +237,7 @@ async fn a_bundle_and_patches_carry_the_commits_to_a_fresh_clone() {
         .arg(&bundle)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 
     // A laptop's clone of the origin: the bundle needs the job's revision, which it has.
     let laptop = out_dir.path().join("laptop");
@@ -242,17 +291,13 @@ async fn a_bundle_and_patches_carry_the_commits_to_a_fresh_clone() {
         .arg(&patches)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
         .collect();
     assert_eq!(listed.len(), 2, "{listed:?}");
-    git(&laptop, &["checkout", "-q", "-b", "applied", &rev]);
+    git(&laptop, &["checkout", "-q", "-b", "applied", rev]);
     let mut am = vec!["am".to_string(), "-q".to_string()];
     am.extend(listed);
     let am: Vec<&str> = am.iter().map(String::as_str).collect();
@@ -265,11 +310,9 @@ async fn a_bundle_and_patches_carry_the_commits_to_a_fresh_clone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_names_what_is_wrong() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    finished_job(&state, &job("none", &repo.src(), &rev, Trust::Trusted), 0).await;
+    let s = Setup::new();
+    let state_dir = &s.state_dir;
+    s.finished("none", Trust::Trusted, 0).await;
     let out_dir = tempfile::tempdir().unwrap();
     for (id, needle) in [
         ("none", "made no commits"),
@@ -290,20 +333,15 @@ async fn export_names_what_is_wrong() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobs_commits_are_pushed_to_its_branch_and_fetched_by_a_fresh_clone() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let forge = tempfile::tempdir().unwrap();
-    let origin = forge_copy(&repo, forge.path());
-    let daemon = Daemon::start(forge.path(), free_port());
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    let mut result = finished_job(&state, &job("p1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let s = Setup::new();
+    let daemon = s.daemon();
+    let mut result = s.finished("p1", Trust::Trusted, 1).await;
     let head = result.head.clone().unwrap();
     // Keyed by the repository as the job names it; the remote is the forge's.
     let config = config_with_push(serde_json::json!({
-        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "branch": "job-{job}"}
+        s.key(): {"remote": daemon.url("r.git"), "namespace": "quest", "branch": "job-{job}"}
     }));
-    deliver(&state, config, &mut result).await;
+    deliver(&s.state, config, &mut result).await;
     let push = result.push.clone().unwrap();
     assert!(push.pushed, "{push:?}");
     assert_eq!(push.branch, "refs/heads/quest/job-p1");
@@ -320,11 +358,11 @@ async fn a_jobs_commits_are_pushed_to_its_branch_and_fetched_by_a_fresh_clone() 
     let clone = elsewhere.path().join("c");
     assert_eq!(git(&clone, &["rev-parse", "origin/quest/job-p1"]), head);
     assert_eq!(git(&clone, &["show", "origin/quest/job-p1:f0"]), "work 0");
-    let refs = git(&origin, &["for-each-ref", "--format=%(refname)"]);
+    let refs = git(&s.origin, &["for-each-ref", "--format=%(refname)"]);
     assert_eq!(refs, "refs/heads/main\nrefs/heads/quest/job-p1", "{refs}");
 
     // `show` has the outcome.
-    let out = runner_cmd(state_dir.path(), None)
+    let out = runner_cmd(s.state_dir.path(), None)
         .args(["show", "p1"])
         .output()
         .unwrap();
@@ -338,27 +376,22 @@ async fn a_jobs_commits_are_pushed_to_its_branch_and_fetched_by_a_fresh_clone() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_branch_the_runner_did_not_make_is_not_overwritten() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let forge = tempfile::tempdir().unwrap();
-    let origin = forge_copy(&repo, forge.path());
+    let s = Setup::new();
     // Someone's branch, under the namespace, where the job's would go.
-    git(&origin, &["update-ref", "refs/heads/quest/p2", &rev]);
-    let daemon = Daemon::start(forge.path(), free_port());
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    let mut result = finished_job(&state, &job("p2", &repo.src(), &rev, Trust::Trusted), 1).await;
+    git(&s.origin, &["update-ref", "refs/heads/quest/p2", &s.rev]);
+    let daemon = s.daemon();
+    let mut result = s.finished("p2", Trust::Trusted, 1).await;
     let config = config_with_push(serde_json::json!({
-        src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest"}
+        s.key(): {"remote": daemon.url("r.git"), "namespace": "quest"}
     }));
-    deliver(&state, config, &mut result).await;
+    deliver(&s.state, config, &mut result).await;
     let push = result.push.clone().unwrap();
     assert!(!push.pushed, "{push:?}");
     let error = push.error.unwrap();
     assert!(error.contains("not overwritten"), "{error}");
-    assert_eq!(git(&origin, &["rev-parse", "refs/heads/quest/p2"]), rev);
+    assert_eq!(git(&s.origin, &["rev-parse", "refs/heads/quest/p2"]), s.rev);
     // The commits are still where export and a retry find them.
-    let bare = quest_runner::workspace::bare_clone_path(&state, &repo.src().to_string_lossy());
+    let bare = quest_runner::workspace::bare_clone_path(&s.state, &s.key());
     assert_eq!(
         git(&bare, &["rev-parse", "refs/quest/jobs/p2"]),
         result.head.unwrap()
@@ -367,52 +400,41 @@ async fn a_branch_the_runner_did_not_make_is_not_overwritten() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_jobs_are_pushed_only_where_allowed() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let forge = tempfile::tempdir().unwrap();
-    let origin = forge_copy(&repo, forge.path());
-    let daemon = Daemon::start(forge.path(), free_port());
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    let untrusted = job("u1", &repo.src(), &rev, Trust::Untrusted);
-    let mut result = finished_job(&state, &untrusted, 1).await;
+    let s = Setup::new();
+    let daemon = s.daemon();
+    let mut result = s.finished("u1", Trust::Untrusted, 1).await;
     let settings = |allow: bool| {
         config_with_push(serde_json::json!({
-            src_key(&repo): {"remote": daemon.url("r.git"), "namespace": "quest", "untrusted": allow}
+            s.key(): {"remote": daemon.url("r.git"), "namespace": "quest", "untrusted": allow}
         }))
     };
-    deliver(&state, settings(false), &mut result).await;
+    deliver(&s.state, settings(false), &mut result).await;
     let push = result.push.clone().unwrap();
     assert!(
         !push.pushed && push.error.as_deref().unwrap().contains("untrusted"),
         "{push:?}"
     );
-    assert!(git(&origin, &["for-each-ref", "refs/heads/quest"]).is_empty());
-    deliver(&state, settings(true), &mut result).await;
+    assert!(git(&s.origin, &["for-each-ref", "refs/heads/quest"]).is_empty());
+    deliver(&s.state, settings(true), &mut result).await;
     assert!(result.push.clone().unwrap().pushed, "{:?}", result.push);
     assert_eq!(
-        git(&origin, &["rev-parse", "refs/heads/quest/u1"]),
+        git(&s.origin, &["rev-parse", "refs/heads/quest/u1"]),
         result.head.unwrap()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_that_is_down_is_reported_and_push_retries_once_it_is_up() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let forge = tempfile::tempdir().unwrap();
-    let origin = forge_copy(&repo, forge.path());
+    let s = Setup::new();
     let port = free_port();
     let url = format!("git://127.0.0.1:{port}/r.git");
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
-    let mut result = finished_job(&state, &job("d1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let mut result = s.finished("d1", Trust::Trusted, 1).await;
     let head = result.head.clone().unwrap();
-    let push = serde_json::json!({ src_key(&repo): {"remote": url, "namespace": "quest"} });
+    let push = serde_json::json!({ s.key(): {"remote": url, "namespace": "quest"} });
     let started = Instant::now();
-    deliver(&state, config_with_push(push.clone()), &mut result).await;
+    deliver(&s.state, config_with_push(push.clone()), &mut result).await;
     assert!(started.elapsed() < Duration::from_secs(30));
-    let record = saved(&state, "d1")["push"].clone();
+    let record = saved(&s.state, "d1")["push"].clone();
     assert_eq!(record["pushed"], false, "{record:#}");
     let error = record["error"].as_str().unwrap();
     assert!(error.contains("git push to git://127.0.0.1"), "{error}");
@@ -421,30 +443,22 @@ async fn a_remote_that_is_down_is_reported_and_push_retries_once_it_is_up() {
     let config_dir = tempfile::tempdir().unwrap();
     let config = config_dir.path().join("config.json");
     std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
-    let _daemon = Daemon::start(forge.path(), port);
-    let out = runner_cmd(state_dir.path(), Some(&config))
+    let _daemon = Daemon::start(s.forge.path(), port);
+    let out = runner_cmd(s.state_dir.path(), Some(&config))
         .args(["push", "d1"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let record = saved(&state, "d1")["push"].clone();
+    assert_ok(&out);
+    let record = saved(&s.state, "d1")["push"].clone();
     assert_eq!(record["pushed"], true, "{record:#}");
     assert!(record.get("error").is_none(), "{record:#}");
-    assert_eq!(git(&origin, &["rev-parse", "refs/heads/quest/d1"]), head);
+    assert_eq!(git(&s.origin, &["rev-parse", "refs/heads/quest/d1"]), head);
     // Again: the branch it made is at its commit, so nothing changes and it succeeds.
-    let out = runner_cmd(state_dir.path(), Some(&config))
+    let out = runner_cmd(s.state_dir.path(), Some(&config))
         .args(["push", "d1"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 /// A branch template that could leave its namespace stops the config from loading, naming the
@@ -495,12 +509,10 @@ async fn the_push_credential_is_hidden_from_jobs() {
     let token = keys_dir.join("token");
     let secret = format!("qr-push-token-{}", unique_token());
     std::fs::write(&token, &secret).unwrap();
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let state_dir = tempfile::tempdir().unwrap();
+    let s = Setup::new();
+    let (repo, rev, state_dir) = (&s.repo, &s.rev, &s.state_dir);
     let config = state_dir.path().join("config.json");
-    let push =
-        serde_json::json!({ src_key(&repo): {"namespace": "quest", "credential_file": token} });
+    let push = serde_json::json!({ s.key(): {"namespace": "quest", "credential_file": token} });
     std::fs::write(&config, serde_json::json!({ "push": push }).to_string()).unwrap();
     let job_path = state_dir.path().join("job.json");
     let spec = serde_json::json!({
@@ -513,21 +525,14 @@ async fn the_push_credential_is_hidden_from_jobs() {
         .arg(&job_path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     let private = shown["policy"]["private"].as_array().unwrap();
     let hidden = private
         .iter()
         .find(|h| h["file"] == token.to_str().unwrap())
         .unwrap_or_else(|| panic!("the credential is not private: {private:?}"));
-    assert_eq!(
-        hidden["what"],
-        format!("push.{}.credential_file", src_key(&repo))
-    );
+    assert_eq!(hidden["what"], format!("push.{}.credential_file", s.key()));
     let deny = shown["policy"]["deny_read"].to_string();
     assert!(
         deny.contains(&format!("\"{}\"", keys_dir.display())),
@@ -538,16 +543,13 @@ async fn the_push_credential_is_hidden_from_jobs() {
     assert!(!all.contains(&secret), "the token is in the job's policy");
 
     // A push with it (to a local remote that takes no token): the token is in no record.
-    let state = StateDir::at(state_dir.path());
-    let forge = tempfile::tempdir().unwrap();
-    let origin = forge_copy(&repo, forge.path());
-    let mut result = finished_job(&state, &job("c1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let mut result = s.finished("c1", Trust::Trusted, 1).await;
     let config = config_with_push(serde_json::json!({
-        src_key(&repo): {"remote": origin, "namespace": "quest", "credential_file": token}
+        s.key(): {"remote": s.origin, "namespace": "quest", "credential_file": token}
     }));
-    deliver(&state, config, &mut result).await;
+    deliver(&s.state, config, &mut result).await;
     assert!(result.push.clone().unwrap().pushed, "{:?}", result.push);
-    let job_files = quest_runner::workspace::job_root(&state, "c1");
+    let job_files = quest_runner::workspace::job_root(&s.state, "c1");
     assert_eq!(grep_tree(&job_files, &secret), Vec::<PathBuf>::new());
 }
 
@@ -574,19 +576,17 @@ fn grep_tree(dir: &Path, needle: &str) -> Vec<PathBuf> {
 /// A token is never sent over plain http: the push is refused before git runs, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_is_never_sent_over_plain_http() {
-    let repo = Repo::new();
-    let rev = repo.commit_exact(&[("a", "a\n")]);
-    let state_dir = tempfile::tempdir().unwrap();
-    let state = StateDir::at(state_dir.path());
+    let s = Setup::new();
+    let state = &s.state;
     let secrets = tempfile::tempdir().unwrap();
     let token = secrets.path().join("token");
     std::fs::write(&token, "tok-PLAIN-HTTP\n").unwrap();
-    let mut result = finished_job(&state, &job("h1", &repo.src(), &rev, Trust::Trusted), 1).await;
+    let mut result = s.finished("h1", Trust::Trusted, 1).await;
     let settings = config_with_push(serde_json::json!({
-        src_key(&repo): {"remote": format!("http://127.0.0.1:{}/r.git", free_port()),
+        s.key(): {"remote": format!("http://127.0.0.1:{}/r.git", free_port()),
                          "namespace": "quest", "credential_file": token}
     }));
-    deliver(&state, settings, &mut result).await;
+    deliver(state, settings, &mut result).await;
     let push = result.push.clone().unwrap();
     assert!(
         !push.pushed && push.error.as_deref().unwrap().contains("plain http"),

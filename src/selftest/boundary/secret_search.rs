@@ -71,11 +71,18 @@ pub fn search_process(pid: u32, secret: &str, f: &mut Findings) {
 }
 
 fn search_file(path: &Path, secret: &str, f: &mut Findings, name: &str) {
-    f.files += 1;
     if let Ok(data) = std::fs::read(path) {
-        if holds(&data, secret.as_bytes()) {
-            f.hit(name.to_string());
-        }
+        search_data(&data, secret, f, name);
+    } else {
+        f.files += 1;
+    }
+}
+
+/// `data`, read from `name`, counted as one file.
+pub fn search_data(data: &[u8], secret: &str, f: &mut Findings, name: &str) {
+    f.files += 1;
+    if holds(data, secret.as_bytes()) {
+        f.hit(name.to_string());
     }
 }
 

@@ -31,11 +31,13 @@ pub struct Secrets {
     pub proc_env: String,
     /// Planted in the runner's environment under names that must never reach a command.
     pub env: String,
+    /// The push credential (an HTTPS token), read by the runner's push alone.
+    pub push: String,
 }
 
 impl Secrets {
     /// Every secret a job must never read.
-    pub fn all(&self) -> [&String; 10] {
+    pub fn all(&self) -> [&String; 11] {
         [
             &self.account,
             &self.rotated_account,
@@ -47,6 +49,7 @@ impl Secrets {
             &self.other_job,
             &self.proc_env,
             &self.env,
+            &self.push,
         ]
     }
 }
@@ -59,6 +62,8 @@ pub struct World {
     pub operator_home: PathBuf,
     /// The account's credential file, outside every directory the sandbox hides wholesale.
     pub account_file: PathBuf,
+    /// The push credential's file, beside the account's: a private file of the push config.
+    pub push_credential: PathBuf,
     /// The runner's config file as the runner is told it, outside the state directory, in a
     /// directory that is a link to its current generation (as sops-nix and agenix keep
     /// secrets): `<dir>-config/config.json`, `<dir>-config` → `<dir>-configs/<n>`.
@@ -337,6 +342,7 @@ impl Secrets {
             other_job: secret("OTHERJOB"),
             proc_env: secret("PROCENV"),
             env: secret("ENV"),
+            push: secret("PUSH"),
         }
     }
 }
@@ -345,6 +351,7 @@ impl Secrets {
 /// private files protects them, and how the host replaces them mid-job.
 struct PrivateFiles {
     account_file: PathBuf,
+    push_credential: PathBuf,
     config_file: PathBuf,
     rotation: Rotation,
 }
@@ -389,6 +396,7 @@ impl World {
             state,
             operator_home,
             account_file: private.account_file,
+            push_credential: private.push_credential,
             config_file: private.config_file,
             root_secret: host.root_secret,
             home_secret: host.home_secret,
@@ -480,6 +488,8 @@ fn plant_private_files(
         AgentKind::Opencode => secrets_dir.join("auth.json"),
     };
     super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
+    let push_credential = secrets_dir.join("push-token");
+    std::fs::write(&push_credential, format!("{}\n", secrets.push)).map_err(io)?;
     let rotation = Rotation {
         agent,
         account_file: account_file.clone(),
@@ -490,6 +500,7 @@ fn plant_private_files(
     };
     Ok(PrivateFiles {
         account_file,
+        push_credential,
         config_file,
         rotation,
     })

@@ -63,6 +63,16 @@ fn secret_reads(world: &World) -> Vec<Attempt> {
             Detect::OutputHas(s.account.clone()),
         ),
         shell(
+            "read-push-credential",
+            format!(
+                "read the push credential by absolute path ({})",
+                world.push_credential.display()
+            ),
+            Rule::DenyRead,
+            format!("cat {}", world.push_credential.display()),
+            Detect::OutputHas(s.push.clone()),
+        ),
+        shell(
             "read-account-link",
             "read the account's credentials through a link the checkout commits".into(),
             Rule::DenyRead,

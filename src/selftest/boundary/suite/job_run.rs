@@ -17,8 +17,13 @@ use std::sync::Arc;
 /// What the job left, as the verdicts and the controls after it read it.
 pub(super) struct JobRun {
     pub(super) result: JobResult,
-    /// The secret search's findings, and how many agent processes it searched.
+    /// The secret search's findings for the account's secret, and how many agent processes
+    /// it searched.
     pub(super) findings: (Findings, usize),
+    /// What the same search found of the push credential in the agent's processes and dirs.
+    pub(super) push_findings: Findings,
+    /// Store paths that appeared while the job ran (searched for the push credential).
+    pub(super) new_store_paths: Vec<PathBuf>,
     /// What the scripted model served while the job ran.
     pub(super) exchanges: Vec<Exchange>,
     /// `METHOD path` of what the stand-in registry got while the job ran.
@@ -39,19 +44,20 @@ impl SuiteRun<'_> {
         let job_root = crate::workspace::job_root(self.state, &self.job.id);
         let stop = Arc::new(AtomicBool::new(false));
         let watcher = {
-            let (secret, root, stop) = (
-                world.secrets.account.clone(),
-                job_root.clone(),
-                stop.clone(),
-            );
-            tokio::task::spawn_blocking(move || watch_agent(&secret, &root, &stop))
+            let secrets = vec![world.secrets.account.clone(), world.secrets.push.clone()];
+            let (root, stop) = (job_root.clone(), stop.clone());
+            tokio::task::spawn_blocking(move || watch_agent(&secrets, &root, &stop))
         };
+        let store_before = super::push::store_names();
         let result = self
             .runner
             .run(self.job, std::future::pending::<Cancel>())
             .await;
         stop.store(true, Ordering::Relaxed);
-        let findings = watcher.await.unwrap_or_default();
+        let (mut findings, agents) = watcher.await.unwrap_or_default();
+        let push_findings = findings.pop().unwrap_or_default();
+        let findings = (findings.pop().unwrap_or_default(), agents);
+        let new_store_paths = super::push::new_store_paths(&store_before);
         // The job's `rotate-secrets` replaced the account's key: what follows (the secret
         // search's control links the account's file and looks for the key) needs the one the
         // world names.
@@ -68,6 +74,8 @@ impl SuiteRun<'_> {
             outputs: tool_outputs(server),
             result,
             findings,
+            push_findings,
+            new_store_paths,
             exchanges,
             registry_seen,
             net_log,

@@ -19,6 +19,7 @@ mod controls;
 mod gateway;
 mod job_run;
 mod project_config;
+mod push;
 mod report;
 mod script;
 mod setup;
@@ -126,6 +127,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     let mut reports = suite.attempt_reports(&ran, &control_results);
     if cfg.mutation.is_none() {
         suite.secret_search(&ran, &mut reports, &mut controls);
+        suite.push_search(&ran, &mut reports, &mut controls);
     }
     suite.controls_after_job(&ran, &reports, control_grant, rotator, &mut controls);
     // A job filling its disk beside another: in base runs and in the mutation that frees it.

@@ -108,7 +108,7 @@ impl SuiteReport {
             };
             // The suite's own search says how far it looked.
             let searched = match a.id {
-                "agent-holds-secret" => format!(" [{}]", a.evidence),
+                "agent-holds-secret" | "push-credential-held" => format!(" [{}]", a.evidence),
                 // What the agent's tool answered: the runner's rule, the namespace, or the
                 // file itself.
                 _ if a.rule == Rule::FileTools => {

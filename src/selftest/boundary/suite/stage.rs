@@ -6,6 +6,7 @@ use super::super::attempts::Targets;
 use super::super::mutation::Mutation;
 use super::super::world::World;
 use super::company::Company;
+use super::push::Forge;
 use super::setup::suite_config;
 use super::SuiteConfig;
 use crate::config::Config;
@@ -30,6 +31,8 @@ pub(super) struct Stage {
     /// proxy (the policy hook lists it as a registry: reads only).
     pub(super) registry: Option<NpmRegistry>,
     pub(super) server: ModelServer,
+    /// The remote the runner pushes the job's commits to.
+    pub(super) forge: Forge,
     pub(super) world: World,
 }
 
@@ -49,6 +52,7 @@ impl Stage {
             ),
             Trust::Untrusted => None,
         };
+        let forge = Forge::start(&world)?;
         let company = match (&registry, cfg.controls && super::is_root()) {
             (Some(r), true) => Some(Company::new(&world, &server, r)?),
             _ => None,
@@ -57,6 +61,7 @@ impl Stage {
             company,
             registry,
             server,
+            forge,
             world,
         })
     }
@@ -70,7 +75,10 @@ impl Stage {
         job: &Job,
     ) -> Result<Runner, String> {
         let env_source = agent_env(&self.world, self.company.as_ref());
-        let config = suite_config(&self.world, &self.server, cfg)?;
+        let mut config = suite_config(&self.world, &self.server, cfg)?;
+        config
+            .push
+            .insert(job.repo.clone(), self.forge.push_config(&self.world));
         write_config(state, &self.world, &config)?;
         let mut runner = Runner::new(state.clone(), config);
         runner.config_file = Some(self.world.config_file.clone());

@@ -8,17 +8,17 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Searches the job's agent for the account's secret until `stop`: the environment,
+/// Searches the job's agent for each of `secrets` until `stop` (a finding per secret): the environment,
 /// arguments and open files of every process of the job (those whose environment names the
 /// job's directory or a directory its agent was given), and the directories the agent was
 /// given (see [`super::super::secret_search`]).
 pub(super) fn watch_agent(
-    secret: &str,
+    secrets: &[String],
     job_root: &std::path::Path,
     stop: &std::sync::atomic::AtomicBool,
-) -> (super::super::secret_search::Findings, usize) {
+) -> (Vec<super::super::secret_search::Findings>, usize) {
     use super::super::secret_search::{is_agent, own_dirs, search_process, search_tree, Findings};
-    let mut findings = Findings::default();
+    let mut findings = vec![Findings::default(); secrets.len()];
     let mut agents = BTreeSet::new();
     let mut markers = vec![job_root.to_string_lossy().into_owned()];
     let mut last_tree = None::<Instant>;
@@ -30,7 +30,9 @@ pub(super) fn watch_agent(
             .collect();
         let mut dirs = BTreeSet::new();
         for pid in &pids {
-            search_process(*pid, secret, &mut findings);
+            for (secret, f) in secrets.iter().zip(findings.iter_mut()) {
+                search_process(*pid, secret, f);
+            }
             if is_agent(*pid) {
                 agents.insert(*pid);
                 dirs.extend(own_dirs(*pid));
@@ -49,7 +51,9 @@ pub(super) fn watch_agent(
         if !agents.is_empty() && due {
             dirs.insert(job_root.join("runner"));
             for dir in &dirs {
-                search_tree(dir, secret, &mut findings);
+                for (secret, f) in secrets.iter().zip(findings.iter_mut()) {
+                    search_tree(dir, secret, f);
+                }
             }
             last_tree = Some(Instant::now());
         }
