@@ -180,7 +180,7 @@ async fn main() {
         // Idle again, with the model gateway and its TLS roots loaded by the jobs.
         std::thread::sleep(Duration::from_millis(1000));
         let after = rss_kb(pid);
-        let scraped = listen.as_deref().map(scrape);
+        let scraped = listen.as_deref().map(|l| scrape(&server, l));
         drop(serve);
         let mut own: Vec<u64> = ids.iter().map(|id| bench.own_ms(id)).collect();
         own.sort();
@@ -212,11 +212,13 @@ async fn main() {
     server.kill_confined();
 }
 
-/// `GET /metrics` from `listen` with curl, the body (empty when it did not answer).
-fn scrape(listen: &str) -> String {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", &format!("http://{listen}/metrics")])
-        .output();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+/// `GET /metrics` from `listen` with curl, in the network namespace `serve` runs in (the
+/// scripted model's), the body (empty when it did not answer).
+fn scrape(server: &ModelServer, listen: &str) -> String {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "5", &format!("http://{listen}/metrics")]);
+    server.confine(&mut cmd);
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default()
 }
