@@ -18,7 +18,7 @@ use crate::binaries::Tool;
 use crate::config::Account;
 use crate::devshell;
 use crate::job::{AgentKind, Job, Trust};
-use crate::netproxy::JobProxy;
+use crate::netproxy::{rules, JobProxy};
 use crate::sandbox::SandboxPolicy;
 use crate::workspace::{self, Workspace, WorkspacePaths};
 
@@ -55,10 +55,11 @@ impl JobRun<'_> {
         // with controls of its own).
         let before = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
         // The job's network first: the devShell's nix fetches through it too, and its rules
-        // do not depend on the devShell. Before the agent's files are rendered: they name its
-        // port.
-        let mut net_policy = self.policy(&paths)?;
-        let proxy = self.start_network(&paths, &mut net_policy).await?;
+        // do not depend on the devShell. From the runner's own policy: the suite's hook runs
+        // once, after the devShell (a mutation of it hands the shared clone to the agent's
+        // identity, which nix's git would then refuse).
+        let mut net_policy = before.clone();
+        let mut proxy = self.start_network(&paths, &mut net_policy).await?;
         let nix_net = match proxy {
             Some(_) => self.nix_net(&paths, &net_policy)?,
             None => None,
@@ -80,8 +81,18 @@ impl JobRun<'_> {
             }
         };
         let mut policy = self.policy(&paths)?;
-        policy.proxy_port = net_policy.proxy_port;
         policy.store_view = self.store_view(closure);
+        // Before the agent's files are rendered: they name the proxy's port.
+        if rules::plan(&policy) == rules::plan(&net_policy) {
+            policy.proxy_port = net_policy.proxy_port;
+        } else {
+            // Only the suite's mutations change a job's network rules after the devShell: the
+            // agent gets a proxy with the rules its policy has.
+            if let Some(old) = proxy.take() {
+                old.stop().await;
+            }
+            proxy = self.start_network(&paths, &mut policy).await?;
+        }
         let system_prompt = {
             let instructions = crate::instructions::read(&paths.checkout);
             system_prompt(self.job, &policy, devshell_attr.as_deref(), &instructions)
