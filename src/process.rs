@@ -8,7 +8,12 @@
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Adjusts a command the runner starts for a job before it starts (the suite's network
+/// namespace, `serve`'s limits): one type for every stage that offers the seam.
+pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
 
 use rustix::process::{Pid, Signal, WaitOptions};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};

@@ -11,13 +11,9 @@
 //! builds) happens in the daemon's network, outside the boundary (see `confine::describe`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use super::DevShellError;
-
-/// Adjusts the bridge's runner side as the job's other processes are (the suite's network
-/// namespace, `serve`'s limits).
-pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
+use crate::process::CommandHook;
 
 /// The job's proxy as the devShell's nix reaches it.
 #[derive(Clone)]
@@ -31,6 +27,7 @@ pub struct NixNet {
     pub socket_dir: PathBuf,
     /// The runner's binary, whose modes are the bridge's two sides.
     pub runner: PathBuf,
+    /// Adjusts the bridge's runner side as the job's other processes are.
     pub adjust: Option<CommandHook>,
 }
 

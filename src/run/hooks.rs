@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::sandbox::SandboxPolicy;
 
 /// Adjusts the agent's command before it starts.
-pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
+pub use crate::process::CommandHook;
 /// Called with a job's id just before its agent starts: adjusts the commands (the agent's, and
 /// the companion's that runs its commands, opencode's sandbox host), and returns
 /// what is kept until the agent's whole process tree has been stopped and then dropped
