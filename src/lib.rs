@@ -6,6 +6,7 @@
 
 pub mod activity;
 pub mod agent;
+pub mod agent_id;
 pub mod agentnet;
 pub mod binaries;
 pub mod cli;

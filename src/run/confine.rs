@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::agent::Launch;
+pub use crate::agent_id::chown_tree;
 use crate::binaries::{self, Tool};
 use crate::sandbox::boundary::{self, Identity, NetBridge, Tools, AGENT_ID};
 use crate::sandbox::SandboxPolicy;
@@ -175,7 +176,7 @@ fn bridges(
 /// to its owner too). The store's `config`, `HEAD` and the shared clone stay root's.
 fn owned_trees(ws: &WorkspacePaths) -> Vec<PathBuf> {
     vec![
-        ws.checkout.clone(),
+        crate::workspace::checkout_own_part(&ws.checkout),
         ws.temp_dir.clone(),
         ws.helper_tmp.clone(),
         ws.job_dir.clone(),
@@ -191,26 +192,6 @@ fn owned_trees(ws: &WorkspacePaths) -> Vec<PathBuf> {
 pub fn hand_over(ws: &WorkspacePaths) -> Result<(), IoError> {
     for tree in owned_trees(ws) {
         chown_tree(&tree).at("handing to the agent's identity", &tree)?;
-    }
-    Ok(())
-}
-
-/// `chown -R` to the agent's identity without following a link: a link the job committed
-/// must not hand the agent what it points to. (Public for the suite's mutation checks, which
-/// hand a tree the policy now lets jobs write to that identity as well.)
-pub fn chown_tree(path: &Path) -> std::io::Result<()> {
-    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let id = (Some(Uid::from_raw(AGENT_ID)), Some(Gid::from_raw(AGENT_ID)));
-    chownat(CWD, path, id.0, id.1, AtFlags::SYMLINK_NOFOLLOW)?;
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path())?;
-        }
     }
     Ok(())
 }

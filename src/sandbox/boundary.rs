@@ -26,10 +26,7 @@ use serde::Serialize;
 
 use super::SandboxPolicy;
 
-/// The uid and gid the agent runs as when the runner is root: in Debian's range for
-/// identities made on demand (60000–64999) and below systemd's dynamic users (61184–65519),
-/// so no account of a stock host has it. No host file but the job's own is ever given to it.
-pub const AGENT_ID: u32 = 60999;
+pub use crate::agent_id::AGENT_ID;
 
 /// Who the namespace's processes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::clone::{lock_bare_blocking, CLEANUP_LOCK_WAIT};
+use super::overlay::{self, Layer};
 use super::paths::RECORD_FILE;
 use super::WorkspaceError;
 use crate::lockfile::LockFile;
@@ -29,6 +30,10 @@ pub struct WorkspaceRecord {
     /// Absent in records written before it existed.
     #[serde(default)]
     pub proxy_tmp: Option<PathBuf>,
+    /// The checkout is an overlay with this job's layer on top (see `overlay`): unmounted
+    /// before anything is removed. Absent for a full checkout, and in older records.
+    #[serde(default)]
+    pub layer: Option<Layer>,
 }
 
 impl WorkspaceRecord {
@@ -82,14 +87,29 @@ pub(super) fn clean(job_root: &Path, lock_wait: std::time::Duration) {
             return;
         }
     };
-    let mut ok = true;
+    // Removing through a mount would only cover the job's layer in whiteouts: unmounted
+    // first, and left for the next sweep when that fails.
+    let unmounted = match &record.layer {
+        Some(_) => overlay::unmount(&record.checkout)
+            .inspect_err(|e| {
+                tracing::warn!("could not unmount the job's checkout: {e}; the next sweep retries")
+            })
+            .is_ok(),
+        None => true,
+    };
+    let mut ok = unmounted;
     let mut remove = |dir: &Path| {
         if let Err(e) = remove_tree(dir) {
             tracing::warn!(path = %dir.display(), "could not remove: {e}");
             ok = false;
         }
     };
-    remove(&record.checkout);
+    if unmounted {
+        remove(&record.checkout);
+        if let Some(dir) = record.layer.as_ref().and_then(Layer::dir) {
+            remove(dir);
+        }
+    }
     remove(&record.temp_dir);
     remove(&record.helper_tmp);
     if let Some(dir) = &record.proxy_tmp {

@@ -26,6 +26,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::overlay::Layer;
+use super::revision_tree::RevisionTree;
 use super::WorkspaceError;
 use crate::git::Git;
 use crate::util::io::{IoContext, IoError};
@@ -161,6 +163,41 @@ impl JobGit {
         rev: &str,
         exclude: &str,
     ) -> Result<(), WorkspaceError> {
+        self.add_worktree(bare, rev, exclude).await?;
+        self.git()?.output(&["reset", "--hard", "--quiet"]).await?;
+        Ok(())
+    }
+
+    /// [`JobGit::create`] with the checkout an overlay of `tree` (the revision's files, written
+    /// once from the same verified objects) under the job's `layer`: nothing is written but
+    /// the store and the `.git` file, and the tree's index, whose stat data is what the job's
+    /// git sees through the mount, so `git status` finds it clean without reading a file.
+    pub async fn create_layered(
+        &self,
+        bare: &Path,
+        rev: &str,
+        exclude: &str,
+        (tree, layer): (&RevisionTree, &Layer),
+    ) -> Result<(), WorkspaceError> {
+        self.add_worktree(bare, rev, exclude).await?;
+        let index = self.admin.join("index");
+        std::fs::copy(&tree.index, &index).at("copying", &tree.index)?;
+        layer.create()?;
+        // The `.git` file `worktree add` wrote moves into the job's layer, so the mount point
+        // is empty and the checkout still holds it.
+        let dotgit = self.checkout.join(".git");
+        std::fs::rename(&dotgit, layer.upper.join(".git")).at("moving", &dotgit)?;
+        layer.mount(&self.checkout)?;
+        Ok(())
+    }
+
+    /// The store, and the worktree registered in it at `rev` with nothing checked out.
+    async fn add_worktree(
+        &self,
+        bare: &Path,
+        rev: &str,
+        exclude: &str,
+    ) -> Result<(), WorkspaceError> {
         let store_git = init_on(&self.store, STORE_CONFIG, bare).await?;
         for dir in ["info", "logs"] {
             let path = self.store.join(dir);
@@ -195,7 +232,6 @@ impl JobGit {
             )
             .into());
         }
-        self.git()?.output(&["reset", "--hard", "--quiet"]).await?;
         Ok(())
     }
 

@@ -37,11 +37,13 @@ use crate::util::io::{IoContext, IoError};
 use cleanup::{clean, Cleanup};
 use clone::{fetch, lock_bare, nix_ref};
 use job_git::JobGit;
+use overlay::Layer;
 use stubs::exclude_text;
 
 mod cleanup;
 mod clone;
 pub mod job_git;
+pub mod overlay;
 mod paths;
 pub mod revision_tree;
 mod stubs;
@@ -93,6 +95,8 @@ pub struct Workspace {
     /// `run::tree::job_markers` and `serve::procs::markers`): the runner stops those with the
     /// agent, before it stops the proxy through its lifeline.
     pub proxy_tmp: PathBuf,
+    /// The job's layer when its checkout is an overlay of the revision's shared tree.
+    pub layer: Option<Layer>,
     git: JobGit,
     _lock: LockFile,
 }
@@ -115,6 +119,8 @@ impl Workspace {
         let layout = JobLayout::of(state, &job.id, &job.repo);
         let lock = claim_job_dir(&layout.root, &job.id)?;
         fetch(&layout.bare_clone, job).await?;
+        let tree = shared_tree(state, &layout.bare_clone, &job.rev).await?;
+        let layer = tree.as_ref().map(|t| Layer::of(&layout.root, &t.files));
 
         // Removed by their guards until the record that names them is written.
         let temp_in = |prefix: &str| {
@@ -138,6 +144,7 @@ impl Workspace {
             temp_dir: paths.temp_dir.clone(),
             helper_tmp: paths.helper_tmp.clone(),
             proxy_tmp: Some(proxy_tmp.clone()),
+            layer: layer.clone(),
         };
         record.write(&layout.root)?;
         let _ = (temp_guard.keep(), helper_guard.keep(), proxy_guard.keep());
@@ -149,8 +156,16 @@ impl Workspace {
         let git = JobGit::at(&layout.root);
         std::fs::create_dir(&layout.runner_dir).at("creating", &layout.runner_dir)?;
         // The job's own store and worktree: no lock, nothing shared is written.
-        git.create(&layout.bare_clone, &job.rev, &exclude_text())
-            .await?;
+        match (&tree, &layer) {
+            (Some(tree), Some(layer)) => {
+                git.create_layered(&layout.bare_clone, &job.rev, &exclude_text(), (tree, layer))
+                    .await?
+            }
+            _ => {
+                git.create(&layout.bare_clone, &job.rev, &exclude_text())
+                    .await?
+            }
+        }
         partial.armed = false;
 
         Ok(Workspace {
@@ -158,6 +173,7 @@ impl Workspace {
             nix_ref: nix_ref(&job.rev),
             job_root: layout.root,
             proxy_tmp,
+            layer,
             git,
             _lock: lock,
         })
@@ -207,8 +223,10 @@ impl Workspace {
             path: path.to_path_buf(),
         };
         let p = &self.paths;
+        // Of a layered checkout, only the job's layer is the job's: the tree below is shared.
+        let checkout = self.layer.as_ref().map_or(&p.checkout, |l| &l.upper);
         vec![
-            tree("checkout", &p.checkout),
+            tree("checkout", checkout),
             tree("git data", &p.git_store),
             tree("job files", &self.job_root),
             tree("temp dirs", &p.temp_dir),
@@ -222,6 +240,37 @@ impl Drop for Workspace {
     fn drop(&mut self) {
         clean(&self.job_root, CLEANUP_LOCK_WAIT);
     }
+}
+
+/// What of the checkout at `checkout` is the job's own: its layer, when the checkout is an
+/// overlay (as the job's `workspace.json` says), else the whole checkout. Handing the merged
+/// view to the agent's identity would copy every shared file into the job's layer.
+pub fn checkout_own_part(checkout: &Path) -> PathBuf {
+    let record = checkout.parent().map(WorkspaceRecord::read);
+    match record {
+        Some(Ok(Some(WorkspaceRecord {
+            layer: Some(layer), ..
+        }))) => layer.upper,
+        _ => checkout.to_path_buf(),
+    }
+}
+
+/// The revision's shared tree, for a checkout layered on it, when this runner layers
+/// checkouts (root, overlayfs: see `overlay`); `None`, a full checkout, otherwise.
+async fn shared_tree(
+    state: &StateDir,
+    bare: &Path,
+    rev: &str,
+) -> Result<Option<revision_tree::RevisionTree>, WorkspaceError> {
+    let trees = state.root().join(revision_tree::TREES_DIR);
+    if overlay::available(&trees).is_err() {
+        return Ok(None);
+    }
+    // The agent's identity owns the files of every checkout a root runner makes.
+    let hand_over = Some(crate::agent_id::chown_tree);
+    revision_tree::ensure(state, bare, rev, hand_over)
+        .await
+        .map(Some)
 }
 
 /// Makes the job's directory and takes its lock: a second job with the same id is refused.

@@ -1,0 +1,164 @@
+//! A job's checkout as a kernel overlay (issue 31): the revision's files, written once by the
+//! runner (`revision_tree`), as the read-only lower layer, and the job's own directory as the
+//! upper layer, which receives everything the job writes. A job's checkout is then ready in
+//! milliseconds at any repository size, and its end removes only what it wrote.
+//!
+//! ```text
+//! <state>/trees/<clone>/<rev>/files    lower: the runner's (0700 above it), shared by jobs
+//! <state>/jobs/<id>/layer/upper/       upper: what this job wrote (its `.git` file included)
+//! <state>/jobs/<id>/layer/work/        overlayfs' own scratch directory
+//! <state>/jobs/<id>/checkout/          the mount: what the job, its git and Nix see
+//! ```
+//!
+//! The mount is in the runner's mount namespace, so the runner's git, the devShell's Nix and
+//! bubblewrap (which binds the checkout like any directory) all see the same view. A job
+//! cannot reach the lower layer by any path: the trees directory is the runner's alone, and
+//! the namespace binds only the mount. Whatever it writes through the mount — files, deletions
+//! (overlayfs' whiteouts), renames — lands in its upper layer; the extended attributes that
+//! could steer overlayfs (`trusted.overlay.*`) are root's in the host's user namespace, which
+//! no job process is in.
+//!
+//! Needs: root (mounting), and overlayfs with the upper layer on a file system that has
+//! extended attributes (ext4, xfs, btrfs, tmpfs). Without them — a runner that is its service
+//! user, a container without `CAP_SYS_ADMIN` — [`available`] says why once, and jobs get a
+//! full checkout of their own, as before.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::io::{IoContext, IoError};
+
+/// The job's own layer of its checkout, as `workspace.json` records it (so cleanup, by this
+/// runner or a later one, unmounts before it removes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layer {
+    /// The revision's shared files (the lower layer; never written by a job).
+    pub lower: PathBuf,
+    /// What the job wrote.
+    pub upper: PathBuf,
+    /// overlayfs' scratch directory, beside `upper` on the same file system.
+    pub work: PathBuf,
+}
+
+impl Layer {
+    /// The layer of the job at `job_root` over `lower`.
+    pub fn of(job_root: &Path, lower: &Path) -> Layer {
+        let dir = job_root.join("layer");
+        Layer {
+            lower: lower.to_path_buf(),
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+        }
+    }
+
+    /// `<job>/layer`, which holds both directories of the job's.
+    pub fn dir(&self) -> Option<&Path> {
+        self.upper.parent()
+    }
+
+    /// Makes the (empty) upper and work directories.
+    pub fn create(&self) -> Result<(), IoError> {
+        for dir in [&self.upper, &self.work] {
+            std::fs::create_dir_all(dir).at("creating", dir)?;
+        }
+        Ok(())
+    }
+
+    /// Mounts the overlay on `on` (an empty directory).
+    pub fn mount(&self, on: &Path) -> Result<(), IoError> {
+        use rustix::mount::{mount, MountFlags};
+        let data = options(self).map_err(|e| IoError::at("mounting an overlay on", on, e))?;
+        mount(
+            "quest-runner",
+            on,
+            "overlay",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            data.as_c_str(),
+        )
+        .map_err(std::io::Error::from)
+        .at("mounting an overlay on", on)
+    }
+}
+
+/// Detaches the overlay mounted on `on`; nothing mounted there is not an error (a cleanup
+/// after a reboot, or after a mount that failed).
+pub fn unmount(on: &Path) -> Result<(), IoError> {
+    use rustix::mount::{unmount, UnmountFlags};
+    match unmount(on, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(IoError::at("unmounting", on, e.into())),
+    }
+}
+
+/// The mount's options. overlayfs splits them at `,` and its layer lists at `:`, and reads `\`
+/// as an escape: a path holding one is refused rather than escaped (the state directory's path
+/// is the operator's choice, never a job's).
+fn options(layer: &Layer) -> std::io::Result<std::ffi::CString> {
+    let mut text = String::new();
+    for (key, path) in [
+        ("lowerdir", &layer.lower),
+        ("upperdir", &layer.upper),
+        ("workdir", &layer.work),
+    ] {
+        let path = path.to_str().filter(|p| !p.contains([',', ':', '\\']));
+        let Some(path) = path else {
+            return Err(std::io::Error::other(format!(
+                "{key} {} holds a ',', ':' or '\\', which overlayfs options cannot carry",
+                path.unwrap_or("(not UTF-8)")
+            )));
+        };
+        if !text.is_empty() {
+            text.push(',');
+        }
+        text.push_str(&format!("{key}={path}"));
+    }
+    std::ffi::CString::new(text).map_err(std::io::Error::other)
+}
+
+/// Whether this runner layers checkouts: `Ok(())`, or why not (asked once per process, by
+/// mounting a small overlay in `scratch`'s directory, where the layers will be). The reason
+/// is logged once, at the first job that falls back.
+pub fn available(scratch: &Path) -> Result<(), &'static str> {
+    static ANSWER: OnceLock<Result<(), String>> = OnceLock::new();
+    let answer = ANSWER.get_or_init(|| {
+        let answer = probe(scratch);
+        if let Err(why) = &answer {
+            tracing::info!(
+                "each job gets a full checkout of its own (no shared revision tree): {why}"
+            );
+        }
+        answer
+    });
+    answer.as_ref().map(|_| ()).map_err(|why| why.as_str())
+}
+
+fn probe(scratch: &Path) -> Result<(), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the runner is not root, and mounting an overlay needs root".into());
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    // Owner only, like the trees that will be made beside the probe.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(scratch)
+        .map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix(".probe-")
+        .tempdir_in(scratch)
+        .map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let lower = dir.path().join("lower");
+    let merged = dir.path().join("merged");
+    let layer = Layer::of(dir.path(), &lower);
+    let made = std::fs::create_dir(&lower)
+        .and_then(|()| std::fs::create_dir(&merged))
+        .map_err(|e| format!("{}: {e}", dir.path().display()));
+    made?;
+    layer.create().map_err(|e| e.to_string())?;
+    let mounted = layer.mount(&merged);
+    let _ = unmount(&merged);
+    mounted.map_err(|e| format!("overlayfs could not be mounted here: {e}"))
+}

@@ -1,0 +1,182 @@
+//! A job's checkout layered on its revision's shared tree (issue 31, `workspace::overlay`), as
+//! every job of a root runner gets it: ready without writing the revision's files, clean to
+//! git by stat alone, everything the job writes (files, deletions, its commits) in its own
+//! layer, the tree unchanged for the next job, and nothing left mounted or on disk at its end,
+//! also when the runner died mid-job.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use quest_runner::job::{AgentKind, Job, Trust};
+use quest_runner::state::StateDir;
+use quest_runner::workspace::{revision_tree, sweep_abandoned, Workspace};
+use support::*;
+
+fn job(id: &str, repo: &Path, rev: &str) -> Job {
+    Job {
+        id: id.into(),
+        repo: repo.to_string_lossy().into_owned(),
+        rev: rev.into(),
+        git_ref: Some("main".into()),
+        trust: Trust::Trusted,
+        agent: AgentKind::Claude,
+        account: "a".into(),
+        prompt: "p".into(),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn root_or_skip() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: a runner that is not root gives each job a full checkout");
+    }
+    root
+}
+
+/// Whether `path` is a mount point of this process's mount namespace.
+fn mounted(path: &Path) -> bool {
+    let path = path.to_string_lossy();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(&path))
+}
+
+fn git_in(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["-c", "user.name=j", "-c", "user.email=j@example.org"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
+    if !root_or_skip() {
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n"), ("src/lib.rs", "fn f() {}\n")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let first = Workspace::prepare(&state, &job("l1", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let second = Workspace::prepare(&state, &job("l2", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let bare = first.paths.bare_clone.clone();
+    let tree = revision_tree::tree_dir(&state, &bare, &rev).join("files");
+    for ws in [&first, &second] {
+        let layer = ws
+            .layer
+            .as_ref()
+            .expect("a root runner layers the checkout");
+        assert_eq!(layer.lower, std::fs::canonicalize(&tree).unwrap());
+        assert!(
+            mounted(&ws.paths.checkout),
+            "{}",
+            ws.paths.checkout.display()
+        );
+        assert_eq!(ws.uncommitted().await.unwrap(), Vec::<String>::new());
+        assert_eq!(
+            std::fs::read_to_string(ws.paths.checkout.join("README.md")).unwrap(),
+            "hello\n"
+        );
+    }
+    // The first job edits, deletes, adds and commits; all of it lands in its layer.
+    let c = &first.paths.checkout.clone();
+    std::fs::write(c.join("README.md"), "edited\n").unwrap();
+    std::fs::remove_file(c.join("src/lib.rs")).unwrap();
+    std::fs::write(c.join("new.txt"), "new\n").unwrap();
+    let status = first.uncommitted().await.unwrap();
+    assert_eq!(status, ["README.md", "src/lib.rs", "new.txt"], "{status:?}");
+    git_in(c, &["add", "-A"]);
+    git_in(c, &["commit", "-q", "-m", "job's work"]);
+    let (head, commits) = first.commits_since("l1", &rev).await.unwrap();
+    assert_eq!(commits, [head.clone()]);
+    let upper = first.layer.clone().unwrap().upper;
+    assert_eq!(
+        std::fs::read_to_string(upper.join("README.md")).unwrap(),
+        "edited\n"
+    );
+    // The shared tree and the other job saw none of it.
+    assert_eq!(
+        std::fs::read_to_string(tree.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert!(tree.join("src/lib.rs").is_file() && !tree.join("new.txt").exists());
+    let other = &second.paths.checkout;
+    assert_eq!(
+        std::fs::read_to_string(other.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert!(other.join("src/lib.rs").is_file() && !other.join("new.txt").exists());
+    assert_eq!(second.uncommitted().await.unwrap(), Vec::<String>::new());
+    // What the disk limit counts of the checkout is the job's layer.
+    let trees = first.disk_trees();
+    let counted = trees.iter().find(|t| t.label == "checkout").unwrap();
+    assert_eq!(counted.path, upper);
+    // Its end unmounts and removes its layer; the tree stays for the next job.
+    let (checkout, layer_dir) = (c.clone(), upper.parent().unwrap().to_path_buf());
+    drop(first);
+    assert!(!mounted(&checkout) && !checkout.exists() && !layer_dir.exists());
+    assert!(tree.join("README.md").is_file());
+    let third = Workspace::prepare(&state, &job("l3", &repo.src(), &rev))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(third.paths.checkout.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    // The first job's commit is in the shared clone, as from a full checkout.
+    let kind = git_in(&bare, &["cat-file", "-t", &head]);
+    assert_eq!(kind.trim(), "commit");
+}
+
+#[tokio::test]
+async fn the_sweep_unmounts_what_a_killed_runner_left_mounted() {
+    if !root_or_skip() {
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let ws = Workspace::prepare(&state, &job("k1", &repo.src(), &rev))
+        .await
+        .unwrap();
+    let checkout = ws.paths.checkout.clone();
+    let layer = ws.layer.clone().unwrap();
+    std::fs::write(checkout.join("written"), "by the job").unwrap();
+    assert!(mounted(&checkout));
+    // A runner killed with SIGKILL: nothing ran its cleanup, and the kernel closed its lock.
+    std::mem::forget(ws);
+    let lock = std::fs::canonicalize(state_dir.path().join("jobs/k1/lock")).unwrap();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(fd.path()).ok().as_deref() == Some(lock.as_path()) {
+            let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
+            unsafe { libc::close(n) };
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut swept = sweep_abandoned(&state);
+    while swept == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        swept = sweep_abandoned(&state);
+    }
+    assert_eq!(swept, 1);
+    assert!(!mounted(&checkout) && !checkout.exists());
+    assert!(!layer.upper.exists() && !layer.work.exists());
+    assert!(layer.lower.join("a").is_file() && !layer.lower.join("written").exists());
+}
