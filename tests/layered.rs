@@ -104,7 +104,7 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
     git_in(c, &["add", "-A"]);
     git_in(c, &["commit", "-q", "-m", "job's work"]);
     let (head, commits) = first.commits_since("l1", &rev).await.unwrap();
-    assert_eq!(commits, [head.clone()]);
+    assert_eq!(commits, std::slice::from_ref(&head));
     let upper = first.layer.clone().unwrap().upper;
     assert_eq!(
         std::fs::read_to_string(upper.join("README.md")).unwrap(),
