@@ -55,6 +55,12 @@ pub(super) fn plan(
     scratch: &Path,
 ) -> Result<Confined, DevShellError> {
     let store = client_store();
+    if let NixStore::LocalAsRoot { log, .. } | NixStore::LocalAsUser { log, .. } = &store {
+        // Nix makes its log directory at its first build; in the namespace its parent is
+        // read-only, so on a Nix that never built here it is made now, as Nix would (a
+        // failure leaves Nix's own error to name it).
+        let _ = std::fs::create_dir_all(log);
+    }
     let tools = Tools {
         bwrap: binaries::find(Tool::Bwrap)?,
         setpriv: PathBuf::new(),
