@@ -28,3 +28,24 @@ pub fn chown_tree(path: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// [`chown_tree`] for a checkout that is an overlay: every entry of the job's own layer
+/// `upper`, changed through the mount at `merged`. Changed under the mount, overlayfs would go
+/// on judging access by the old owner; and the entries are in the layer already, so nothing
+/// shared is copied up (the merged view's other files are the shared tree's, handed over when
+/// it was written). A deletion in the layer (a whiteout) has nothing to change and is skipped.
+pub fn chown_layer(upper: &Path, merged: &Path) -> std::io::Result<()> {
+    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+    let id = (Some(Uid::from_raw(AGENT_ID)), Some(Gid::from_raw(AGENT_ID)));
+    match chownat(CWD, merged, id.0, id.1, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if std::fs::symlink_metadata(upper)?.is_dir() {
+        for entry in std::fs::read_dir(upper)? {
+            let name = entry?.file_name();
+            chown_layer(&upper.join(&name), &merged.join(&name))?;
+        }
+    }
+    Ok(())
+}

@@ -52,7 +52,14 @@ fn git_in(dir: &Path, args: &[&str]) -> String {
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .args(["-c", "user.name=j", "-c", "user.email=j@example.org"])
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=j",
+            "-c",
+            "user.email=j@example.org",
+        ])
         .args(args)
         .output()
         .unwrap();
@@ -179,4 +186,93 @@ async fn the_sweep_unmounts_what_a_killed_runner_left_mounted() {
     assert!(!mounted(&checkout) && !checkout.exists());
     assert!(!layer.upper.exists() && !layer.work.exists());
     assert!(layer.lower.join("a").is_file() && !layer.lower.join("written").exists());
+}
+
+#[tokio::test]
+async fn gc_removes_the_trees_no_job_holds() {
+    if !root_or_skip() {
+        return;
+    }
+    let repo = Repo::new();
+    let old = repo.commit(&[("a", "old")]);
+    let new = repo.commit(&[("a", "new")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    drop(
+        Workspace::prepare(&state, &job("g1", &repo.src(), &old))
+            .await
+            .unwrap(),
+    );
+    let running = Workspace::prepare(&state, &job("g2", &repo.src(), &new))
+        .await
+        .unwrap();
+    let bare = running.paths.bare_clone.clone();
+    let [old_tree, new_tree] = [&old, &new].map(|r| revision_tree::tree_dir(&state, &bare, r));
+    assert!(old_tree.is_dir() && new_tree.is_dir());
+    // A day's age keeps both: each was used just now.
+    assert!(revision_tree::gc(&state, Duration::from_secs(86400)).is_empty());
+    // No age: the tree of the job that ended goes, the running job's stays, and it still
+    // reads its checkout.
+    let removed = revision_tree::gc(&state, Duration::ZERO);
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert!(removed[0].ends_with(&old), "{removed:?}");
+    assert!(!old_tree.exists() && new_tree.is_dir());
+    let a = running.paths.checkout.join("a");
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "new");
+    // Its end lets the tree go too; a job at a removed revision gets it written again.
+    drop(running);
+    assert_eq!(revision_tree::gc(&state, Duration::ZERO).len(), 1);
+    assert!(!new_tree.exists());
+    let again = Workspace::prepare(&state, &job("g3", &repo.src(), &old))
+        .await
+        .unwrap();
+    let a = again.paths.checkout.join("a");
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "old");
+    let leftovers: Vec<_> = std::fs::read_dir(old_tree.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "only the rewritten tree: {leftovers:?}");
+}
+
+#[tokio::test]
+async fn the_agents_identity_writes_anywhere_in_its_layered_checkout() {
+    if !root_or_skip() {
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n"), (".claude/keep", "")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(state_dir.path());
+    let ws = Workspace::prepare(&state, &job("a1", &repo.src(), &rev))
+        .await
+        .unwrap();
+    quest_runner::run::confine::hand_over(&ws.paths).unwrap();
+    // Searchable down to the checkout, as the runner's grant of traversal makes it for a job.
+    let root = ws.paths.checkout.parent().unwrap();
+    for dir in [state_dir.path(), root.parent().unwrap(), root] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    let id = quest_runner::sandbox::boundary::AGENT_ID.to_string();
+    let c = ws.paths.checkout.display().to_string();
+    let script = format!(
+        "cd {c} && touch at-root && touch .claude/settings.local.json && echo more >> README.md \
+         && mkdir -p new/dir && rm .claude/keep && echo wrote"
+    );
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "wrote\n", "{out:?}");
 }

@@ -400,8 +400,9 @@ pub fn cancel(ctx: Context, args: IdArgs) -> Result<(), Failure> {
 }
 
 /// `quest-runner gc --older-than D`: removes finished jobs' files, then the refs that kept
-/// their commits in the shared clones (those of every job whose directory is gone); prints the
-/// removed jobs' ids and the deleted refs as JSON.
+/// their commits in the shared clones (those of every job whose directory is gone), then the
+/// revision trees no job started on for as long; prints the removed jobs' ids, the deleted
+/// refs and the removed trees as JSON.
 pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
     let removed = match Queue::open(&ctx)? {
         Queue::Dir(queue) => {
@@ -428,9 +429,11 @@ pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::new(Exit::Failed, e))
     })?;
+    // And the shared revision trees no job has started on for as long.
+    let trees = crate::workspace::revision_tree::gc(&ctx.state, args.older_than);
     super::out(format_args!(
         "{}",
-        serde_json::json!({ "removed": removed, "refs_deleted": refs })
+        serde_json::json!({ "removed": removed, "refs_deleted": refs, "trees_removed": trees })
     ))?;
     Ok(())
 }

@@ -176,7 +176,7 @@ fn bridges(
 /// to its owner too). The store's `config`, `HEAD` and the shared clone stay root's.
 fn owned_trees(ws: &WorkspacePaths) -> Vec<PathBuf> {
     vec![
-        crate::workspace::checkout_own_part(&ws.checkout),
+        ws.checkout.clone(),
         ws.temp_dir.clone(),
         ws.helper_tmp.clone(),
         ws.job_dir.clone(),
@@ -188,10 +188,16 @@ fn owned_trees(ws: &WorkspacePaths) -> Vec<PathBuf> {
 }
 
 /// Hands [`owned_trees`] to the agent's identity (public for `benches/workspace.rs`, which
-/// times it as a job pays it).
+/// times it as a job pays it). Of a layered checkout, only the job's layer: chowning the
+/// merged view would copy every shared file up into it.
 pub fn hand_over(ws: &WorkspacePaths) -> Result<(), IoError> {
+    let layer = crate::workspace::checkout_layer(&ws.checkout);
     for tree in owned_trees(ws) {
-        chown_tree(&tree).at("handing to the agent's identity", &tree)?;
+        let handed = match &layer {
+            Some(layer) if tree == ws.checkout => crate::agent_id::chown_layer(&layer.upper, &tree),
+            _ => chown_tree(&tree),
+        };
+        handed.at("handing to the agent's identity", &tree)?;
     }
     Ok(())
 }

@@ -187,6 +187,11 @@ impl JobGit {
         // is empty and the checkout still holds it.
         let dotgit = self.checkout.join(".git");
         std::fs::rename(&dotgit, layer.upper.join(".git")).at("moving", &dotgit)?;
+        // The layer goes to the agent's identity now, as a full checkout does when the agent
+        // starts: once mounted, it may change only through the mount, or overlayfs' view of
+        // it goes stale (layers are only made by a root runner, which always hands over).
+        crate::agent_id::chown_tree(&layer.upper)
+            .at("handing to the agent's identity", &layer.upper)?;
         layer.mount(&self.checkout)?;
         Ok(())
     }

@@ -98,6 +98,8 @@ pub struct Workspace {
     /// The job's layer when its checkout is an overlay of the revision's shared tree.
     pub layer: Option<Layer>,
     git: JobGit,
+    /// Released after the drop's cleanup has unmounted the overlay.
+    _tree_hold: Option<revision_tree::TreeHold>,
     _lock: LockFile,
 }
 
@@ -119,7 +121,9 @@ impl Workspace {
         let layout = JobLayout::of(state, &job.id, &job.repo);
         let lock = claim_job_dir(&layout.root, &job.id)?;
         fetch(&layout.bare_clone, job).await?;
-        let tree = shared_tree(state, &layout.bare_clone, &job.rev).await?;
+        let (tree, tree_hold) = shared_tree(state, &layout.bare_clone, &job.rev)
+            .await?
+            .unzip();
         let layer = tree.as_ref().map(|t| Layer::of(&layout.root, &t.files));
 
         // Removed by their guards until the record that names them is written.
@@ -175,6 +179,7 @@ impl Workspace {
             proxy_tmp,
             layer,
             git,
+            _tree_hold: tree_hold,
             _lock: lock,
         })
     }
@@ -242,16 +247,13 @@ impl Drop for Workspace {
     }
 }
 
-/// What of the checkout at `checkout` is the job's own: its layer, when the checkout is an
-/// overlay (as the job's `workspace.json` says), else the whole checkout. Handing the merged
-/// view to the agent's identity would copy every shared file into the job's layer.
-pub fn checkout_own_part(checkout: &Path) -> PathBuf {
+/// The job's layer when the checkout at `checkout` is an overlay (as the job's
+/// `workspace.json` says); `None` for a full checkout.
+pub fn checkout_layer(checkout: &Path) -> Option<Layer> {
     let record = checkout.parent().map(WorkspaceRecord::read);
     match record {
-        Some(Ok(Some(WorkspaceRecord {
-            layer: Some(layer), ..
-        }))) => layer.upper,
-        _ => checkout.to_path_buf(),
+        Some(Ok(Some(WorkspaceRecord { layer, .. }))) => layer,
+        _ => None,
     }
 }
 
@@ -261,16 +263,26 @@ async fn shared_tree(
     state: &StateDir,
     bare: &Path,
     rev: &str,
-) -> Result<Option<revision_tree::RevisionTree>, WorkspaceError> {
+) -> Result<Option<(revision_tree::RevisionTree, revision_tree::TreeHold)>, WorkspaceError> {
     let trees = state.root().join(revision_tree::TREES_DIR);
     if overlay::available(&trees).is_err() {
         return Ok(None);
     }
     // The agent's identity owns the files of every checkout a root runner makes.
     let hand_over = Some(crate::agent_id::chown_tree);
-    revision_tree::ensure(state, bare, rev, hand_over)
-        .await
-        .map(Some)
+    // `gc` may take a tree away between its write and the hold: written again then.
+    for _ in 0..3 {
+        let tree = revision_tree::ensure(state, bare, rev, hand_over).await?;
+        if let Some(hold) = revision_tree::hold(&tree)? {
+            return Ok(Some((tree, hold)));
+        }
+    }
+    Err(IoError::at(
+        "holding",
+        &revision_tree::tree_dir(state, bare, rev),
+        std::io::Error::other("the revision tree was removed three times as it was written"),
+    )
+    .into())
 }
 
 /// Makes the job's directory and takes its lock: a second job with the same id is refused.

@@ -1,6 +1,5 @@
 //! A revision's files written once by the runner, for jobs to share read-only: the lower layer
-//! of the per-job overlay that issue 31 measures (`cargo bench --bench workspace`). Not used by
-//! jobs yet: a job still gets its own full checkout (`job_git`).
+//! of a root runner's job checkouts (`overlay`; `cargo bench --bench workspace` measures it).
 //!
 //! ```text
 //! <state>/trees/                        the runner's alone (0700): no job's identity reaches it
@@ -15,8 +14,13 @@
 //! files are handed over here, once, and the index refreshed after, so the stat data the job's
 //! git compares (owner, ctime) is what a job on an overlay of the tree sees: `git status`
 //! there stats every file and reads none.
+//!
+//! A job holds its tree ([`hold`]) while its overlay is mounted; `quest-runner gc` removes the
+//! trees no job has started on for its `--older-than` ([`gc`]), never one held or named by a
+//! workspace record. A tree costs the revision's size once, whatever the number of its jobs.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use super::job_git::JobGit;
 use super::WorkspaceError;
@@ -112,4 +116,101 @@ fn private_parent(state: &StateDir, dir: &Path) -> Result<PathBuf, WorkspaceErro
     let parent = dir.parent().unwrap_or(&root).to_path_buf();
     std::fs::create_dir_all(&parent).at("creating", &parent)?;
     Ok(parent)
+}
+
+/// A job's hold on the tree its checkout is layered on: a shared lock on the tree's index,
+/// for as long as the overlay is mounted. [`gc`] removes no tree that anyone holds.
+#[derive(Debug)]
+pub struct TreeHold {
+    _index: std::fs::File,
+}
+
+/// Takes a hold on `tree` and marks it used now (what [`gc`]'s age is counted from); `None`
+/// when `gc` took the tree away meanwhile, and the caller writes it again.
+pub fn hold(tree: &RevisionTree) -> Result<Option<TreeHold>, WorkspaceError> {
+    use rustix::fs::{flock, FlockOperation};
+    use std::os::unix::fs::MetadataExt;
+    let index = match std::fs::File::open(&tree.index) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(IoError::at("opening", &tree.index, e).into()),
+    };
+    // `gc` holds its exclusive lock only to move the tree aside: no wait worth bounding.
+    flock(&index, FlockOperation::LockShared)
+        .map_err(|e| IoError::at("locking", &tree.index, e.into()))?;
+    let ours = index.metadata().at("reading", &tree.index)?;
+    match std::fs::metadata(&tree.index) {
+        Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => {}
+        _ => return Ok(None),
+    }
+    if let Some(dir) = tree.index.parent() {
+        let touched = std::fs::File::open(dir).and_then(|d| d.set_modified(SystemTime::now()));
+        touched.at("marking as used", dir)?;
+    }
+    Ok(Some(TreeHold { _index: index }))
+}
+
+/// Removes the revision trees under `state` that no job has started on for longer than
+/// `older_than`, none that a job holds or that a workspace record names (a dead runner's
+/// mount, until its sweep), and the leftovers of writes and probes that died; returns the
+/// removed trees as `<clone>/<rev>`.
+pub fn gc(state: &StateDir, older_than: Duration) -> Vec<String> {
+    let cutoff = SystemTime::now()
+        .checked_sub(older_than)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let named = lowers_in_records(state);
+    let root = state.root().join(TREES_DIR);
+    let mut removed = Vec::new();
+    let dirs = |dir: &Path| -> Vec<PathBuf> {
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries.map(|e| e.path()).filter(|p| p.is_dir()).collect()
+    };
+    for dir in dirs(&root).into_iter().chain(std::iter::once(root.clone())) {
+        for tree in dirs(&dir) {
+            let name = tree.file_name().map(|n| n.to_string_lossy().into_owned());
+            let name = name.unwrap_or_default();
+            let old = std::fs::metadata(&tree)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < cutoff);
+            if !old || dir == root && !name.starts_with('.') {
+                continue;
+            }
+            if name.starts_with('.') {
+                // A write or probe that died before its rename (or a removal cut short).
+                let _ = crate::remove::remove_tree(&tree);
+            } else if !named.contains(&RevisionTree::at(&tree).files) {
+                if let Some(gone) = take_unheld(&tree) {
+                    let clone = dir.file_name().unwrap_or_default().to_string_lossy();
+                    removed.push(format!("{clone}/{name}"));
+                    if let Err(e) = crate::remove::remove_tree(&gone) {
+                        tracing::warn!(path = %gone.display(), "removing a revision tree: {e}");
+                    }
+                }
+            }
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// Moves `tree` aside (to a dot name [`gc`] removes) unless a job holds it.
+fn take_unheld(tree: &Path) -> Option<PathBuf> {
+    use rustix::fs::{flock, FlockOperation};
+    let index = std::fs::File::open(RevisionTree::at(tree).index).ok()?;
+    flock(&index, FlockOperation::NonBlockingLockExclusive).ok()?;
+    let name = tree.file_name()?.to_string_lossy().into_owned();
+    let gone = tree.with_file_name(format!(".gone-{name}"));
+    std::fs::rename(tree, &gone).ok()?;
+    Some(gone)
+}
+
+/// The lower layers that the state's workspace records name.
+fn lowers_in_records(state: &StateDir) -> std::collections::HashSet<PathBuf> {
+    let jobs = std::fs::read_dir(state.root().join("jobs"))
+        .into_iter()
+        .flatten();
+    jobs.flatten()
+        .filter_map(|job| super::WorkspaceRecord::read(&job.path()).ok().flatten())
+        .filter_map(|record| record.layer.map(|l| l.lower))
+        .collect()
 }
