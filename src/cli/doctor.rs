@@ -24,6 +24,7 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
         Ok(ctx) => {
             checks.push(disk_check(&ctx));
             checks.push(file_systems_check(&ctx));
+            checks.push(checkouts_check(&ctx));
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
@@ -163,6 +164,30 @@ fn file_systems_check(ctx: &Context) -> Check {
             ("temp dirs", temp.path.as_path()),
         ]),
     )
+}
+
+/// How jobs get their checkout: layered on a revision's shared tree (ready in milliseconds at
+/// any size), or written whole for each job, and why (`workspace::overlay`). Information, not
+/// a warning: a full checkout is as safe, only slower on a large repository, and the setup
+/// without root (a service user) is the one to prefer.
+fn checkouts_check(ctx: &Context) -> Check {
+    let trees = ctx
+        .state
+        .root()
+        .join(crate::workspace::revision_tree::TREES_DIR);
+    match crate::workspace::overlay::available(&trees) {
+        Ok(()) => Check::ok(
+            "job checkouts",
+            format!(
+                "an overlay per job on the revision's tree, written once in {}",
+                trees.display()
+            ),
+        ),
+        Err(why) => Check::ok(
+            "job checkouts",
+            format!("a full checkout per job, its start growing with the repository's size: {why}"),
+        ),
+    }
 }
 
 const PRIVATE_FILES_CHECK: &str = "config and secrets";
