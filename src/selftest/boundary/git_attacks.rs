@@ -199,7 +199,10 @@ fn later_checkout(world: &World) -> PathBuf {
 
 /// What a later job of the repository at the suite's revision finds in `file` of its checkout,
 /// or why it could not be prepared. Each call is a new job, prepared and removed through the
-/// runner's own workspace code.
+/// runner's own workspace code; and, beside it, what a checkout written now from the shared
+/// clone holds (`JobGit::create`, as a revision's shared tree is written): a root runner's
+/// later job at this revision reads the tree written before the attempt, but every tree
+/// written after it — a new revision's, or this one's after `gc` — reads the clone as it is.
 pub fn later_job_view(world: &World, file: &str) -> Result<String, String> {
     static LATER: AtomicUsize = AtomicUsize::new(0);
     let n = LATER.fetch_add(1, Ordering::Relaxed);
@@ -222,8 +225,19 @@ pub fn later_job_view(world: &World, file: &str) -> Result<String, String> {
             let ws = Workspace::prepare(&state, &job)
                 .await
                 .map_err(|e| format!("the later job could not be prepared: {e}"))?;
-            std::fs::read_to_string(ws.paths.checkout.join(file))
-                .map_err(|e| format!("the later job's {file}: {e}"))
+            let job_sees = std::fs::read_to_string(ws.paths.checkout.join(file))
+                .map_err(|e| format!("the later job's {file}: {e}"))?;
+            let fresh = tempfile::Builder::new()
+                .prefix("later-tree-")
+                .tempdir_in(world.path())
+                .map_err(|e| e.to_string())?;
+            let git = crate::workspace::job_git::JobGit::at(fresh.path());
+            git.create(&ws.paths.bare_clone, &job.rev, "")
+                .await
+                .map_err(|e| format!("a checkout from the shared clone: {e}"))?;
+            let tree_sees = std::fs::read_to_string(git.checkout.join(file))
+                .map_err(|e| format!("a checkout from the shared clone's {file}: {e}"))?;
+            Ok(format!("{job_sees}\n{tree_sees}"))
         })
     });
     let _ = crate::remove::remove_tree(&root);
@@ -287,5 +301,10 @@ impl ControlUndo {
         if later.exists() {
             let _ = crate::remove::remove_tree(&later);
         }
+        // Revision trees written while a control had rewritten the clone would hand the
+        // rewrite to the jobs after it: the ones no job holds go (a held one was written
+        // before the control ran).
+        let state = StateDir::at(&world.state);
+        crate::workspace::revision_tree::gc(&state, std::time::Duration::ZERO);
     }
 }

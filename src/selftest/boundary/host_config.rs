@@ -5,7 +5,7 @@
 //! hold those files are overlaid (a tmpfs upper layer over the host's directory). The host's
 //! files, and every other process's view of them, are never touched.
 //!
-//! The namespace is made once, on a thread of its own (unshare, private propagation, the
+//! The namespace is made once, on a thread of its own (unshare, slave propagation, the
 //! overlays), and kept as a descriptor; the agent enters it between fork and exec, after its
 //! network namespace, and so does everything it starts, its sandbox included (bubblewrap binds
 //! `/` recursively, overlays and all).
@@ -59,18 +59,35 @@ pub fn npm_globalconfig() -> Option<PathBuf> {
 pub struct Planted {
     mntns: OwnedFd,
     pub files: Vec<(PathBuf, String)>,
+    /// The directory bound onto itself as a shared mount (see [`Planted::new`]).
+    follows: PathBuf,
 }
 
 impl Planted {
     /// Plants `files` in a new mount namespace; `staging` (an empty directory the caller owns)
     /// holds the overlays' upper layers, on a tmpfs that exists only in that namespace.
-    pub fn new(files: Vec<(PathBuf, String)>, staging: &Path) -> io::Result<Planted> {
+    /// What the runner mounts under `follows` later (a root runner's checkouts are overlays,
+    /// mounted in the host's namespace as each job starts) shows in the namespace too: bound
+    /// onto itself and shared here, it is a slave of that mount there.
+    pub fn new(
+        files: Vec<(PathBuf, String)>,
+        staging: &Path,
+        follows: &Path,
+    ) -> io::Result<Planted> {
+        use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
+        mount_bind(follows, follows).map_err(|e| mount_error("(bind)", follows, e))?;
+        mount_change(follows, MountPropagationFlags::SHARED)
+            .map_err(|e| mount_error("(shared)", follows, e))?;
         let staging = staging.to_path_buf();
         let planted = files.clone();
         let mntns = std::thread::spawn(move || plant_in_new_namespace(&planted, &staging))
             .join()
             .map_err(|_| io::Error::other("the mount namespace thread panicked"))??;
-        Ok(Planted { mntns, files })
+        Ok(Planted {
+            mntns,
+            files,
+            follows: follows.to_path_buf(),
+        })
     }
 
     /// Makes a command enter the namespace between fork and exec (and go back to its working
@@ -99,6 +116,13 @@ impl Planted {
     }
 }
 
+impl Drop for Planted {
+    fn drop(&mut self) {
+        use rustix::mount::{unmount, UnmountFlags};
+        let _ = unmount(&self.follows, UnmountFlags::DETACH);
+    }
+}
+
 fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other)
 }
@@ -119,14 +143,15 @@ fn mount(source: &str, target: &Path, fstype: &str, data: &str) -> io::Result<()
     .map_err(|e| mount_error(source, target, e))
 }
 
-/// Makes every mount of this namespace private (`mount --make-rprivate /`), so what is
-/// mounted next stays in it. (`mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL)`: the
-/// kernel ignores the source of a propagation change, and rustix passes none.)
+/// Makes every mount of this namespace a slave (`mount --make-rslave /`), so what is mounted
+/// next stays in it, and what the host mounts under a shared mount still shows here.
+/// (`mount("none", "/", NULL, MS_REC | MS_SLAVE, NULL)`: the kernel ignores the source of a
+/// propagation change, and rustix passes none.)
 fn make_private() -> io::Result<()> {
     use rustix::mount::MountPropagationFlags;
     rustix::mount::mount_change(
         c"/",
-        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        MountPropagationFlags::REC | MountPropagationFlags::DOWNSTREAM,
     )
     .map_err(|e| mount_error("none", Path::new("/"), e))
 }
@@ -218,8 +243,12 @@ mod tests {
         std::fs::create_dir(&staging).unwrap();
         let token = crate::selftest::boundary::world::token();
         let file = PathBuf::from(format!("/etc/qr-planted-{token}/npmrc"));
-        let planted = Planted::new(vec![(file.clone(), format!("planted {token}\n"))], &staging)
-            .expect("planted");
+        let planted = Planted::new(
+            vec![(file.clone(), format!("planted {token}\n"))],
+            &staging,
+            dir.path(),
+        )
+        .expect("planted");
         let mut cmd = std::process::Command::new("cat");
         cmd.arg(&file).current_dir(dir.path());
         planted.enterer()(&mut cmd);
@@ -240,5 +269,17 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).trim(),
             std::fs::canonicalize(dir.path()).unwrap().to_string_lossy()
         );
+        // A mount the host makes under the followed directory afterwards (a job's checkout)
+        // shows inside.
+        let later = dir.path().join("later");
+        std::fs::create_dir(&later).unwrap();
+        mount("qr-later", &later, "tmpfs", "mode=0755").unwrap();
+        std::fs::write(later.join("seen"), "mounted later\n").unwrap();
+        let mut cat = std::process::Command::new("cat");
+        cat.arg(later.join("seen")).current_dir(dir.path());
+        planted.enterer()(&mut cat);
+        let out = cat.output().expect("cat runs");
+        let _ = rustix::mount::unmount(&later, rustix::mount::UnmountFlags::DETACH);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "mounted later\n");
     }
 }
