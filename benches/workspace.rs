@@ -1,17 +1,16 @@
 //! Benchmark of a job's time to a ready workspace, by repository size (issue 31).
 //!
 //! For 1k / 20k / 100k files (a repository generated here with `git fast-import`, under a temp
-//! dir), a first job at the revision warms the shared clone; the second and third jobs at the
-//! same revision are timed through the path every job takes: [`Workspace::prepare_in`] (the
-//! job's git store, `git worktree add` and `reset --hard` of the revision), the handing of its
+//! dir), a first job at the revision warms the shared clone (and, as root, writes the
+//! revision's shared tree); the second and third jobs at the same revision are timed through
+//! the path every job takes: [`Workspace::prepare_in`] (as root: the job's git store and an
+//! overlay of the shared tree, `workspace::overlay`; else a full checkout), the handing of its
 //! trees to the agent's identity when the runner is root ([`hand_over`], the same call
-//! `run::confine` makes), and the disk watchdog's first walk of the job's trees; then the
-//! workspace's drop (the removal a job's end pays before the next one starts). Beside them, in
-//! the same run: a plain `git clone` of the shared clone (the baseline), and, as root, the
-//! design measured for the next step: a read-only per-revision tree written once plus a
-//! per-job overlay (kernel overlayfs mounted by the runner: bwrap 0.8.0 has no `--overlay`),
-//! with `git status` in the job's worktree on it. Ratios against the baseline; nothing is asserted
-//! on time.
+//! `run::confine` makes), and the disk watchdog's first walk of the job's trees; then
+//! `git status` in it, and the workspace's drop (the removal a job's end pays). Beside them, in
+//! the same run: the full checkout every job took before (the same `JobGit::create` a runner
+//! without root takes, its chown and walk), and a plain `git clone` of the shared clone (the
+//! baseline). Ratios against the baseline; nothing is asserted on time.
 //!
 //! `cargo bench --bench workspace` (`QUEST_RUNNER_BENCH_FILES=1000,20000` for other sizes).
 
@@ -24,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use quest_runner::disk::usage::{measure, Seen};
 use quest_runner::job::{AgentKind, Job, Trust};
-use quest_runner::run::confine::hand_over;
+use quest_runner::run::confine::{chown_tree, hand_over};
 use quest_runner::state::StateDir;
-use quest_runner::workspace::{revision_tree, Workspace};
+use quest_runner::workspace::job_git::JobGit;
+use quest_runner::workspace::Workspace;
 
 mod support;
 
@@ -100,7 +100,9 @@ struct JobTimes {
     checkout: Duration,
     chown: Option<Duration>,
     walk: Duration,
+    status: (Duration, bool),
     removal: Duration,
+    layered: bool,
 }
 
 impl JobTimes {
@@ -130,6 +132,8 @@ async fn one_job(state: &StateDir, temp: &Path, job: &Job) -> JobTimes {
         .sum();
     t.walk = start.elapsed();
     assert!(bytes > 0);
+    t.status = status(&ws.paths.checkout);
+    t.layered = ws.layer.is_some();
     let start = Instant::now();
     drop(ws);
     t.removal = start.elapsed();
@@ -154,112 +158,79 @@ fn plain_clone(bare: &Path, rev: &str, dir: &Path) -> (Duration, Duration) {
     (cloned, start.elapsed())
 }
 
-/// The design measured for the next step: a per-revision tree, written once
-/// ([`revision_tree::ensure`]: the files, handed to the agent's identity when root, and the
-/// index that describes them), and per job an overlay of it with an empty upper layer and
-/// the index copied: (once, per-job ready, `git status` in it, per-job removal).
-struct Overlay {
-    once: Duration,
-    ready: Duration,
-    status: Duration,
-    clean: bool,
-    removal: Duration,
-}
-
-async fn overlay_design(
-    state: &StateDir,
-    bare: &Path,
-    rev: &str,
-    dir: &Path,
-    jobs: usize,
-) -> Vec<Overlay> {
+/// The full checkout, as every job took it before layering and a runner without root still
+/// does: the job's store and `worktree add` + `reset --hard` (`JobGit::create`), the chown of
+/// the checkout when root, the first disk walk, and the removal.
+async fn full_checkout(bare: &Path, rev: &str, dir: &Path) -> JobTimes {
+    let mut t = JobTimes::default();
+    std::fs::create_dir_all(dir).unwrap();
+    let git = JobGit::at(dir);
     let start = Instant::now();
-    let hand_over = rustix::process::geteuid()
-        .is_root()
-        .then_some(quest_runner::run::confine::chown_tree);
-    let written = revision_tree::ensure(state, bare, rev, hand_over)
-        .await
-        .expect("the revision's tree");
-    let once = start.elapsed();
-    let (tree, index) = (written.files, written.index);
-    (0..jobs)
-        .map(|i| {
-            let job = dir.join(format!("job{i}"));
-            let start = Instant::now();
-            let (upper, work, checkout) = (job.join("upper"), job.join("work"), job.join("co"));
-            for d in [&upper, &work, &checkout] {
-                std::fs::create_dir_all(d).unwrap();
-            }
-            // The job's store on the shared objects, its worktree's admin dir with the tree's
-            // index, and the worktree's `.git` in the upper layer.
-            let store = job.join("git");
-            git(&job, &["init", "-q", "--bare", "git"]);
-            std::fs::write(
-                store.join("objects/info/alternates"),
-                format!("{}\n", bare.join("objects").display()),
-            )
-            .unwrap();
-            let co = checkout.to_string_lossy().into_owned();
-            git(
-                &store,
-                &[
-                    "worktree",
-                    "add",
-                    "-q",
-                    "--detach",
-                    "--no-checkout",
-                    &co,
-                    rev,
-                ],
-            );
-            std::fs::rename(checkout.join(".git"), upper.join(".git")).unwrap();
-            std::fs::copy(&index, store.join("worktrees/co/index")).unwrap();
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                tree.display(),
-                upper.display(),
-                work.display()
-            );
-            let mounted = Command::new("mount")
-                .args(["-t", "overlay", "overlay", "-o", &opts])
-                .arg(&checkout)
-                .status()
-                .unwrap();
-            assert!(mounted.success(), "mount -t overlay");
-            let ready = start.elapsed();
-            let start = Instant::now();
-            let out = Command::new("git")
-                .current_dir(&checkout)
-                .args(["--no-optional-locks", "status", "--porcelain"])
-                .output()
-                .unwrap();
-            let status = start.elapsed();
-            let clean = out.status.success() && out.stdout.is_empty();
-            if !clean {
-                let said = String::from_utf8_lossy(&out.stdout);
-                eprintln!(
-                    "overlay git status: {} {}",
-                    said.lines().next().unwrap_or(""),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let start = Instant::now();
-            let _ = rustix::mount::unmount(&checkout, rustix::mount::UnmountFlags::DETACH);
-            quest_runner::remove::remove_tree(&job).unwrap();
-            Overlay {
-                once,
-                ready,
-                status,
-                clean,
-                removal: start.elapsed(),
-            }
-        })
-        .collect()
+    git.create(bare, rev, "").await.expect("full checkout");
+    t.checkout = start.elapsed();
+    if rustix::process::geteuid().is_root() {
+        let start = Instant::now();
+        chown_tree(&git.checkout).expect("hand over");
+        t.chown = Some(start.elapsed());
+    }
+    let start = Instant::now();
+    let mut seen = Seen::with_roots([git.checkout.as_path(), git.store.as_path()]);
+    assert!(measure(&git.checkout, &mut seen).bytes > 0);
+    t.walk = start.elapsed();
+    t.status = status(&git.checkout);
+    let start = Instant::now();
+    quest_runner::remove::remove_tree(dir).unwrap();
+    t.removal = start.elapsed();
+    t
 }
 
-fn overlay_possible() -> bool {
-    rustix::process::geteuid().is_root()
-        && std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| f.contains("overlay"))
+/// `git status` in `checkout`: its time, and whether it was clean.
+fn status(checkout: &Path) -> (Duration, bool) {
+    let start = Instant::now();
+    let out = Command::new("git")
+        .current_dir(checkout)
+        .args([
+            "-c",
+            "safe.directory=*",
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+        ])
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let clean = out.status.success() && out.stdout.is_empty();
+    if !clean {
+        eprintln!(
+            "git status in {}: {} {}",
+            checkout.display(),
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .unwrap_or(""),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (took, clean)
+}
+
+fn line(files: usize, n: usize, path: &str, t: &JobTimes, clone: Duration) -> String {
+    let chown = t
+        .chown
+        .map_or("not root".to_string(), |d| format!("{:.1} ms", ms(d)));
+    format!(
+        "workspace {files} files job {n} {path}: ready {:.1} ms = {:.4}x git clone ({:.0} ms) \
+         [checkout {:.1} ms, chown {chown}, first disk walk {:.1} ms]; git status {:.0} ms ({}); \
+         removal at its end {:.1} ms",
+        ms(t.ready()),
+        ms(t.ready()) / ms(clone),
+        ms(clone),
+        ms(t.checkout),
+        ms(t.walk),
+        ms(t.status.0),
+        if t.status.1 { "clean" } else { "NOT CLEAN" },
+        ms(t.removal),
+    )
 }
 
 async fn bench_size(files: usize) {
@@ -280,46 +251,20 @@ async fn bench_size(files: usize) {
         ms(generated),
         ms(first.ready())
     );
+    let path = match first.layered {
+        true => "layered (new)",
+        false => "full checkout (not root: what jobs get here)",
+    };
     for n in 2..=3 {
         let t = one_job(&state, &temp, &job(&format!("j{n}"), &repo, &rev)).await;
+        let full = full_checkout(&bare, &rev, &dir.path().join(format!("full{n}"))).await;
         let (clone, clone_rm) = plain_clone(&bare, &rev, &dir.path().join(format!("plain{n}")));
-        let chown = t
-            .chown
-            .map_or("not root".to_string(), |d| format!("{:.0} ms", ms(d)));
+        println!("{}", line(files, n, path, &t, clone));
+        println!("{}", line(files, n, "full checkout (old)", &full, clone));
         println!(
-            "workspace {files} files job {n}: ready {:.0} ms = {:.2}x git clone ({:.0} ms) \
-             [checkout {:.0} ms, chown {chown}, first disk walk {:.0} ms]; removal at its end \
-             {:.0} ms (git clone's tree: {:.0} ms)",
-            ms(t.ready()),
-            ms(t.ready()) / ms(clone),
-            ms(clone),
-            ms(t.checkout),
-            ms(t.walk),
-            ms(t.removal),
-            ms(clone_rm),
-        );
-    }
-    if !overlay_possible() {
-        println!("workspace {files} files overlay design: not measured (needs root and overlayfs)");
-        return;
-    }
-    let (clone, _) = plain_clone(&bare, &rev, &dir.path().join("plain-ov"));
-    for (i, o) in overlay_design(&state, &bare, &rev, &dir.path().join("ov"), 2)
-        .await
-        .iter()
-        .enumerate()
-    {
-        println!(
-            "workspace {files} files overlay design job {}: ready {:.1} ms = {:.4}x git clone \
-             ({:.0} ms); tree written once {:.0} ms; git status {:.0} ms ({}); removal {:.1} ms",
-            i + 2,
-            ms(o.ready),
-            ms(o.ready) / ms(clone),
-            ms(clone),
-            ms(o.once),
-            ms(o.status),
-            if o.clean { "clean" } else { "NOT CLEAN" },
-            ms(o.removal),
+            "workspace {files} files job {n}: layered/full ready {:.4}x; git clone removal {:.0} ms",
+            ms(t.ready()) / ms(full.ready()),
+            ms(clone_rm)
         );
     }
 }
