@@ -19,6 +19,10 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
         .args([
+            // A root runner's checkout is the agent's identity's from the start (its layer is
+            // handed over before it is mounted).
+            "-c",
+            "safe.directory=*",
             "-c",
             "user.name=test",
             "-c",
