@@ -134,6 +134,11 @@ impl Mutation {
             Mutation::UnconfinedAgent => {
                 policy.confine_file_tools = false;
                 policy.confine_agent = false;
+                for checkout in &policy.allow_write {
+                    if crate::workspace::checkout_layer(checkout).is_some() {
+                        owned_by_the_runner(checkout);
+                    }
+                }
             }
             // The decider's rule as a weaker policy would write it: registries take PUT.
             Mutation::RegistryWrites => policy.read_only_methods.push("PUT".into()),
@@ -174,6 +179,24 @@ fn writable_by_the_agent(bare: &Path) {
     if rustix::process::geteuid().is_root() {
         if let Err(e) = crate::run::confine::chown_tree(bare) {
             tracing::warn!(path = %bare.display(), "handing the shared clone to the agent: {e}");
+        }
+    }
+}
+
+/// An agent that runs unconfined runs as the runner (root), and the sandbox it starts maps
+/// no other owner into its user namespace: a root runner's layered checkout, whose shared
+/// files are the agent's identity's, is handed back to the runner through the mount (which
+/// copies the suite's small tree up into the job's layer), as a full checkout is before any
+/// hand-over.
+fn owned_by_the_runner(path: &Path) {
+    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+    let root = (Some(Uid::ROOT), Some(Gid::ROOT));
+    if let Err(e) = chownat(CWD, path, root.0, root.1, AtFlags::SYMLINK_NOFOLLOW) {
+        tracing::warn!(path = %path.display(), "handing the checkout back to the runner: {e}");
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            owned_by_the_runner(&entry.path());
         }
     }
 }
