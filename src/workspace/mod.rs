@@ -6,7 +6,10 @@
 //! <state>/repos/<hash of repo>.git     bare clone, shared by the jobs of one repository
 //! <state>/jobs/<id>/job.json           the validated job
 //! <state>/jobs/<id>/git/               the job's git store (see `job_git`; removed when the job ends)
-//! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends)
+//! <state>/jobs/<id>/checkout/          the worktree (removed when the job ends); a root
+//!                                      runner's is an overlay (`overlay`) of the revision's
+//!                                      shared tree, <state>/trees/… (`revision_tree`)
+//! <state>/jobs/<id>/layer/             that overlay's job layer: what the job wrote
 //! <state>/jobs/<id>/runner/            the agent's configuration and devShell script
 //! <state>/jobs/<id>/workspace.json     what to clean if the runner dies mid-job
 //! $TMPDIR/quest-job-XXXXXX/            HOME and TMPDIR (removed when the job ends)
