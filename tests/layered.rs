@@ -276,3 +276,55 @@ async fn the_agents_identity_writes_anywhere_in_its_layered_checkout() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "wrote\n", "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_starting_together_at_a_new_revision_share_one_tree_and_leave_nothing_behind() {
+    if !root_or_skip() {
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[("a", "a")]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = std::sync::Arc::new(StateDir::at(state_dir.path()));
+    // The shared clone first, as any job's fetch makes it.
+    drop(
+        Workspace::prepare(&state, &job("t0", &repo.src(), &rev))
+            .await
+            .unwrap(),
+    );
+    let bare = quest_runner::workspace::bare_clone_path(&state, &repo.src().to_string_lossy());
+    let tree = revision_tree::tree_dir(&state, &bare, &rev);
+    assert_eq!(revision_tree::gc(&state, Duration::ZERO).len(), 1);
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let (state, src, rev) = (state.clone(), repo.src(), rev.clone());
+            tokio::spawn(async move {
+                Workspace::prepare(&state, &job(&format!("t{}", i + 1), &src, &rev)).await
+            })
+        })
+        .collect();
+    let mut inodes = Vec::new();
+    let mut held = Vec::new();
+    for task in tasks {
+        let ws = task.await.unwrap().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        inodes.push(
+            std::fs::metadata(&ws.layer.as_ref().unwrap().lower)
+                .unwrap()
+                .ino(),
+        );
+        held.push(ws);
+    }
+    inodes.dedup();
+    assert_eq!(inodes.len(), 1, "one tree for all four");
+    let names: Vec<_> = std::fs::read_dir(tree.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [rev.clone()],
+        "no second write, temp dir or lock left"
+    );
+}

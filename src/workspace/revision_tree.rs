@@ -75,6 +75,15 @@ where
         return Ok(tree);
     }
     let parent = private_parent(state, &dir)?;
+    // Jobs at a new revision start together (serve's concurrency): one writes the tree, the
+    // others wait for it rather than writing it again.
+    let lock_path = parent.join(format!(".{rev}.lock"));
+    let _writing = crate::lockfile::LockFile::acquire(&lock_path)
+        .await
+        .at("locking", &lock_path)?;
+    if tree.index.is_file() {
+        return Ok(tree);
+    }
     let tmp = tempfile::Builder::new()
         .prefix(".new-")
         .tempdir_in(&parent)
