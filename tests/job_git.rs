@@ -164,9 +164,10 @@ async fn planted_filters_and_a_rewritten_commondir_run_nothing() {
         assert!(status.success());
     }
     // Plain git, as the runner ran it before: both fire.
+    // (`safe.directory`: a root runner's checkout belongs to the agent's identity.)
     let plain = std::process::Command::new("git")
         .current_dir(&p.checkout)
-        .args(["status", "--porcelain"])
+        .args(["-c", "safe.directory=*", "status", "--porcelain"])
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .output()
         .unwrap();
