@@ -13,7 +13,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use quest_runner::config::Config;
-use quest_runner::job::{AgentKind, Job, Trust};
+use quest_runner::job::{Job, Trust};
 use quest_runner::run::{JobResult, Outcome};
 use quest_runner::state::StateDir;
 use quest_runner::workspace::Workspace;
@@ -22,15 +22,8 @@ use support::*;
 
 fn job(id: &str, repo: &Path, rev: &str, trust: Trust) -> Job {
     Job {
-        id: id.into(),
-        repo: repo.to_string_lossy().into_owned(),
-        rev: rev.into(),
-        git_ref: Some("main".into()),
         trust,
-        agent: AgentKind::Claude,
-        account: "a".into(),
-        prompt: "p".into(),
-        timeout: Duration::from_secs(60),
+        ..workspace_job(id, repo, rev)
     }
 }
 

@@ -12,25 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use quest_runner::git_objects::has_object;
-use quest_runner::job::{AgentKind, Job, Trust};
+
 use quest_runner::state::StateDir;
 use quest_runner::workspace::job_git::JobGit;
 use quest_runner::workspace::Workspace;
+use support::workspace_job as job;
 use support::*;
-
-fn job(id: &str, repo: &Path, rev: &str) -> Job {
-    Job {
-        id: id.into(),
-        repo: repo.to_string_lossy().into_owned(),
-        rev: rev.into(),
-        git_ref: Some("main".into()),
-        trust: Trust::Trusted,
-        agent: AgentKind::Claude,
-        account: "a".into(),
-        prompt: "p".into(),
-        timeout: Duration::from_secs(60),
-    }
-}
 
 /// A prepared workspace of a one-commit repository, and where its state lives.
 async fn workspace(files: &[(&str, &str)]) -> (Repo, tempfile::TempDir, Workspace, String) {

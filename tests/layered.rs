@@ -11,24 +11,10 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::state::StateDir;
 use quest_runner::workspace::{revision_tree, sweep_abandoned, Workspace};
+use support::workspace_job as job;
 use support::*;
-
-fn job(id: &str, repo: &Path, rev: &str) -> Job {
-    Job {
-        id: id.into(),
-        repo: repo.to_string_lossy().into_owned(),
-        rev: rev.into(),
-        git_ref: Some("main".into()),
-        trust: Trust::Trusted,
-        agent: AgentKind::Claude,
-        account: "a".into(),
-        prompt: "p".into(),
-        timeout: Duration::from_secs(60),
-    }
-}
 
 fn root_or_skip() -> bool {
     let root = rustix::process::geteuid().is_root();
@@ -169,13 +155,7 @@ async fn the_sweep_unmounts_what_a_killed_runner_left_mounted() {
     assert!(mounted(&checkout));
     // A runner killed with SIGKILL: nothing ran its cleanup, and the kernel closed its lock.
     std::mem::forget(ws);
-    let lock = std::fs::canonicalize(state_dir.path().join("jobs/k1/lock")).unwrap();
-    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if std::fs::read_link(fd.path()).ok().as_deref() == Some(lock.as_path()) {
-            let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
-            unsafe { libc::close(n) };
-        }
-    }
+    release_locks_of(&state_dir.path().join("jobs/k1/lock"));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut swept = sweep_abandoned(&state);
     while swept == 0 && std::time::Instant::now() < deadline {

@@ -11,24 +11,10 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::state::StateDir;
 use quest_runner::workspace::{bare_clone_path, sweep_abandoned, Workspace};
+use support::workspace_job as job;
 use support::*;
-
-fn job(id: &str, repo: &Path, rev: &str) -> Job {
-    Job {
-        id: id.into(),
-        repo: repo.to_string_lossy().into_owned(),
-        rev: rev.into(),
-        git_ref: Some("main".into()),
-        trust: Trust::Trusted,
-        agent: AgentKind::Claude,
-        account: "a".into(),
-        prompt: "p".into(),
-        timeout: Duration::from_secs(60),
-    }
-}
 
 #[tokio::test]
 async fn prepare_lays_out_the_job_and_drop_removes_it() {
@@ -208,17 +194,6 @@ async fn sweep_cleans_what_a_killed_runner_left() {
     assert!(!p.temp_dir.exists());
     assert!(!p.helper_tmp.exists());
     assert!(!proxy_tmp.exists());
-}
-
-/// Closes every descriptor of this process open on `path`, as process death would.
-fn release_locks_of(path: &Path) {
-    let target = std::fs::canonicalize(path).unwrap();
-    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if std::fs::read_link(fd.path()).ok().as_deref() == Some(target.as_path()) {
-            let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
-            unsafe { libc::close(n) };
-        }
-    }
 }
 
 /// A state dir whose bare clone of `repo` exists, as on a runner that has run one job.

@@ -511,3 +511,32 @@ pub fn claude_job_temp_dir(job_dir: &Path) -> PathBuf {
         })
         .expect("a quest-job temp dir")
 }
+
+/// A trusted claude job of `repo` at `rev` (on branch `main`), for the tests that prepare
+/// workspaces directly.
+pub fn workspace_job(id: &str, repo: &Path, rev: &str) -> quest_runner::job::Job {
+    use quest_runner::job::{AgentKind, Job, Trust};
+    Job {
+        id: id.into(),
+        repo: repo.to_string_lossy().into_owned(),
+        rev: rev.into(),
+        git_ref: Some("main".into()),
+        trust: Trust::Trusted,
+        agent: AgentKind::Claude,
+        account: "a".into(),
+        prompt: "p".into(),
+        timeout: std::time::Duration::from_secs(60),
+    }
+}
+
+/// Closes every descriptor of this process open on `path`, as process death would (a job
+/// lock held by a `Workspace` the test forgot, to play a runner killed outright).
+pub fn release_locks_of(path: &Path) {
+    let target = std::fs::canonicalize(path).unwrap();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(fd.path()).ok().as_deref() == Some(target.as_path()) {
+            let n: i32 = fd.file_name().to_string_lossy().parse().unwrap();
+            unsafe { libc::close(n) };
+        }
+    }
+}
