@@ -13,17 +13,22 @@ pub const AGENT_ID: u32 = 60999;
 /// must not hand the agent what it points to. (Public for the suite's mutation checks, which
 /// hand a tree the policy now lets jobs write to that identity as well.)
 pub fn chown_tree(path: &Path) -> std::io::Result<()> {
+    chown_tree_to(path, AGENT_ID)
+}
+
+/// [`chown_tree`] to uid and gid `id` (the suite hands a checkout back to root with it).
+pub fn chown_tree_to(path: &Path, id: u32) -> std::io::Result<()> {
     use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    let id = (Some(Uid::from_raw(AGENT_ID)), Some(Gid::from_raw(AGENT_ID)));
-    chownat(CWD, path, id.0, id.1, AtFlags::SYMLINK_NOFOLLOW)?;
+    let owner = (Some(Uid::from_raw(id)), Some(Gid::from_raw(id)));
+    chownat(CWD, path, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)?;
     if meta.is_dir() {
         for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path())?;
+            chown_tree_to(&entry?.path(), id)?;
         }
     }
     Ok(())

@@ -189,15 +189,8 @@ fn writable_by_the_agent(bare: &Path) {
 /// copies the suite's small tree up into the job's layer), as a full checkout is before any
 /// hand-over.
 fn owned_by_the_runner(path: &Path) {
-    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
-    let root = (Some(Uid::ROOT), Some(Gid::ROOT));
-    if let Err(e) = chownat(CWD, path, root.0, root.1, AtFlags::SYMLINK_NOFOLLOW) {
+    if let Err(e) = crate::agent_id::chown_tree_to(path, 0) {
         tracing::warn!(path = %path.display(), "handing the checkout back to the runner: {e}");
-    }
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-            owned_by_the_runner(&entry.path());
-        }
     }
 }
 
