@@ -119,6 +119,15 @@ fn as_the_agent(bwrap: &std::path::Path) -> Result<Command, Check> {
     let mut cmd = Command::new(setpriv);
     cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
         .arg(bwrap);
+    // Where a root runner's jobs start: no job's checkout mounted, so none that ends meanwhile
+    // can fail the probe (`workspace::namespace`).
+    match crate::workspace::namespace::JobNamespace::new(None, None) {
+        Ok(ns) => ns.enter(&mut cmd),
+        Err(e) => {
+            let detail = format!("not checked: no mount namespace of its own: {e}");
+            return Err(Check::fail("user namespaces", detail, None));
+        }
+    }
     Ok(cmd)
 }
 

@@ -255,6 +255,17 @@ pub(super) async fn nix_command(
             let plan = super::confine::plan(policy, p, &roots, scratch)?;
             let mut cmd = Command::new(&plan.program);
             cmd.args(plan.args(&p.nix.path, &args));
+            // Nix reads no checkout: as root it starts where none is mounted (its
+            // bubblewrap would otherwise copy every running job's; see `workspace::namespace`).
+            if rustix::process::geteuid().is_root() {
+                use crate::workspace::namespace::JobNamespace;
+                JobNamespace::new(None, None)
+                    .map_err(|e| DevShellError::Nix {
+                        what: "making nix's mount namespace".to_string(),
+                        message: e.to_string(),
+                    })?
+                    .enter(cmd.as_std_mut());
+            }
             cmd
         }
         None => {

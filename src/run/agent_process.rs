@@ -33,6 +33,9 @@ pub(super) struct AgentLimits<'a> {
     /// RLIMIT_FSIZE: the disk limit, per file.
     pub file_size: Option<u64>,
     pub disk: Option<&'a mut crate::disk::watch::Watchdog>,
+    /// The mount namespace the agent and its companion start from (a root runner's: see
+    /// `workspace::namespace`).
+    pub namespace: Option<std::sync::Arc<crate::workspace::namespace::JobNamespace>>,
 }
 
 /// What ends a job before its agent exits, besides its timeout.
@@ -62,6 +65,7 @@ pub(super) async fn run_agent(
         per_job,
         file_size,
         disk,
+        namespace,
     } = limits;
     let mut cmd = agent_command(launch)?;
     // The companion runs the agent's commands (opencode's sandbox host): it is placed and
@@ -76,6 +80,9 @@ pub(super) async fn run_agent(
         commands.push(c.command_mut());
     }
     for c in commands.iter_mut() {
+        if let Some(ns) = &namespace {
+            ns.enter(c);
+        }
         if let Some(adjust) = adjust {
             adjust(c);
         }

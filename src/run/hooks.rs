@@ -41,4 +41,7 @@ pub struct RunHooks {
     /// Binds the model gateway's listening socket (default: `127.0.0.1:0`): the suite binds
     /// it where its confined agents reach it.
     pub gateway_listener: Option<Arc<crate::netproxy::job::BindListener>>,
+    /// Runs in the agent's mount namespace as it is made (`workspace::namespace`): the suite
+    /// plants the company machine's package-manager configuration there.
+    pub agent_mounts: Option<crate::workspace::namespace::PlantHook>,
 }

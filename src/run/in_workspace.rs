@@ -288,6 +288,24 @@ impl JobRun<'_> {
         Ok((launch, model))
     }
 
+    /// The mount namespace a root runner starts the confined agent in: its own checkout and
+    /// no other job's (`workspace::namespace`). A runner that is its service user mounts no
+    /// checkout, and has no namespace to make.
+    fn agent_namespace(
+        &self,
+        paths: &WorkspacePaths,
+        launch: &Launch,
+    ) -> Result<Option<Arc<crate::workspace::namespace::JobNamespace>>, Stop> {
+        let plant = self.runner.hooks.agent_mounts.clone();
+        let root = rustix::process::geteuid().is_root();
+        if !root || (launch.confined.is_none() && plant.is_none()) {
+            return Ok(None);
+        }
+        crate::workspace::namespace::JobNamespace::new(Some(&paths.checkout), plant)
+            .map(Some)
+            .map_err(|e| Stop::error(format!("making the agent's mount namespace: {e}")))
+    }
+
     /// Runs the agent under the job's limits and the disk watchdog, then stops the services
     /// it used and records what they metered (disk, network, model use).
     async fn run_agent(
@@ -316,6 +334,7 @@ impl JobRun<'_> {
                 per_job: runner.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
                 file_size: runner.disk.limit,
                 disk: disk.as_mut(),
+                namespace: self.agent_namespace(paths, launch)?,
             },
             spawned,
             job_markers(paths),

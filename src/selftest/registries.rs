@@ -391,6 +391,7 @@ fn scripted_runner(
         proxy_command: None,
         // Where the confined agent reaches it; it forwards to the model's host-side listener.
         gateway_listener: Some(Arc::new(server.binder())),
+        agent_mounts: None,
     };
     Ok(runner)
 }

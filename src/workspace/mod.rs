@@ -46,6 +46,7 @@ use stubs::exclude_text;
 mod cleanup;
 mod clone;
 pub mod job_git;
+pub mod namespace;
 pub mod overlay;
 mod paths;
 pub mod revision_tree;

@@ -30,6 +30,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::util::io::{IoContext, IoError};
 
+/// The source every checkout overlay is mounted with: how a job's namespace tells them from
+/// other overlays (`namespace`).
+pub const OVERLAY_SOURCE: &str = "quest-runner";
+
 /// The job's own layer of its checkout, as `workspace.json` records it (so cleanup, by this
 /// runner or a later one, unmounts before it removes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +75,7 @@ impl Layer {
         use rustix::mount::{mount, MountFlags};
         let data = options(self).map_err(|e| IoError::at("mounting an overlay on", on, e))?;
         mount(
-            "quest-runner",
+            OVERLAY_SOURCE,
             on,
             "overlay",
             MountFlags::NOSUID | MountFlags::NODEV,
@@ -119,12 +123,18 @@ fn options(layer: &Layer) -> std::io::Result<std::ffi::CString> {
 }
 
 /// Whether this runner layers checkouts: `Ok(())`, or why not (asked once per process, by
-/// mounting a small overlay in `scratch`'s directory, where the layers will be). The reason
-/// is logged once, at the first job that falls back.
+/// mounting a small overlay in `scratch`'s directory, where the layers will be, in a mount
+/// namespace of its own: no other process's namespace ever holds the probe's mount). The
+/// reason is logged once, at the first job that falls back.
 pub fn available(scratch: &Path) -> Result<(), &'static str> {
     static ANSWER: OnceLock<Result<(), String>> = OnceLock::new();
     let answer = ANSWER.get_or_init(|| {
-        let answer = probe(scratch);
+        let scratch = scratch.to_path_buf();
+        let answer = match rustix::process::geteuid().is_root() {
+            false => Err("the runner is not root, and mounting an overlay needs root".into()),
+            true => super::namespace::in_private_namespace(move || Ok(probe(&scratch)))
+                .unwrap_or_else(|e| Err(format!("no mount namespace of its own: {e}"))),
+        };
         if let Err(why) = &answer {
             tracing::info!(
                 "each job gets a full checkout of its own (no shared revision tree): {why}"
@@ -136,9 +146,6 @@ pub fn available(scratch: &Path) -> Result<(), &'static str> {
 }
 
 fn probe(scratch: &Path) -> Result<(), String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("the runner is not root, and mounting an overlay needs root".into());
-    }
     use std::os::unix::fs::DirBuilderExt;
     // Owner only, like the trees that will be made beside the probe.
     std::fs::DirBuilder::new()

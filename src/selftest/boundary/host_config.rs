@@ -12,7 +12,6 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -55,71 +54,28 @@ pub fn npm_globalconfig() -> Option<PathBuf> {
     (out.status.success() && path.starts_with('/')).then(|| PathBuf::from(path))
 }
 
-/// A mount namespace with the files planted.
+/// The files to plant, and where their overlays' upper layers go.
 pub struct Planted {
-    mntns: OwnedFd,
     pub files: Vec<(PathBuf, String)>,
-    /// The directory bound onto itself as a shared mount (see [`Planted::new`]).
-    follows: PathBuf,
+    /// An empty directory the caller owns: a tmpfs holding the upper layers is mounted on it
+    /// in each namespace planted, and only there.
+    staging: PathBuf,
 }
 
 impl Planted {
-    /// Plants `files` in a new mount namespace; `staging` (an empty directory the caller owns)
-    /// holds the overlays' upper layers, on a tmpfs that exists only in that namespace.
-    /// What the runner mounts under `follows` later (a root runner's checkouts are overlays,
-    /// mounted in the host's namespace as each job starts) shows in the namespace too: bound
-    /// onto itself and shared here, it is a slave of that mount there.
-    pub fn new(
-        files: Vec<(PathBuf, String)>,
-        staging: &Path,
-        follows: &Path,
-    ) -> io::Result<Planted> {
-        use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
-        mount_bind(follows, follows).map_err(|e| mount_error("(bind)", follows, e))?;
-        mount_change(follows, MountPropagationFlags::SHARED)
-            .map_err(|e| mount_error("(shared)", follows, e))?;
-        let staging = staging.to_path_buf();
-        let planted = files.clone();
-        let mntns = std::thread::spawn(move || plant_in_new_namespace(&planted, &staging))
-            .join()
-            .map_err(|_| io::Error::other("the mount namespace thread panicked"))??;
-        Ok(Planted {
-            mntns,
+    pub fn new(files: Vec<(PathBuf, String)>, staging: &Path) -> Planted {
+        Planted {
             files,
-            follows: follows.to_path_buf(),
-        })
-    }
-
-    /// Makes a command enter the namespace between fork and exec (and go back to its working
-    /// directory, which entering a mount namespace resets). Use only while `self` lives.
-    pub fn enterer(&self) -> impl Fn(&mut std::process::Command) + Send + Sync + 'static {
-        let fd = self.mntns.as_raw_fd();
-        move |cmd: &mut std::process::Command| {
-            use std::os::unix::process::CommandExt;
-            let cwd = cmd
-                .get_current_dir()
-                .and_then(|d| CString::new(d.as_os_str().as_bytes()).ok());
-            // SAFETY: setns and chdir are async-signal-safe; the closure touches only a
-            // descriptor number (open while `self` lives) and a string made before the fork.
-            unsafe {
-                cmd.pre_exec(move || {
-                    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
-                    let ns = std::os::fd::BorrowedFd::borrow_raw(fd);
-                    move_into_link_name_space(ns, Some(LinkNameSpaceType::Mount))?;
-                    if let Some(cwd) = &cwd {
-                        rustix::process::chdir(cwd.as_c_str())?;
-                    }
-                    Ok(())
-                });
-            }
+            staging: staging.to_path_buf(),
         }
     }
-}
 
-impl Drop for Planted {
-    fn drop(&mut self) {
-        use rustix::mount::{unmount, UnmountFlags};
-        let _ = unmount(&self.follows, UnmountFlags::DETACH);
+    /// What plants the files in the job's namespace as the runner makes it (the seam
+    /// `RunHooks::agent_mounts`): the agent and everything it starts see them there, and
+    /// nothing else does.
+    pub fn hook(&self) -> crate::workspace::namespace::PlantHook {
+        let (files, staging) = (self.files.clone(), self.staging.clone());
+        std::sync::Arc::new(move || plant_here(&files, &staging))
     }
 }
 
@@ -143,19 +99,6 @@ fn mount(source: &str, target: &Path, fstype: &str, data: &str) -> io::Result<()
     .map_err(|e| mount_error(source, target, e))
 }
 
-/// Makes every mount of this namespace a slave (`mount --make-rslave /`), so what is mounted
-/// next stays in it, and what the host mounts under a shared mount still shows here.
-/// (`mount("none", "/", NULL, MS_REC | MS_SLAVE, NULL)`: the kernel ignores the source of a
-/// propagation change, and rustix passes none.)
-fn make_private() -> io::Result<()> {
-    use rustix::mount::MountPropagationFlags;
-    rustix::mount::mount_change(
-        c"/",
-        MountPropagationFlags::REC | MountPropagationFlags::DOWNSTREAM,
-    )
-    .map_err(|e| mount_error("none", Path::new("/"), e))
-}
-
 fn mount_error(source: &str, target: &Path, e: rustix::io::Errno) -> io::Error {
     let e = io::Error::from(e);
     io::Error::new(
@@ -177,13 +120,9 @@ fn overlay_root(file: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-/// On this (fresh) thread: a new mount namespace, private, with each directory that holds a
-/// file overlaid by a tmpfs layer holding it. Returns the namespace's descriptor.
-fn plant_in_new_namespace(files: &[(PathBuf, String)], staging: &Path) -> io::Result<OwnedFd> {
-    // SAFETY: affects this thread only (a new mount namespace implies its own fs struct); no
-    // descriptor table is unshared.
-    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
-    make_private()?;
+/// In this thread's (private) mount namespace: each directory that holds a file overlaid by
+/// a tmpfs layer holding it.
+fn plant_here(files: &[(PathBuf, String)], staging: &Path) -> io::Result<()> {
     mount("qr-planted", staging, "tmpfs", "mode=0755")?;
     let mut roots: Vec<PathBuf> = Vec::new();
     for (file, _) in files {
@@ -213,9 +152,7 @@ fn plant_in_new_namespace(files: &[(PathBuf, String)], staging: &Path) -> io::Re
         );
         mount("overlay", root, "overlay", &options)?;
     }
-    let ns = std::fs::File::open("/proc/thread-self/ns/mnt")?;
-    // SAFETY: a descriptor just opened, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(ns)) })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -243,15 +180,12 @@ mod tests {
         std::fs::create_dir(&staging).unwrap();
         let token = crate::selftest::boundary::world::token();
         let file = PathBuf::from(format!("/etc/qr-planted-{token}/npmrc"));
-        let planted = Planted::new(
-            vec![(file.clone(), format!("planted {token}\n"))],
-            &staging,
-            dir.path(),
-        )
-        .expect("planted");
+        let planted = Planted::new(vec![(file.clone(), format!("planted {token}\n"))], &staging);
+        let ns = crate::workspace::namespace::JobNamespace::new(None, Some(planted.hook()))
+            .expect("the namespace is made");
         let mut cmd = std::process::Command::new("cat");
         cmd.arg(&file).current_dir(dir.path());
-        planted.enterer()(&mut cmd);
+        ns.enter(&mut cmd);
         let out = cmd.output().expect("cat runs");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -263,23 +197,11 @@ mod tests {
         );
         let mut pwd = std::process::Command::new("pwd");
         pwd.current_dir(dir.path());
-        planted.enterer()(&mut pwd);
+        ns.enter(&mut pwd);
         let out = pwd.output().expect("pwd runs");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             std::fs::canonicalize(dir.path()).unwrap().to_string_lossy()
         );
-        // A mount the host makes under the followed directory afterwards (a job's checkout)
-        // shows inside.
-        let later = dir.path().join("later");
-        std::fs::create_dir(&later).unwrap();
-        mount("qr-later", &later, "tmpfs", "mode=0755").unwrap();
-        std::fs::write(later.join("seen"), "mounted later\n").unwrap();
-        let mut cat = std::process::Command::new("cat");
-        cat.arg(later.join("seen")).current_dir(dir.path());
-        planted.enterer()(&mut cat);
-        let out = cat.output().expect("cat runs");
-        let _ = rustix::mount::unmount(&later, rustix::mount::UnmountFlags::DETACH);
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "mounted later\n");
     }
 }

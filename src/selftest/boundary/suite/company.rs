@@ -44,9 +44,7 @@ impl Company {
         let planted = super::super::host_config::Planted::new(
             super::super::host_config::files(&npmrc, &world.token),
             &staging,
-            &world.path(),
-        )
-        .map_err(|e| format!("planting the host's package-manager config: {e}"))?;
+        );
         Ok(Company {
             front,
             planted,

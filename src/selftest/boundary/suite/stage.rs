@@ -165,14 +165,9 @@ fn run_hooks(
 ) -> RunHooks {
     let server_confine = server.confiner();
     let proxy_confine = server.confiner();
-    let enter_company = company.map(|c| c.planted.enterer());
     RunHooks {
-        agent_command: Some(Arc::new(move |cmd: &mut Command| {
-            server_confine(cmd);
-            if let Some(enter) = &enter_company {
-                enter(cmd);
-            }
-        })),
+        agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
+        agent_mounts: company.map(|c| c.planted.hook()),
         policy: {
             let mut hosts: Vec<String> = registry.into_iter().map(NpmRegistry::host).collect();
             hosts.extend(
