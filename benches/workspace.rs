@@ -10,7 +10,9 @@
 //! `git status` in it, and the workspace's drop (the removal a job's end pays). Beside them, in
 //! the same run: the full checkout every job took before (the same `JobGit::create` a runner
 //! without root takes, its chown and walk), and a plain `git clone` of the shared clone (the
-//! baseline). Ratios against the baseline; nothing is asserted on time.
+//! baseline). Then a new revision that changes ten files: its first job, whose tree is written
+//! as a delta over the cached one (`workspace::tree_delta`), against the same job where no tree
+//! is cached (the whole tree written). Ratios against the baseline; nothing is asserted on time.
 //!
 //! `cargo bench --bench workspace` (`QUEST_RUNNER_BENCH_FILES=1000,20000` for other sizes).
 
@@ -78,6 +80,33 @@ fn generate(dir: &Path, files: usize) -> (PathBuf, String) {
     assert!(child.wait().unwrap().success(), "fast-import");
     let rev = git(&repo, &["rev-parse", "main"]);
     (repo, rev)
+}
+
+/// A commit on top of `main` that changes `changed` of its files; returns its revision.
+fn change(repo: &Path, changed: usize) -> String {
+    let mut child = Command::new("git")
+        .current_dir(repo)
+        .args(["fast-import", "--quiet"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("git fast-import");
+    {
+        let mut w = std::io::BufWriter::new(child.stdin.take().unwrap());
+        let msg = "change";
+        write!(
+            w,
+            "commit refs/heads/main\ncommitter b <b@example.invalid> 1 +0000\ndata {}\n{msg}\nfrom refs/heads/main^0\n",
+            msg.len()
+        )
+        .unwrap();
+        for i in 0..changed {
+            let body = format!("file {i}, changed\n");
+            writeln!(w, "M 644 inline d0/f{i}.txt\ndata {}\n{body}", body.len()).unwrap();
+        }
+        w.flush().unwrap();
+    }
+    assert!(child.wait().unwrap().success(), "fast-import");
+    git(repo, &["rev-parse", "main"])
 }
 
 fn job(id: &str, repo: &Path, rev: &str) -> Job {
@@ -267,6 +296,49 @@ async fn bench_size(files: usize) {
             ms(clone_rm)
         );
     }
+    if first.layered {
+        bench_new_revision(files, dir.path(), &repo, &state, &temp).await;
+    }
+}
+
+/// The first job at a new revision near the cached one, its tree a delta, against the same
+/// job in a state dir with the shared clone (hard-linked) and no tree: the whole tree written.
+async fn bench_new_revision(files: usize, dir: &Path, repo: &Path, state: &StateDir, temp: &Path) {
+    let rev = change(repo, 10);
+    let near = one_job(state, temp, &job("near", repo, &rev)).await;
+    let fresh_root = dir.join("state-without-trees");
+    std::fs::create_dir_all(&fresh_root).unwrap();
+    let linked = Command::new("cp")
+        .arg("-al")
+        .arg(state.root().join("repos"))
+        .arg(&fresh_root)
+        .status()
+        .unwrap();
+    assert!(linked.success(), "cp -al of the shared clone");
+    let fresh = StateDir::at(&fresh_root);
+    let whole = one_job(&fresh, temp, &job("whole", repo, &rev)).await;
+    let deltas = std::fs::read_dir(state.root().join("trees"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|clone| {
+            std::fs::read_dir(clone.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .filter(|t| t.path().join("delta").is_dir())
+        .count();
+    println!(
+        "workspace {files} files, a new revision changing 10: first job ready {:.1} ms with its \
+         tree a delta over the cached one ({deltas} delta tree), {:.1} ms writing the whole \
+         tree = {:.4}x; git status {} / {}",
+        ms(near.ready()),
+        ms(whole.ready()),
+        ms(near.ready()) / ms(whole.ready()),
+        if near.status.1 { "clean" } else { "NOT CLEAN" },
+        if whole.status.1 { "clean" } else { "NOT CLEAN" },
+    );
 }
 
 #[tokio::main]

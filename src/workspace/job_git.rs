@@ -197,7 +197,7 @@ impl JobGit {
     }
 
     /// The store, and the worktree registered in it at `rev` with nothing checked out.
-    async fn add_worktree(
+    pub(super) async fn add_worktree(
         &self,
         bare: &Path,
         rev: &str,

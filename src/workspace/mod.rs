@@ -52,6 +52,7 @@ mod paths;
 pub mod revision_tree;
 mod stubs;
 mod temp;
+mod tree_delta;
 
 pub use cleanup::{has_record, sweep_abandoned, WorkspaceRecord};
 pub use clone::{
@@ -128,7 +129,7 @@ impl Workspace {
         let (tree, tree_hold) = shared_tree(state, &layout.bare_clone, &job.rev)
             .await?
             .unzip();
-        let layer = tree.as_ref().map(|t| Layer::of(&layout.root, &t.files));
+        let layer = tree.as_ref().map(|t| Layer::of(&layout.root, &t.lowers()));
 
         // Removed by their guards until the record that names them is written.
         let temp_in = |prefix: &str| {

@@ -38,8 +38,12 @@ pub const OVERLAY_SOURCE: &str = "quest-runner";
 /// runner or a later one, unmounts before it removes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layer {
-    /// The revision's shared files (the lower layer; never written by a job).
+    /// The revision's shared files (the lower layer; never written by a job): the top one of
+    /// the revision's tree, when that tree is a delta over another's (`revision_tree`).
     pub lower: PathBuf,
+    /// The layers below `lower`, nearest first: the trees a delta tree lies on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub below: Vec<PathBuf>,
     /// What the job wrote.
     pub upper: PathBuf,
     /// overlayfs' scratch directory, beside `upper` on the same file system.
@@ -47,14 +51,28 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// The layer of the job at `job_root` over `lower`.
-    pub fn of(job_root: &Path, lower: &Path) -> Layer {
-        let dir = job_root.join("layer");
+    /// The layer of the job at `job_root` over `lowers` (the top one first; at least one).
+    pub fn of(job_root: &Path, lowers: &[PathBuf]) -> Layer {
+        Layer::in_dir(&job_root.join("layer"), lowers)
+    }
+
+    /// A layer whose upper and work directories are in `dir`.
+    pub fn in_dir(dir: &Path, lowers: &[PathBuf]) -> Layer {
+        let (lower, below) = match lowers.split_first() {
+            Some((top, rest)) => (top.clone(), rest.to_vec()),
+            None => (PathBuf::new(), Vec::new()),
+        };
         Layer {
-            lower: lower.to_path_buf(),
+            lower,
+            below,
             upper: dir.join("upper"),
             work: dir.join("work"),
         }
+    }
+
+    /// Every lower layer, the top one first.
+    pub fn lowers(&self) -> impl Iterator<Item = &PathBuf> {
+        std::iter::once(&self.lower).chain(&self.below)
     }
 
     /// `<job>/layer`, which holds both directories of the job's.
@@ -102,22 +120,28 @@ pub fn unmount(on: &Path) -> Result<(), IoError> {
 /// is the operator's choice, never a job's).
 fn options(layer: &Layer) -> std::io::Result<std::ffi::CString> {
     let mut text = String::new();
-    for (key, path) in [
-        ("lowerdir", &layer.lower),
-        ("upperdir", &layer.upper),
-        ("workdir", &layer.work),
-    ] {
-        let path = path.to_str().filter(|p| !p.contains([',', ':', '\\']));
-        let Some(path) = path else {
+    let lowers = layer.lowers().map(|l| ("lowerdir", l));
+    let mut last_key = "";
+    for (key, path) in lowers.chain([("upperdir", &layer.upper), ("workdir", &layer.work)]) {
+        let Some(text_path) = path.to_str().filter(|p| !p.contains([',', ':', '\\'])) else {
             return Err(std::io::Error::other(format!(
-                "{key} {} holds a ',', ':' or '\\', which overlayfs options cannot carry",
-                path.unwrap_or("(not UTF-8)")
+                "{key} {} is not UTF-8 or holds a ',', ':' or '\\', which overlayfs options \
+                 cannot carry",
+                path.display()
             )));
         };
-        if !text.is_empty() {
-            text.push(',');
+        let path = text_path;
+        // The lower layers are one option, top first: `lowerdir=a:b:c`.
+        if key == last_key {
+            text.push(':');
+        } else {
+            if !text.is_empty() {
+                text.push(',');
+            }
+            text.push_str(&format!("{key}="));
         }
-        text.push_str(&format!("{key}={path}"));
+        text.push_str(path);
+        last_key = key;
     }
     std::ffi::CString::new(text).map_err(std::io::Error::other)
 }
@@ -159,7 +183,7 @@ fn probe(scratch: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", scratch.display()))?;
     let lower = dir.path().join("lower");
     let merged = dir.path().join("merged");
-    let layer = Layer::of(dir.path(), &lower);
+    let layer = Layer::of(dir.path(), std::slice::from_ref(&lower));
     let made = std::fs::create_dir(&lower)
         .and_then(|()| std::fs::create_dir(&merged))
         .map_err(|e| format!("{}: {e}", dir.path().display()));
@@ -168,4 +192,24 @@ fn probe(scratch: &Path) -> Result<(), String> {
     let mounted = layer.mount(&merged);
     let _ = unmount(&merged);
     mounted.map_err(|e| format!("overlayfs could not be mounted here: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lower_layers_are_one_option_top_first() {
+        let lowers = [PathBuf::from("/t/b/delta"), PathBuf::from("/t/a/files")];
+        let layer = Layer::of(Path::new("/s/jobs/j"), &lowers);
+        assert_eq!(
+            options(&layer).unwrap().to_str().unwrap(),
+            "lowerdir=/t/b/delta:/t/a/files,upperdir=/s/jobs/j/layer/upper,workdir=/s/jobs/j/layer/work"
+        );
+        let odd = Layer::of(Path::new("/s/jobs/j"), &[PathBuf::from("/t/a:b")]);
+        assert!(options(&odd)
+            .unwrap_err()
+            .to_string()
+            .contains("lowerdir /t/a:b"));
+    }
 }

@@ -5,7 +5,13 @@
 //! <state>/trees/                        the runner's alone (0700): no job's identity reaches it
 //! <state>/trees/<clone>/<rev>/files/    the revision's files, as `reset --hard` writes them
 //! <state>/trees/<clone>/<rev>/index     git's index of them, stat data included
+//! <state>/trees/<clone>/<rev>/delta/    or, instead of `files`: what <rev> changes over a
+//! <state>/trees/<clone>/<rev>/base        tree of the clone's (its revision named in `base`)
 //! ```
+//!
+//! A new revision near a tree the clone has (at most a quarter of its files changed, and fewer
+//! than [`MAX_DELTAS`] deltas below it) costs what changed: its tree is an overlay layer over
+//! that one (`tree_delta`), and a job's checkout stacks them.
 //!
 //! Written from the shared clone's verified objects, before any job ran on them, by the same
 //! `JobGit::create` a job's checkout takes, into a temp dir renamed into place: a tree that
@@ -30,21 +36,80 @@ use crate::util::io::{IoContext, IoError};
 /// The revision trees' directory under the state dir.
 pub const TREES_DIR: &str = "trees";
 
+/// How many delta trees may lie on one another: a deeper stack costs every lookup in a job's
+/// checkout a layer more, so a revision past it gets a full tree.
+pub const MAX_DELTAS: usize = 4;
+
 /// One revision's shared tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RevisionTree {
-    /// `<tree>/files`: the revision's files.
+    /// `<tree>/files`, the revision's files, or `<tree>/delta`, what it changes over `base`.
     pub files: PathBuf,
-    /// `<tree>/index`: git's index of `files`, for a job's worktree to start from.
+    /// `<tree>/index`: git's index of the revision's files (through the stack of layers), for
+    /// a job's worktree to start from.
     pub index: PathBuf,
+    /// The tree `files` is a delta over.
+    pub base: Option<Box<RevisionTree>>,
 }
 
 impl RevisionTree {
-    fn at(dir: &Path) -> RevisionTree {
-        RevisionTree {
-            files: dir.join("files"),
-            index: dir.join("index"),
+    /// The complete tree in `dir`: `None` while it is being written, or when a base below it
+    /// is missing or the stack is deeper than [`MAX_DELTAS`] allows.
+    pub(super) fn read_dir(dir: &Path) -> Option<RevisionTree> {
+        Self::read_within(dir, MAX_DELTAS)
+    }
+
+    /// The revision it is the tree of (its directory's name).
+    pub(super) fn rev(&self) -> Option<&str> {
+        self.dir().file_name().and_then(|n| n.to_str())
+    }
+
+    fn read_within(dir: &Path, deltas: usize) -> Option<RevisionTree> {
+        let index = dir.join("index");
+        if !index.is_file() {
+            return None;
         }
+        let files = dir.join("files");
+        if files.is_dir() {
+            return Some(RevisionTree {
+                files,
+                index,
+                base: None,
+            });
+        }
+        let name = std::fs::read_to_string(dir.join("base")).ok()?;
+        let name = name.trim();
+        if deltas == 0 || !crate::util::git_names::is_full_rev(name) {
+            return None;
+        }
+        let base = Self::read_within(&dir.with_file_name(name), deltas - 1)?;
+        Some(RevisionTree {
+            files: dir.join("delta"),
+            index,
+            base: Some(Box::new(base)),
+        })
+    }
+
+    /// Its layers, the top one first.
+    pub fn lowers(&self) -> Vec<PathBuf> {
+        let mut out = vec![self.files.clone()];
+        out.extend(self.base.iter().flat_map(|b| b.lowers()));
+        out
+    }
+
+    /// The trees in its stack, itself first.
+    fn stack(&self) -> impl Iterator<Item = &RevisionTree> {
+        std::iter::successors(Some(self), |t| t.base.as_deref())
+    }
+
+    /// How many delta trees its stack holds.
+    pub fn deltas(&self) -> usize {
+        self.stack().filter(|t| t.base.is_some()).count()
+    }
+
+    /// The tree's directory.
+    fn dir(&self) -> &Path {
+        self.index.parent().unwrap_or(Path::new("/"))
     }
 }
 
@@ -70,8 +135,7 @@ where
     F: Fn(&Path) -> std::io::Result<()>,
 {
     let dir = tree_dir(state, bare, rev);
-    let tree = RevisionTree::at(&dir);
-    if tree.index.is_file() {
+    if let Some(tree) = RevisionTree::read_dir(&dir) {
         return Ok(tree);
     }
     let parent = private_parent(state, &dir)?;
@@ -81,14 +145,67 @@ where
     let _writing = crate::lockfile::LockFile::acquire(&lock_path)
         .await
         .at("locking", &lock_path)?;
-    if tree.index.is_file() {
+    if let Some(tree) = RevisionTree::read_dir(&dir) {
         return Ok(tree);
     }
+    set_aside_if_broken(&dir)?;
     let tmp = tempfile::Builder::new()
         .prefix(".new-")
         .tempdir_in(&parent)
         .at("creating a directory in", &parent)?;
-    let git = JobGit::at(tmp.path());
+    let base = super::tree_delta::base_for(bare, rev, &parent).await?;
+    // Held while the delta is written over it, so `gc` cannot take it away meanwhile.
+    let held = match &base {
+        Some(base) => hold(base)?.map(|h| (base, h)),
+        None => None,
+    };
+    match held {
+        Some((base, _hold)) => {
+            super::tree_delta::write(bare, rev, base, tmp.path(), hand_over.is_some()).await?
+        }
+        None => write_full(bare, rev, tmp.path(), hand_over).await?,
+    }
+    match std::fs::rename(tmp.path(), &dir) {
+        Ok(()) => {}
+        // Another runner wrote it meanwhile: theirs is as good (`tmp` goes with its drop).
+        Err(_) if dir.join("index").is_file() => {}
+        Err(e) => return Err(IoError::at("moving into place", &dir, e).into()),
+    }
+    RevisionTree::read_dir(&dir).ok_or_else(|| {
+        let e = std::io::Error::other("the tree just written is incomplete");
+        IoError::at("reading", &dir, e).into()
+    })
+}
+
+/// Moves a tree that cannot be read whole (a base below it is gone) aside, for `gc`, so it is
+/// written again.
+fn set_aside_if_broken(dir: &Path) -> Result<(), WorkspaceError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let aside = tempfile::Builder::new()
+        .prefix(&format!(".broken-{name}-"))
+        .tempdir_in(dir.parent().unwrap_or(Path::new("/")))
+        .at("creating a directory beside", dir)?
+        .keep();
+    let to = aside.join("tree");
+    std::fs::rename(dir, &to).at("moving aside", dir)?;
+    tracing::warn!(tree = %dir.display(), "a revision tree whose base is gone, set aside for gc");
+    Ok(())
+}
+
+/// Writes the whole tree of `rev` into `tmp` (`files` and `index`).
+async fn write_full<F>(
+    bare: &Path,
+    rev: &str,
+    tmp: &Path,
+    hand_over: Option<F>,
+) -> Result<(), WorkspaceError>
+where
+    F: Fn(&Path) -> std::io::Result<()>,
+{
+    let git = JobGit::at(tmp);
     git.create(bare, rev, "").await?;
     if let Some(hand_over) = hand_over {
         hand_over(&git.checkout).at("handing to the agent's identity", &git.checkout)?;
@@ -96,19 +213,13 @@ where
             .output_within(&["update-index", "-q", "--refresh"], git.limit)
             .await?;
     }
-    let staged = RevisionTree::at(tmp.path());
     let index = git.admin.join("index");
-    std::fs::rename(&index, &staged.index).at("moving", &index)?;
+    std::fs::rename(&index, tmp.join("index")).at("moving", &index)?;
     let dotgit = git.checkout.join(".git");
     std::fs::remove_file(&dotgit).at("removing", &dotgit)?;
-    std::fs::rename(&git.checkout, &staged.files).at("moving", &git.checkout)?;
+    std::fs::rename(&git.checkout, tmp.join("files")).at("moving", &git.checkout)?;
     crate::remove::remove_tree(&git.store).at("removing", &git.store)?;
-    match std::fs::rename(tmp.path(), &dir) {
-        Ok(()) => Ok(tree),
-        // Another runner wrote it meanwhile: theirs is as good (`tmp` goes with its drop).
-        Err(_) if tree.index.is_file() => Ok(tree),
-        Err(e) => Err(IoError::at("moving into place", &dir, e).into()),
-    }
+    Ok(())
 }
 
 /// Makes `<state>/trees` (owner only) and the clone's directory in it; returns the latter.
@@ -127,42 +238,47 @@ fn private_parent(state: &StateDir, dir: &Path) -> Result<PathBuf, WorkspaceErro
     Ok(parent)
 }
 
-/// A job's hold on the tree its checkout is layered on: a shared lock on the tree's index,
-/// for as long as the overlay is mounted. [`gc`] removes no tree that anyone holds.
+/// A job's hold on the tree its checkout is layered on: a shared lock on the index of each
+/// tree in its stack, for as long as the overlay is mounted. [`gc`] removes no tree that
+/// anyone holds.
 #[derive(Debug)]
 pub struct TreeHold {
-    _index: std::fs::File,
+    _indexes: Vec<std::fs::File>,
 }
 
-/// Takes a hold on `tree` and marks it used now (what [`gc`]'s age is counted from); `None`
-/// when `gc` took the tree away meanwhile, and the caller writes it again.
+/// Takes a hold on `tree` (and the trees below it) and marks it used now (what [`gc`]'s age
+/// is counted from); `None` when `gc` took a tree of the stack away meanwhile, and the caller
+/// writes it again.
 pub fn hold(tree: &RevisionTree) -> Result<Option<TreeHold>, WorkspaceError> {
     use rustix::fs::{flock, FlockOperation};
     use std::os::unix::fs::MetadataExt;
-    let index = match std::fs::File::open(&tree.index) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(IoError::at("opening", &tree.index, e).into()),
-    };
-    // `gc` holds its exclusive lock only to move the tree aside: no wait worth bounding.
-    flock(&index, FlockOperation::LockShared)
-        .map_err(|e| IoError::at("locking", &tree.index, e.into()))?;
-    let ours = index.metadata().at("reading", &tree.index)?;
-    match std::fs::metadata(&tree.index) {
-        Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => {}
-        _ => return Ok(None),
+    let mut indexes = Vec::new();
+    for t in tree.stack() {
+        let index = match std::fs::File::open(&t.index) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(IoError::at("opening", &t.index, e).into()),
+        };
+        // `gc` holds its exclusive lock only to move the tree aside: no wait worth bounding.
+        flock(&index, FlockOperation::LockShared)
+            .map_err(|e| IoError::at("locking", &t.index, e.into()))?;
+        let ours = index.metadata().at("reading", &t.index)?;
+        match std::fs::metadata(&t.index) {
+            Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => {}
+            _ => return Ok(None),
+        }
+        indexes.push(index);
     }
-    if let Some(dir) = tree.index.parent() {
-        let touched = std::fs::File::open(dir).and_then(|d| d.set_modified(SystemTime::now()));
-        touched.at("marking as used", dir)?;
-    }
-    Ok(Some(TreeHold { _index: index }))
+    let dir = tree.dir();
+    let touched = std::fs::File::open(dir).and_then(|d| d.set_modified(SystemTime::now()));
+    touched.at("marking as used", dir)?;
+    Ok(Some(TreeHold { _indexes: indexes }))
 }
 
 /// Removes the revision trees under `state` that no job has started on for longer than
-/// `older_than`, none that a job holds or that a workspace record names (a dead runner's
-/// mount, until its sweep), and the leftovers of writes and probes that died; returns the
-/// removed trees as `<clone>/<rev>`.
+/// `older_than`, none that a job holds, that a workspace record names (a dead runner's
+/// mount, until its sweep) or that another tree lies on, and the leftovers of writes and
+/// probes that died; returns the removed trees as `<clone>/<rev>`.
 pub fn gc(state: &StateDir, older_than: Duration) -> Vec<String> {
     let cutoff = SystemTime::now()
         .checked_sub(older_than)
@@ -174,38 +290,64 @@ pub fn gc(state: &StateDir, older_than: Duration) -> Vec<String> {
         let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
         entries.map(|e| e.path()).filter(|p| p.is_dir()).collect()
     };
-    for dir in dirs(&root).into_iter().chain(std::iter::once(root.clone())) {
-        for tree in dirs(&dir) {
-            let name = tree.file_name().map(|n| n.to_string_lossy().into_owned());
-            let name = name.unwrap_or_default();
-            let old = std::fs::metadata(&tree)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t < cutoff);
-            if !old || dir == root && !name.starts_with('.') {
-                continue;
-            }
-            if name.starts_with('.') {
-                // A write or probe that died before its rename (or a removal cut short).
-                let _ = crate::remove::remove_tree(&tree);
-            } else if !named.contains(&RevisionTree::at(&tree).files) {
-                if let Some(gone) = take_unheld(&tree) {
-                    let clone = dir.file_name().unwrap_or_default().to_string_lossy();
-                    removed.push(format!("{clone}/{name}"));
-                    if let Err(e) = crate::remove::remove_tree(&gone) {
-                        tracing::warn!(path = %gone.display(), "removing a revision tree: {e}");
+    // A pass frees the trees the removed ones lay on, for the next.
+    for _ in 0..=MAX_DELTAS {
+        let before = removed.len();
+        for dir in dirs(&root).into_iter().chain(std::iter::once(root.clone())) {
+            let bases = bases_in(&dirs(&dir));
+            for tree in dirs(&dir) {
+                let name = tree.file_name().map(|n| n.to_string_lossy().into_owned());
+                let name = name.unwrap_or_default();
+                let old = std::fs::metadata(&tree)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < cutoff);
+                if !old || dir == root && !name.starts_with('.') || bases.contains(&name) {
+                    continue;
+                }
+                if name.starts_with('.') {
+                    // A write or probe that died before its rename (or a removal cut short);
+                    // a delta's write may have left its overlay mounted.
+                    let _ = super::overlay::unmount(&tree.join("checkout"));
+                    let _ = crate::remove::remove_tree(&tree);
+                } else if !named.contains(&top_layer(&tree)) {
+                    if let Some(gone) = take_unheld(&tree) {
+                        let clone = dir.file_name().unwrap_or_default().to_string_lossy();
+                        removed.push(format!("{clone}/{name}"));
+                        if let Err(e) = crate::remove::remove_tree(&gone) {
+                            tracing::warn!(path = %gone.display(), "removing a revision tree: {e}");
+                        }
                     }
                 }
             }
+        }
+        if removed.len() == before {
+            break;
         }
     }
     removed.sort();
     removed
 }
 
+/// The revisions that trees among `trees` are deltas over.
+fn bases_in(trees: &[PathBuf]) -> std::collections::HashSet<String> {
+    let named = trees
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("base")).ok());
+    named.map(|n| n.trim().to_string()).collect()
+}
+
+/// The top layer of the tree in `dir`, as a workspace record names it.
+fn top_layer(dir: &Path) -> PathBuf {
+    match dir.join("files").is_dir() {
+        true => dir.join("files"),
+        false => dir.join("delta"),
+    }
+}
+
 /// Moves `tree` aside (to a dot name [`gc`] removes) unless a job holds it.
 fn take_unheld(tree: &Path) -> Option<PathBuf> {
     use rustix::fs::{flock, FlockOperation};
-    let index = std::fs::File::open(RevisionTree::at(tree).index).ok()?;
+    let index = std::fs::File::open(tree.join("index")).ok()?;
     flock(&index, FlockOperation::NonBlockingLockExclusive).ok()?;
     let name = tree.file_name()?.to_string_lossy().into_owned();
     let gone = tree.with_file_name(format!(".gone-{name}"));
@@ -220,6 +362,7 @@ fn lowers_in_records(state: &StateDir) -> std::collections::HashSet<PathBuf> {
         .flatten();
     jobs.flatten()
         .filter_map(|job| super::WorkspaceRecord::read(&job.path()).ok().flatten())
-        .filter_map(|record| record.layer.map(|l| l.lower))
+        .filter_map(|record| record.layer)
+        .flat_map(|l| l.lowers().cloned().collect::<Vec<_>>())
         .collect()
 }
