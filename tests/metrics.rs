@@ -206,6 +206,8 @@ fn assert_scrape(scrape: &str) {
         "# TYPE quest_runner_jobs_running gauge",
         "# TYPE quest_runner_queue_depth gauge",
         "# TYPE quest_runner_process_resident_memory_bytes gauge",
+        "# TYPE quest_runner_running_jobs_memory_bytes gauge",
+        "# TYPE quest_runner_running_jobs_cpu_seconds gauge",
     ] {
         assert!(
             scrape.lines().any(|l| l == line),
@@ -239,6 +241,8 @@ fn assert_scrape(scrape: &str) {
     });
     assert_eq!(lookups.iter().flatten().sum::<f64>(), 2.0, "{lookups:?}");
     assert_eq!(value("quest_runner_jobs_running"), 0.0);
+    // Both jobs ended: no process of a running job is left to count.
+    assert_eq!(value("quest_runner_running_jobs_memory_bytes"), 0.0);
     assert!(
         value("quest_runner_model_requests_total") >= 2.0,
         "{scrape}"
@@ -388,7 +392,14 @@ fn serve_without_a_usable_nix_is_alive_but_not_ready_and_says_why() {
     let serve = Serve::start(&runner, logs.path());
     assert_eq!(wait_answer(addr, "/healthz", &serve).0, 200);
     assert_eq!(wait_ready(addr, &serve).0, 200, "{}", serve.log());
+    let (status, detail) = doctor_serve_line(&runner);
+    assert_eq!(status, "ok", "{detail}");
+    assert!(detail.contains("takes jobs"), "{detail}");
     drop(serve);
+    // None answers: a warning that says so, not a failure (doctor runs before serve, too).
+    let (status, detail) = doctor_serve_line(&runner);
+    assert_eq!(status, "warn", "{detail}");
+    assert!(detail.contains("no serve answers"), "{detail}");
 
     runner.nix = Some(PathBuf::from("/nonexistent/nix"));
     let serve = Serve::start(&runner, logs.path());
@@ -397,6 +408,30 @@ fn serve_without_a_usable_nix_is_alive_but_not_ready_and_says_why() {
     assert_eq!(status, 503, "{why}\n{}", serve.log());
     assert!(why.starts_with("devshell: "), "{why}");
     assert!(why.contains("QUEST_RUNNER_NIX"), "{why}");
+    // `doctor` reads the same checks from the running serve.
+    let (status, detail) = doctor_serve_line(&runner);
+    assert_eq!(status, "fail", "{detail}");
+    assert!(
+        detail.contains("takes no jobs") && detail.contains("devshell: "),
+        "{detail}"
+    );
+}
+
+/// The status and detail of `doctor --json`'s "serve" check.
+fn doctor_serve_line(runner: &Runner) -> (String, String) {
+    let out = runner
+        .command()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    let checks = doc["checks"].as_array().unwrap();
+    let serve = checks
+        .iter()
+        .find(|c| c["name"] == "serve")
+        .expect("a serve check");
+    let field = |k: &str| serve[k].as_str().unwrap_or_default().to_string();
+    (field("status"), field("detail"))
 }
 
 /// `/readyz` once the serve loop has made its first checks (it looks every second).

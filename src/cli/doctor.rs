@@ -28,6 +28,9 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
+            if let Some(addr) = ctx.config.metrics.listen {
+                checks.push(serve_check(addr));
+            }
             checks.push(Check::new(
                 "state directory",
                 ctx.state.check_owner().is_ok(),
@@ -135,6 +138,25 @@ fn queue_check(queue: &crate::config::QueueConfig) -> Check {
 }
 
 /// The disk limits in force, and whether a job could start now (the reserve).
+/// What the `serve` on the config's `metrics.listen` says at `/readyz`: the same checks it
+/// takes jobs by (queue, disk reserve, devShell engine), as it sees them now.
+fn serve_check(addr: std::net::SocketAddr) -> Check {
+    let name = "serve";
+    match crate::serve::health::ask_ready(addr) {
+        Ok((200, _)) => Check::ok(name, format!("the serve on {addr} takes jobs (/readyz)")),
+        Ok((status, body)) => Check::fail(
+            name,
+            format!("the serve on {addr} takes no jobs (/readyz {status}): {}", body.replace('\n', "; ")),
+            Some("each line names the check that fails; its log says more (journalctl -u quest-runner)".into()),
+        ),
+        Err(e) => Check::warn(
+            name,
+            format!("no serve answers on {addr} (metrics.listen): {e}"),
+            Some("start it (systemctl start quest-runner, or quest-runner serve)".into()),
+        ),
+    }
+}
+
 fn disk_check(ctx: &Context) -> Check {
     let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
     let room = runner.room_to_start();

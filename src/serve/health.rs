@@ -23,6 +23,29 @@ pub struct ListenError {
     source: std::io::Error,
 }
 
+/// What a `serve` on `addr` says at `/readyz`: its status code and body. A plain blocking
+/// HTTP/1.1 request, bounded in time, for `doctor` (which has no runtime of its own).
+pub fn ask_ready(addr: SocketAddr) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    // A bounded answer: the readiness lines are short.
+    stream.take(64 * 1024).read_to_end(&mut raw)?;
+    let raw = String::from_utf8_lossy(&raw);
+    let status = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok());
+    let Some(status) = status else {
+        return Err(std::io::Error::other("not an HTTP answer"));
+    };
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.trim().to_string()))
+}
+
 /// Binds `addr` and answers on it until the runtime ends.
 pub async fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, ListenError> {
     let listener = tokio::net::TcpListener::bind(addr)

@@ -56,7 +56,7 @@ pub(super) async fn run_one<S: JobSource>(
     );
     tracing::info!(job = %id, attempt = claimed.attempt, "starting");
     if let Some(metrics) = &metrics {
-        metrics.job_started(claimed.job.agent.name());
+        metrics.job_started(claimed.job.agent.name(), &id);
     }
     if let Some(events) = &events {
         events.send(&Event::started(&claimed.job, claimed.attempt));

@@ -44,17 +44,7 @@ impl Live {
 /// Samples job `id` of `state` now.
 pub fn sample(state: &StateDir, id: &str) -> Live {
     let root = crate::workspace::job_root(state, id);
-    let markers = super::procs::markers(state, id);
-    let pids = super::procs::matching(&markers, std::process::id());
-    let mut live = Live {
-        processes: pids.len(),
-        ..Live::default()
-    };
-    let ticks = rustix::param::clock_ticks_per_second().max(1);
-    for pid in pids {
-        live.memory_bytes += resident_bytes(pid).unwrap_or(0);
-        live.cpu_ms += cpu_ticks(pid).unwrap_or(0) * 1000 / ticks;
-    }
+    let mut live = processes(state, id);
     let record = crate::workspace::WorkspaceRecord::read(&root)
         .ok()
         .flatten();
@@ -70,6 +60,23 @@ pub fn sample(state: &StateDir, id: &str) -> Live {
     }
     let log = std::fs::read_to_string(root.join("model.log")).unwrap_or_default();
     add_model_log(&mut live, &log);
+    live
+}
+
+/// The processes of job `id` now, their memory and CPU time: [`sample`] without the walk of
+/// the job's trees or its model log (what the metrics read at each scrape).
+pub fn processes(state: &StateDir, id: &str) -> Live {
+    let markers = super::procs::markers(state, id);
+    let pids = super::procs::matching(&markers, std::process::id());
+    let mut live = Live {
+        processes: pids.len(),
+        ..Live::default()
+    };
+    let ticks = rustix::param::clock_ticks_per_second().max(1);
+    for pid in pids {
+        live.memory_bytes += resident_bytes(pid).unwrap_or(0);
+        live.cpu_ms += cpu_ticks(pid).unwrap_or(0) * 1000 / ticks;
+    }
     live
 }
 

@@ -82,6 +82,12 @@ pub struct Metrics {
     network: Family<DecisionLabel, Counter>,
     rss: Gauge<i64, AtomicI64>,
     events_failed: Family<KindLabel, Counter>,
+    running_memory: Gauge<i64, AtomicI64>,
+    running_cpu: Gauge<f64, AtomicU64>,
+    /// The jobs running now, and the state dir their processes are found by (`live`): read at
+    /// each scrape, so the figures are the processes' own, not a sampler's last look.
+    running_jobs: Mutex<std::collections::BTreeSet<String>>,
+    state: Option<crate::state::StateDir>,
     /// Why `serve` takes no job now, by check; empty when it takes jobs.
     not_ready: Mutex<Vec<(&'static str, String)>>,
 }
@@ -110,10 +116,23 @@ impl Metrics {
             network: Family::default(),
             rss: Gauge::default(),
             events_failed: Family::default(),
+            running_memory: Gauge::default(),
+            running_cpu: Gauge::default(),
+            running_jobs: Mutex::default(),
+            state: None,
             // Until the serve loop has recovered the past and made its checks.
             not_ready: Mutex::new(vec![("serve", "starting".to_string())]),
         };
         m.register()
+    }
+
+    /// Metrics of a `serve` on `state`, whose running jobs' memory and CPU are read from
+    /// their processes at each scrape.
+    pub fn for_state(state: crate::state::StateDir) -> Metrics {
+        Metrics {
+            state: Some(state),
+            ..Metrics::new()
+        }
     }
 
     fn register(mut self) -> Metrics {
@@ -186,6 +205,16 @@ impl Metrics {
             self.rss.clone(),
         );
         r.register(
+            format!("{p}running_jobs_memory_bytes"),
+            "Resident memory of the running jobs' processes, summed",
+            self.running_memory.clone(),
+        );
+        r.register(
+            format!("{p}running_jobs_cpu_seconds"),
+            "CPU time the running jobs' processes have used so far, summed",
+            self.running_cpu.clone(),
+        );
+        r.register(
             format!("{p}events_failed"),
             "Job events not delivered, by kind: webhook (after its tries), command, dropped",
             self.events_failed.clone(),
@@ -193,7 +222,11 @@ impl Metrics {
         self
     }
 
-    pub fn job_started(&self, agent: &str) {
+    pub fn job_started(&self, agent: &str, id: &str) {
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string());
         let agent = agent.to_string();
         self.started.get_or_create(&AgentLabel { agent }).inc();
         self.running.inc();
@@ -202,6 +235,10 @@ impl Metrics {
     /// Counts what `result` says the job did; called once per run, whatever its end.
     pub fn job_ended(&self, result: &JobResult) {
         let agent = result.agent.name().to_string();
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&result.job_id);
         self.running.dec();
         let outcome = result.outcome.as_str().to_string();
         self.ended
@@ -296,6 +333,22 @@ impl Metrics {
         if let Some(rss) = resident_bytes() {
             self.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
         }
+        if let Some(state) = &self.state {
+            let ids = self
+                .running_jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let (mut memory, mut cpu_ms) = (0u64, 0u64);
+            for id in &ids {
+                let live = super::live::processes(state, id);
+                memory += live.memory_bytes;
+                cpu_ms += live.cpu_ms;
+            }
+            self.running_memory
+                .set(i64::try_from(memory).unwrap_or(i64::MAX));
+            self.running_cpu.set(cpu_ms as f64 / 1000.0);
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -309,4 +362,59 @@ fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * rustix::param::page_size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A running job's processes — found by their environment, as `live` finds them — count in
+    /// the running jobs' memory and CPU at the scrape, and no longer once the job has ended.
+    #[test]
+    fn running_jobs_memory_and_cpu_are_their_processes_read_at_the_scrape() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::StateDir::at(dir.path());
+        let home = crate::workspace::job_root(&state, "j1").join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        // Busy for a moment (CPU time to count), then idle until killed.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .env("HOME", &home)
+            .spawn()
+            .unwrap();
+        let metrics = Metrics::for_state(state);
+        metrics.job_started("claude", "j1");
+        let value = |scrape: &str, series: &str| -> f64 {
+            let line = scrape
+                .lines()
+                .find(|l| l.starts_with(&format!("{series} ")));
+            line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
+                .unwrap_or(-1.0)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let scrape = loop {
+            let scrape = metrics.render();
+            let cpu = value(&scrape, "quest_runner_running_jobs_cpu_seconds");
+            if cpu > 0.0 || std::time::Instant::now() > deadline {
+                break scrape;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        assert!(
+            value(&scrape, "quest_runner_running_jobs_cpu_seconds") > 0.0,
+            "{scrape}"
+        );
+        assert!(value(&scrape, "quest_runner_running_jobs_memory_bytes") > 100_000.0);
+        let _ = child.kill();
+        let _ = child.wait();
+        metrics.job_ended(&JobResult::new(&crate::run::result::tests::job()));
+        let scrape = metrics.render();
+        assert_eq!(
+            value(&scrape, "quest_runner_running_jobs_memory_bytes"),
+            0.0
+        );
+    }
 }

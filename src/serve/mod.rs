@@ -20,7 +20,7 @@
 pub mod cgroup;
 mod enforce;
 pub mod events;
-mod health;
+pub mod health;
 mod job;
 pub mod limits;
 pub mod live;
@@ -125,7 +125,7 @@ async fn start_metrics(runner: &Runner) -> Result<Option<Arc<Metrics>>, ServeErr
     let Some(addr) = runner.config.metrics.listen else {
         return Ok(None);
     };
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::for_state(runner.state.clone()));
     let bound = health::start(addr, metrics.clone()).await?;
     tracing::info!(%bound, "metrics and health checks listening");
     Ok(Some(metrics))
