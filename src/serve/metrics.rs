@@ -179,6 +179,14 @@ impl Metrics {
             "Age of the oldest queued job",
             self.oldest.clone(),
         );
+        self.register_resources()
+    }
+
+    /// What the jobs used and met: limits, the model, the network, memory and CPU; the
+    /// runner's own memory and its undelivered events.
+    fn register_resources(mut self) -> Metrics {
+        let r = &mut self.registry;
+        let p = "quest_runner_";
         r.register(
             format!("{p}limits_fired"),
             "Limits that stopped a job, by kind",
