@@ -384,3 +384,44 @@ fn a_receiver_that_never_answers_does_not_hold_the_job() {
          holding its first request; serve stopped {stopped:?} after SIGTERM"
     );
 }
+
+/// `submit` sends the `queued` event, signed, through a helper of its own: it returns at once,
+/// though one receiver reads the request and never answers, and the other receiver gets it.
+#[test]
+fn submit_sends_the_queued_event_without_waiting_for_a_receiver() {
+    let (runner, keys, repo, rev) = setup();
+    let hanging = Receiver::start(vec![None]);
+    let answering = Receiver::start(vec![Some(200)]);
+    set_events(
+        &runner,
+        serde_json::json!({"webhooks": [
+            {"url": hanging.url(), "secret_file": secret_file(&keys)},
+            {"url": answering.url(), "secret_file": secret_file(&keys)},
+        ]}),
+    );
+    let job = keys.path().join("job.json");
+    let text = serde_json::json!({
+        "repo": repo.src().to_string_lossy(), "rev": rev, "trust": "trusted",
+        "agent": "claude", "account": "main", "prompt": "PROMPT-not-in-the-event",
+    });
+    std::fs::write(&job, text.to_string()).unwrap();
+    let out = runner.command().arg("submit").arg(&job).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // submit has exited; the hanging receiver gets the request afterwards and never answers.
+    let log = || std::fs::read_to_string(runner.state().join("events.log")).unwrap_or_default();
+    let held = hanging.wait_for(1, Duration::from_secs(20), &log);
+    assert_eq!(held[0].answered, None);
+    let got = answering.wait_for(1, Duration::from_secs(20), &log);
+    let event = got[0].json();
+    assert_eq!(event["event"], "queued", "{event}");
+    assert_eq!(event["job_id"], id.as_str());
+    assert_eq!(event["attempt"], 0);
+    let want = format!(
+        "sha256={}",
+        hmac_sha256_hex(SECRET.as_bytes(), &got[0].body)
+    );
+    assert_eq!(got[0].signature.as_deref(), Some(want.as_str()));
+    assert!(!String::from_utf8_lossy(&got[0].body).contains("PROMPT-not-in-the-event"));
+    println!("queued event: {event}");
+}

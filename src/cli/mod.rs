@@ -18,6 +18,7 @@ mod deliver;
 mod deploy;
 mod doctor;
 mod env;
+mod events;
 mod logs;
 mod policy;
 mod queue;
@@ -193,6 +194,9 @@ enum Command {
     Export(deliver::ExportArgs),
     /// Push a finished job's commits as its repository's `push` settings say (again).
     Push(queue::IdArgs),
+    /// (Internal: `submit`'s helper) deliver the job event on stdin to the config's receivers.
+    #[command(hide = true)]
+    DeliverEvent,
 }
 
 #[derive(Debug, clap::Args)]
@@ -490,6 +494,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Gc(args) => queue::gc(ctx, args),
         Command::Export(args) => deliver::export(ctx, args),
         Command::Push(args) => deliver::push(ctx, args.id),
+        Command::DeliverEvent => events::deliver_event(&ctx),
     }
 }
 

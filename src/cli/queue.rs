@@ -273,6 +273,7 @@ pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
             db.run(|client| async move { pg::admin::submit(&client, spec, config, timeout).await })?
         }
     };
+    super::events::queued(&ctx, &job);
     super::out(job.id)?;
     Ok(())
 }

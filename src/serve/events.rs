@@ -1,5 +1,6 @@
-//! Job events for an operator's systems (`events` in the config): when a job starts and when
-//! it ends, `serve` POSTs a JSON [`Event`] to each webhook, signed with HMAC-SHA256 over the
+//! Job events for an operator's systems (`events` in the config): when a job is queued
+//! (`submit`, through a helper of its own that outlives it: see [`deliver_detached`]), when it
+//! starts and when it ends (`serve`), the runner POSTs a JSON [`Event`] to each webhook, signed with HMAC-SHA256 over the
 //! body (`X-Quest-Signature-256: sha256=<hex>`, as GitHub's `X-Hub-Signature-256`), and runs
 //! the configured command with the event on stdin.
 //!
@@ -56,6 +57,7 @@ pub enum EventsError {
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    Queued,
     Started,
     Ended,
 }
@@ -112,6 +114,14 @@ impl<'a> Event<'a> {
         }
     }
 
+    /// The job as `submit` queued it, before any attempt.
+    pub fn queued(job: &'a Job) -> Event<'a> {
+        Event {
+            event: Kind::Queued,
+            ..Event::started(job, 0)
+        }
+    }
+
     pub fn ended(job: &'a Job, attempt: u32, r: &'a JobResult) -> Event<'a> {
         let result = Ended {
             outcome: r.outcome.as_str(),
@@ -160,6 +170,7 @@ struct Sink {
 pub struct Events {
     sinks: Vec<Sink>,
     metrics: Option<Arc<Metrics>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Events {
@@ -172,7 +183,7 @@ impl Events {
         if !config.is_on() {
             return Ok(None);
         }
-        let mut sinks = Vec::new();
+        let (mut sinks, mut tasks) = (Vec::new(), Vec::new());
         let client = if config.webhooks.is_empty() {
             None
         } else {
@@ -188,7 +199,7 @@ impl Events {
                 client,
                 metrics: metrics.clone(),
             };
-            tokio::spawn(webhook.run(rx));
+            tasks.push(tokio::spawn(webhook.run(rx)));
             sinks.push(Sink {
                 what: format!("webhook {}", hook.url),
                 tx,
@@ -201,31 +212,94 @@ impl Events {
                 timeout: config.timeout(),
                 metrics: metrics.clone(),
             };
-            tokio::spawn(command.run(rx));
+            tasks.push(tokio::spawn(command.run(rx)));
             sinks.push(Sink {
                 what: "the events command".into(),
                 tx,
             });
         }
-        Ok(Some(Events { sinks, metrics }))
+        Ok(Some(Events {
+            sinks,
+            metrics,
+            tasks,
+        }))
     }
 
     /// Hands `event` to every receiver without waiting.
     pub fn send(&self, event: &Event<'_>) {
-        let body = match serde_json::to_vec(event) {
-            Ok(b) => Arc::new(Bytes::from(b)),
-            Err(e) => {
-                tracing::error!("encoding a job event: {e}");
-                return;
-            }
-        };
+        match serde_json::to_vec(event) {
+            Ok(body) => self.send_encoded(event.job_id, Bytes::from(body)),
+            Err(e) => tracing::error!("encoding a job event: {e}"),
+        }
+    }
+
+    /// Waits until every receiver has had every event handed to it (delivered, or given up
+    /// on after its tries), then stops them.
+    pub async fn finish(self) {
+        drop(self.sinks);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    fn send_encoded(&self, job_id: &str, body: Bytes) {
+        let body = Arc::new(body);
         for sink in &self.sinks {
             if sink.tx.try_send(body.clone()).is_err() {
-                tracing::warn!(job = event.job_id, "{} is behind: event dropped", sink.what);
+                tracing::warn!(job = job_id, "{} is behind: event dropped", sink.what);
                 failed(&self.metrics, "dropped");
             }
         }
     }
+}
+
+/// Hands `event` to a helper process of the runner's (`quest-runner deliver-event`, `argv`
+/// up to its subcommand) that delivers it as `serve` would and then exits: `submit` returns at
+/// once, and a receiver that is slow or down costs it nothing. The helper's log goes to `log`.
+pub fn deliver_detached(
+    argv: &[std::ffi::OsString],
+    event: &Event<'_>,
+    log: &Path,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let body = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("no program"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        // Its own group: a Ctrl-C meant for the caller's command does not reach it.
+        .process_group(0)
+        .spawn()?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdin"))?;
+    stdin.write_all(&body)?;
+    Ok(())
+}
+
+/// The helper's side of [`deliver_detached`]: `body` (an encoded event) to every receiver of
+/// `config`, each with its tries, then return.
+pub async fn deliver_now(config: &EventsConfig, body: Vec<u8>) -> Result<(), EventsError> {
+    let Some(events) = Events::start(config, None)? else {
+        return Ok(());
+    };
+    let job_id = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["job_id"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    events.send_encoded(&job_id, Bytes::from(body));
+    events.finish().await;
+    Ok(())
 }
 
 fn failed(metrics: &Option<Arc<Metrics>>, why: &'static str) {
