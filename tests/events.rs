@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use support::{unique_token, Repo, Runner};
+use support::{free_port, get, unique_token, Repo, Runner};
 
 const SECRET: &str = "webhook-secret-3f9a";
 const API_KEY: &str = "sk-test-events-71c2";
@@ -424,4 +424,41 @@ fn submit_sends_the_queued_event_without_waiting_for_a_receiver() {
     assert_eq!(got[0].signature.as_deref(), Some(want.as_str()));
     assert!(!String::from_utf8_lossy(&got[0].body).contains("PROMPT-not-in-the-event"));
     println!("queued event: {event}");
+}
+
+/// A receiver that answers every try with a 500: each event is tried three times and then
+/// counted as not delivered, in the metrics `serve` exports.
+#[test]
+fn an_event_never_delivered_is_counted_in_the_metrics() {
+    let receiver = Receiver::start(vec![Some(500)]);
+    let (runner, keys, repo, rev) = setup();
+    set_events(
+        &runner,
+        serde_json::json!({"webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}]}),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let path = runner.state().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["metrics"] = serde_json::json!({"listen": addr.to_string()});
+    std::fs::write(&path, config.to_string()).unwrap();
+    let mut serve = Serve::start(&runner, keys.path());
+    drop_job(&runner, &repo, &rev, "undelivered", "Do nothing.");
+    // started and ended, three tries each (1 s, then 2 s apart).
+    receiver.wait_for(6, Duration::from_secs(40), &|| serve.log());
+    let series = r#"quest_runner_events_failed_total{kind="webhook"}"#;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let counted = loop {
+        let (_, scrape) = get(addr, "/metrics").unwrap_or_default();
+        let value = scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
+        if value == Some(2.0) || Instant::now() > deadline {
+            break value;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    serve.stop();
+    assert_eq!(counted, Some(2.0), "{}", serve.log());
+    assert_eq!(receiver.got().len(), 6, "no fourth try");
+    println!("{series} {}", counted.unwrap_or_default());
 }

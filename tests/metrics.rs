@@ -25,38 +25,6 @@ fn agent_binary() -> PathBuf {
     }
 }
 
-/// A port free on 127.0.0.1 now (the listener is closed before the port is handed on).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One HTTP/1.1 GET with bounded timeouts: the status code and the body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    Ok((status, body))
-}
-
 /// A running `serve` (SIGKILLed when dropped), its stderr in a file.
 struct Serve {
     child: Child,
@@ -156,7 +124,7 @@ async fn serve_exports_job_metrics_and_health_and_prometheus_reads_them() {
     let config = serde_json::json!({
         "nix": {"options": {"substituters": ""}},
         "concurrency": 2,
-        "accounts": {"main": {"agent": "claude", "api_key_file": key, "base_url": server.base_url()}},
+        "accounts": {"main": {"agent": "claude", "api_key_file": key, "base_url": server.base_url(), "budget": 1_000_000}},
         "metrics": {"listen": addr.to_string()},
     });
     std::fs::write(runner.state().join("config.json"), config.to_string()).unwrap();
@@ -241,6 +209,9 @@ fn assert_scrape(scrape: &str) {
     });
     assert_eq!(lookups.iter().flatten().sum::<f64>(), 2.0, "{lookups:?}");
     assert_eq!(value("quest_runner_jobs_running"), 0.0);
+    // The jobs' tokens came out of the account's budget.
+    let left = value(r#"quest_runner_model_budget_remaining_tokens{account="main"}"#);
+    assert!(left > 0.0 && left < 1_000_000.0, "{left}");
     // Both jobs ended: no process of a running job is left to count.
     assert_eq!(value("quest_runner_running_jobs_memory_bytes"), 0.0);
     assert!(

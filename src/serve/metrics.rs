@@ -32,6 +32,11 @@ struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccountLabel {
+    account: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabel {
     decision: String,
 }
@@ -88,6 +93,10 @@ pub struct Metrics {
     /// each scrape, so the figures are the processes' own, not a sampler's last look.
     running_jobs: Mutex<std::collections::BTreeSet<String>>,
     state: Option<crate::state::StateDir>,
+    budget_left: Family<AccountLabel, Gauge>,
+    /// The accounts with a daily token budget, and that budget (the config's when `serve`
+    /// started); what is left is read from the budget files at each scrape.
+    budgets: Vec<(String, u64)>,
     /// Why `serve` takes no job now, by check; empty when it takes jobs.
     not_ready: Mutex<Vec<(&'static str, String)>>,
 }
@@ -120,6 +129,8 @@ impl Metrics {
             running_cpu: Gauge::default(),
             running_jobs: Mutex::default(),
             state: None,
+            budget_left: Family::default(),
+            budgets: Vec::new(),
             // Until the serve loop has recovered the past and made its checks.
             not_ready: Mutex::new(vec![("serve", "starting".to_string())]),
         };
@@ -127,10 +138,12 @@ impl Metrics {
     }
 
     /// Metrics of a `serve` on `state`, whose running jobs' memory and CPU are read from
-    /// their processes at each scrape.
-    pub fn for_state(state: crate::state::StateDir) -> Metrics {
+    /// their processes at each scrape, as what is left of `budgets` (account, tokens a day)
+    /// is from the gateway's budget files.
+    pub fn for_state(state: crate::state::StateDir, budgets: Vec<(String, u64)>) -> Metrics {
         Metrics {
             state: Some(state),
+            budgets,
             ..Metrics::new()
         }
     }
@@ -221,6 +234,11 @@ impl Metrics {
             format!("{p}running_jobs_cpu_seconds"),
             "CPU time the running jobs' processes have used so far, summed",
             self.running_cpu.clone(),
+        );
+        r.register(
+            format!("{p}model_budget_remaining_tokens"),
+            "Tokens left of an account's daily budget (UTC day), for accounts that have one",
+            self.budget_left.clone(),
         );
         r.register(
             format!("{p}events_failed"),
@@ -336,6 +354,21 @@ impl Metrics {
         (!lines.is_empty()).then(|| lines.join("\n"))
     }
 
+    /// What is left of each account's budget today.
+    fn read_budgets(&self, state: &crate::state::StateDir) {
+        for (account, limit) in &self.budgets {
+            let budget = crate::gateway::budget::Budget::new(state.root(), account, *limit);
+            // An unreadable file is the gateway's to report; the series keeps its value.
+            if let Ok(spent) = budget.spent() {
+                let left = i64::try_from(limit.saturating_sub(spent)).unwrap_or(i64::MAX);
+                let account = account.clone();
+                self.budget_left
+                    .get_or_create(&AccountLabel { account })
+                    .set(left);
+            }
+        }
+    }
+
     /// The Prometheus text format of every metric, the runner's RSS read now.
     pub fn render(&self) -> String {
         if let Some(rss) = resident_bytes() {
@@ -356,6 +389,7 @@ impl Metrics {
             self.running_memory
                 .set(i64::try_from(memory).unwrap_or(i64::MAX));
             self.running_cpu.set(cpu_ms as f64 / 1000.0);
+            self.read_budgets(state);
         }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
@@ -393,7 +427,7 @@ mod tests {
             .env("HOME", &home)
             .spawn()
             .unwrap();
-        let metrics = Metrics::for_state(state);
+        let metrics = Metrics::for_state(state, Vec::new());
         metrics.job_started("claude", "j1");
         let value = |scrape: &str, series: &str| -> f64 {
             let line = scrape

@@ -125,7 +125,9 @@ async fn start_metrics(runner: &Runner) -> Result<Option<Arc<Metrics>>, ServeErr
     let Some(addr) = runner.config.metrics.listen else {
         return Ok(None);
     };
-    let metrics = Arc::new(Metrics::for_state(runner.state.clone()));
+    let budgets = runner.config.accounts.iter();
+    let budgets = budgets.filter_map(|(name, a)| Some((name.clone(), a.budget()?)));
+    let metrics = Arc::new(Metrics::for_state(runner.state.clone(), budgets.collect()));
     let bound = health::start(addr, metrics.clone()).await?;
     tracing::info!(%bound, "metrics and health checks listening");
     Ok(Some(metrics))

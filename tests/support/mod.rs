@@ -540,3 +540,37 @@ pub fn release_locks_of(path: &Path) {
         }
     }
 }
+
+/// A port free on 127.0.0.1 now (the listener is closed before the port is handed on).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 GET with bounded timeouts: the status code and the body.
+pub fn get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((status, body))
+}
