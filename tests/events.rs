@@ -11,12 +11,12 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use support::serve::{Serve, NO_AGENT};
 use support::{free_port, get, unique_token, Repo, Runner};
 
 const SECRET: &str = "webhook-secret-3f9a";
@@ -188,59 +188,6 @@ fn drop_job(runner: &Runner, repo: &Repo, rev: &str, id: &str, prompt: &str) {
     std::fs::rename(queue.join(".incoming"), queue.join(format!("{id}.json"))).unwrap();
 }
 
-/// `quest-runner serve`, killed if still running when dropped.
-struct Serve {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(runner: &Runner, log_dir: &Path) -> Serve {
-        let log = log_dir.join("serve.log");
-        let child = runner
-            .command()
-            .env("QUEST_RUNNER_CLAUDE", "/nonexistent/claude")
-            .args(["serve", "--poll", "100ms"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Serve {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, and the exit, which must come within 10 s.
-    fn stop(&mut self) -> Duration {
-        let mut child = self.child.take().unwrap();
-        let started = Instant::now();
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not exit within 10 s of SIGTERM:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        started.elapsed()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// The job's `show` once it is done, within `limit`.
 fn wait_done(runner: &Runner, id: &str, serve: &Serve, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
@@ -277,7 +224,7 @@ fn events_are_signed_with_the_secret_and_carry_the_result_not_the_prompt() {
             "timeout": "5s",
         }),
     );
-    let mut serve = Serve::start(&runner, dir.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), dir.path());
     let prompt = format!("PROMPT-{}", unique_token());
     drop_job(&runner, &repo, &rev, "signed", &prompt);
     let got = receiver.wait_for(2, Duration::from_secs(30), &|| serve.log());
@@ -325,7 +272,7 @@ fn a_500_is_retried_and_the_event_delivered_once() {
         &runner,
         serde_json::json!({"webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}]}),
     );
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     drop_job(&runner, &repo, &rev, "retried", "Do nothing.");
     let got = receiver.wait_for(3, Duration::from_secs(30), &|| serve.log());
     // Nothing more comes: each event was delivered once.
@@ -359,7 +306,7 @@ fn a_receiver_that_never_answers_does_not_hold_the_job() {
         &runner,
         serde_json::json!({"webhooks": [{"url": receiver.url(), "secret_file": secret_file(&keys)}]}),
     );
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     let started = Instant::now();
     drop_job(&runner, &repo, &rev, "held", "Do nothing.");
     // One try at the webhook alone takes 5 s; the job is done well before.
@@ -441,7 +388,7 @@ fn an_event_never_delivered_is_counted_in_the_metrics() {
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     config["metrics"] = serde_json::json!({"listen": addr.to_string()});
     std::fs::write(&path, config.to_string()).unwrap();
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     drop_job(&runner, &repo, &rev, "undelivered", "Do nothing.");
     // started and ended, three tries each (1 s, then 2 s apart).
     receiver.wait_for(6, Duration::from_secs(40), &|| serve.log());

@@ -15,46 +15,8 @@ use std::time::{Duration, Instant};
 
 use quest_runner::selftest::model_server::ModelServer;
 use serde_json::Value;
+use support::serve::{claude_binary, Serve};
 use support::*;
-
-fn agent_binary() -> PathBuf {
-    match std::env::var_os("QUEST_RUNNER_CLAUDE") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("npm/node_modules/.bin/claude"),
-    }
-}
-
-/// A running `serve` (SIGKILLed when dropped), its stderr in a file.
-struct Serve {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(runner: &Runner, log_dir: &Path) -> Serve {
-        let log = log_dir.join(format!("serve-{}.log", unique_token()));
-        let child = runner
-            .command()
-            .env("QUEST_RUNNER_CLAUDE", agent_binary())
-            .args(["serve", "--poll", "100ms"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Serve { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn submit_ok(runner: &Runner, dir: &Path, job: &Value) -> String {
     let path = dir.join(format!("job-{}.json", unique_token()));
@@ -132,7 +94,7 @@ async fn serve_exports_job_metrics_and_health_and_prometheus_reads_them() {
         "agent": "claude", "account": "main", "prompt": "Do nothing.", "timeout": "3m",
     });
     let (runner, keys) = tokio::task::spawn_blocking(move || {
-        let serve = Serve::start(&runner, keys.path());
+        let serve = Serve::start(&runner, &claude_binary(), keys.path());
         assert_eq!(wait_answer(addr, "/healthz", &serve), (200, "ok\n".into()));
         let (status, body) = get(addr, "/readyz").unwrap();
         assert_eq!(status, 200, "/readyz: {body}\n{}", serve.log());
@@ -359,7 +321,7 @@ fn serve_without_a_usable_nix_is_alive_but_not_ready_and_says_why() {
     .unwrap();
     let logs = tempfile::tempdir().unwrap();
     // The control first: with the host's nix the same runner is ready.
-    let serve = Serve::start(&runner, logs.path());
+    let serve = Serve::start(&runner, &claude_binary(), logs.path());
     assert_eq!(wait_answer(addr, "/healthz", &serve).0, 200);
     assert_eq!(wait_ready(addr, &serve).0, 200, "{}", serve.log());
     let (status, detail) = doctor_serve_line(&runner);
@@ -372,7 +334,7 @@ fn serve_without_a_usable_nix_is_alive_but_not_ready_and_says_why() {
     assert!(detail.contains("no serve answers"), "{detail}");
 
     runner.nix = Some(PathBuf::from("/nonexistent/nix"));
-    let serve = Serve::start(&runner, logs.path());
+    let serve = Serve::start(&runner, &claude_binary(), logs.path());
     assert_eq!(wait_answer(addr, "/healthz", &serve), (200, "ok\n".into()));
     let (status, why) = wait_ready(addr, &serve);
     assert_eq!(status, 503, "{why}\n{}", serve.log());

@@ -13,10 +13,11 @@ mod support;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::serve::{Serve, NO_AGENT};
 use support::{Repo, Runner};
 
 /// A state dir whose config has one Claude account, and a valid job for it at `rev`.
@@ -68,63 +69,6 @@ fn bounded(mut cmd: Command) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
-}
-
-/// `quest-runner serve`, its stderr in a file; killed if still running when dropped.
-struct Serve {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(runner: &Runner, log_dir: &Path) -> Serve {
-        let log = log_dir.join("serve.log");
-        let child = runner
-            .command()
-            .env("QUEST_RUNNER_CLAUDE", "/nonexistent/claude")
-            .args(["serve", "--poll", "100ms"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Serve {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// SIGTERM, and the exit, which must come within 10 s (docs/service.md's promise).
-    fn stop(&mut self) -> Duration {
-        let mut child = self.child.take().unwrap();
-        let started = Instant::now();
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not exit within 10 s of SIGTERM:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        started.elapsed()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn state_of(runner: &Runner, id: &str) -> Option<String> {
@@ -207,7 +151,7 @@ fn a_fifo_in_the_queue_blocks_nothing_and_serve_stops_on_sigterm_in_time() {
         "cancel moved it"
     );
 
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     drop_job(&runner, "after.json".as_ref(), &job(&repo, &rev, "after"));
     let ended = wait_ended(&runner, "after", &serve);
     assert_eq!(ended, "failed", "refused: its agent is missing");
@@ -235,14 +179,14 @@ fn peak_rss_kib(pid: u32) -> u64 {
 #[test]
 fn a_non_utf8_name_a_huge_file_and_a_link_are_each_set_aside_once_with_the_reason() {
     let (runner, keys, repo, rev) = setup();
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     // Serving (idle) first, for its memory before.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !serve.log().contains("serving") {
         assert!(Instant::now() < deadline, "{}", serve.log());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let idle = peak_rss_kib(serve.pid());
+    let idle = peak_rss_kib(serve.pid() as u32);
 
     let bad_name = std::ffi::OsStr::from_bytes(b"bad\xff.json");
     drop_job(&runner, bad_name, &job(&repo, &rev, "bad"));
@@ -261,7 +205,7 @@ fn a_non_utf8_name_a_huge_file_and_a_link_are_each_set_aside_once_with_the_reaso
     wait_ended(&runner, "good", &serve);
     // Twenty more polls: a file not set aside would be rejected (and logged) again.
     std::thread::sleep(Duration::from_secs(2));
-    let peak = peak_rss_kib(serve.pid());
+    let peak = peak_rss_kib(serve.pid() as u32);
     serve.stop();
     let log = serve.log();
     println!("serve's peak RSS: {idle} KiB idle, {peak} KiB after the 256 MiB file");
@@ -484,7 +428,7 @@ fn jobs_says_when_no_serve_is_running() {
     let said = jobs_stderr();
     assert!(said.contains("no serve is running"), "{said}");
 
-    let mut serve = Serve::start(&runner, keys.path());
+    let mut serve = Serve::start(&runner, Path::new(NO_AGENT), keys.path());
     let runners = runner.state().join("serve/runners");
     let mark = runners.join(format!("{}.lock", serve.pid()));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -499,8 +443,8 @@ fn jobs_says_when_no_serve_is_running() {
     // While it serves, `jobs` does not warn.
     assert!(!jobs_stderr().contains("no serve is running"));
 
-    unsafe { libc::kill(serve.pid() as i32, libc::SIGKILL) };
-    let _ = serve.child.take().unwrap().wait();
+    // SIGKILL, as a crash would: the kernel releases its lock.
+    let _ = serve.stop_with(libc::SIGKILL);
     std::fs::write(queue.join("v.json"), job(&repo, &rev, "v")).unwrap();
     let said = jobs_stderr();
     assert!(

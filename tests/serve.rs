@@ -8,19 +8,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use quest_runner::selftest::model_server::{ModelServer, Step};
 use serde_json::Value;
+use support::serve::{claude_binary, Serve};
 use support::*;
-
-fn agent_binary() -> PathBuf {
-    match std::env::var_os("QUEST_RUNNER_CLAUDE") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("npm/node_modules/.bin/claude"),
-    }
-}
 
 /// A state dir whose config has one Claude account pointed at `server`.
 fn runner_for(server: &ModelServer, concurrency: usize) -> (Runner, tempfile::TempDir) {
@@ -68,86 +62,6 @@ fn submit_ok(runner: &Runner, dir: &Path, job: &Value) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A running `quest-runner serve`, its stderr kept in a file; SIGKILLed if still running
-/// when dropped.
-struct Serve {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(runner: &Runner, server: &ModelServer, log_dir: &Path) -> Serve {
-        Self::start_with(runner, server, log_dir, &[])
-    }
-
-    /// Like [`Serve::start`], with more arguments to `serve`.
-    fn start_with(runner: &Runner, server: &ModelServer, log_dir: &Path, args: &[&str]) -> Serve {
-        let log = log_dir.join(format!("serve-{}.log", unique_token()));
-        let mut cmd = runner.command();
-        cmd.env("QUEST_RUNNER_CLAUDE", agent_binary())
-            .args(["serve", "--poll", "100ms"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        server.confine(&mut cmd);
-        Serve {
-            child: Some(cmd.spawn().unwrap()),
-            log,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    /// Waits (at most 30 s) until the runner's log mentions `needle`.
-    fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.log().contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "no {needle:?} in the log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Sends `sig` and waits for the exit, which must come within 10 s.
-    fn stop(&mut self, sig: i32) -> (std::process::ExitStatus, Duration) {
-        let mut child = self.child.take().unwrap();
-        let started = Instant::now();
-        unsafe { libc::kill(child.id() as i32, sig) };
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return (status, started.elapsed());
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "serve did not exit within 10 s of signal {sig}:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// The state dir's cgroup (`<runner's group>/quest-runner.<key>`), or `None` where the host
@@ -325,7 +239,9 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
         .iter()
         .all(|j| j["state"] == "queued"));
 
-    let mut serve = Serve::start(&runner, &server, keys.path());
+    let mut serve = Serve::start_with(&runner, &claude_binary(), keys.path(), &[], |c| {
+        server.confine(c)
+    });
     let started = Instant::now();
     let ids_c = ids.clone();
     let (runner, serve) = tokio::task::spawn_blocking(move || {
@@ -338,7 +254,7 @@ async fn serve_runs_jobs_side_by_side_sharing_one_devshell_build() {
             assert_clean(&runner, id);
         }
         let elapsed = started.elapsed();
-        let (status, took) = serve.stop(libc::SIGTERM);
+        let (status, took) = serve.stop_with(libc::SIGTERM);
         assert!(status.success(), "serve exit {status}:\n{}", serve.log());
         eprintln!("4 jobs at concurrency 2: {elapsed:?}; stopped in {took:?}");
         (runner, serve)
@@ -509,7 +425,7 @@ async fn bad_input_is_refused_with_a_message_and_the_queue_keeps_working() {
     .unwrap();
     std::fs::rename(queue.join(".dropped.tmp"), queue.join("dropped.json")).unwrap();
 
-    let serve = Serve::start(&runner, &server, dir);
+    let serve = Serve::start_with(&runner, &claude_binary(), dir, &[], |c| server.confine(c));
     // SIGHUP reloads the config: once ready, a bad config is refused and the old one kept,
     // a good one is taken.
     serve.wait_log("serving");
@@ -598,7 +514,13 @@ impl HungJob {
     }
 
     fn serve(&self, args: &[&str]) -> Serve {
-        Serve::start_with(&self.runner, &self.server, self.keys.path(), args)
+        Serve::start_with(
+            &self.runner,
+            &claude_binary(),
+            self.keys.path(),
+            args,
+            |c| self.server.confine(c),
+        )
     }
 
     /// Waits until `serve` runs the job's hanging command, then SIGKILLs `serve`. The job's
@@ -674,7 +596,7 @@ impl HungJob {
             "the first attempt's temp dir {} is left",
             temp.display()
         );
-        let (status, _) = serve.stop(libc::SIGTERM);
+        let (status, _) = serve.stop_with(libc::SIGTERM);
         assert!(status.success(), "{}", serve.log());
         cgroup.assert_removed_by(&serve);
         assert!(server.confined_processes().is_empty(), "processes left");
@@ -729,9 +651,11 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
     );
     let log_dir = keys.path().to_path_buf();
 
-    let mut serve = Serve::start(&runner, &server, &log_dir);
+    let mut serve = Serve::start_with(&runner, &claude_binary(), &log_dir, &[], |c| {
+        server.confine(c)
+    });
     wait_for_process(&format!("hang-{token}"), &serve);
-    let (status, took) = serve.stop(libc::SIGTERM);
+    let (status, took) = serve.stop_with(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     eprintln!("SIGTERM with a running job: exited in {took:?}");
     let v = show(&runner, "t");
@@ -756,7 +680,9 @@ async fn sigterm_requeues_a_running_job_and_cancel_stops_it() {
 
     let token2 = unique_token();
     server.set_script(vec![hang(&token2)]);
-    let serve = Serve::start(&runner, &server, &log_dir);
+    let serve = Serve::start_with(&runner, &claude_binary(), &log_dir, &[], |c| {
+        server.confine(c)
+    });
     wait_for_process(&format!("hang-{token2}"), &serve);
     // The running job's use now, read by another process: its processes, memory, CPU time,
     // disk and tokens.
@@ -831,7 +757,13 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
         rev,
         ..
     } = HungJob::submit("a");
-    let serve = Serve::start_with(&runner, &server, keys.path(), &["--limit-nproc", "50000"]);
+    let serve = Serve::start_with(
+        &runner,
+        &claude_binary(),
+        keys.path(),
+        &["--limit-nproc", "50000"],
+        |c| server.confine(c),
+    );
     wait_for_process(&format!("hang-{token}"), &serve);
     let agents: Vec<i32> = children_of(serve.pid())
         .into_iter()
@@ -869,7 +801,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     server.set_script(vec![]);
     let next = (&repo, rev.as_str(), "b");
     let (_runner, mut serve) = next_job_succeeds(runner, serve, keys.path(), next, 120).await;
-    let (status, _) = serve.stop(libc::SIGTERM);
+    let (status, _) = serve.stop_with(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
@@ -889,7 +821,9 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
         keys.path(),
         &job(&repo, &slow_rev, serde_json::json!({"id": "n"})),
     );
-    let serve = Serve::start(&runner, &server, keys.path());
+    let serve = Serve::start_with(&runner, &claude_binary(), keys.path(), &[], |c| {
+        server.confine(c)
+    });
     let deadline = Instant::now() + Duration::from_secs(90);
     while !slow.started() {
         assert!(
@@ -945,7 +879,7 @@ async fn killed_nix_fails_its_job_caches_nothing_and_the_queue_goes_on() {
         1,
         "the next build is cached"
     );
-    let (status, _) = serve.stop(libc::SIGTERM);
+    let (status, _) = serve.stop_with(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
@@ -1053,7 +987,9 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
         .collect();
     assert_eq!(queued, ["f1.json"], "only the earlier job is queued");
 
-    let serve = Serve::start(&runner, &server, keys.path());
+    let mut serve = Serve::start_with(&runner, &claude_binary(), keys.path(), &[], |c| {
+        server.confine(c)
+    });
     serve.wait_log("serving");
     // Below the disk reserve, serve starts no job and says why; the queued job waits (or,
     // taken just before, fails with the reason). It is not lost, and not left `running`.
@@ -1084,7 +1020,7 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
             "the result names the full disk: {first}"
         );
     }
-    assert!(serve.child.as_ref().is_some(), "serve is still there");
+    assert!(serve.running(), "serve is still there:\n{}", serve.log());
 
     // Room again: the queue keeps working.
     std::fs::remove_file(&filler).unwrap();
@@ -1168,7 +1104,7 @@ async fn full_state_disk_ends_with_a_clear_error_loses_no_job_and_serve_keeps_ru
     })
     .await
     .unwrap();
-    let (status, _) = serve.stop(libc::SIGTERM);
+    let (status, _) = serve.stop_with(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     cgroup.assert_removed_by(&serve);
     assert!(server.confined_processes().is_empty(), "processes left");
@@ -1237,7 +1173,9 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
     let log_dir = keys.path().to_path_buf();
     let group = base.join("job-cg");
     {
-        let serve = Serve::start(&runner, &server, &log_dir);
+        let serve = Serve::start_with(&runner, &claude_binary(), &log_dir, &[], |c| {
+            server.confine(c)
+        });
         wait_for_process(&format!("hang-{token}"), &serve);
         let expected = mount_of(&group);
         let members: Vec<u32> = std::fs::read_to_string(group.join("cgroup.procs"))
@@ -1312,7 +1250,9 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
     std::fs::create_dir(&busy_job).unwrap();
 
     server.set_script(vec![]);
-    let serve = Serve::start(&runner, &server, &log_dir);
+    let serve = Serve::start_with(&runner, &claude_binary(), &log_dir, &[], |c| {
+        server.confine(c)
+    });
     serve.wait_log("serving");
     assert!(!ghost.exists(), "the leftover group is removed");
     assert!(
@@ -1338,7 +1278,7 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
     );
     assert!(!group.exists(), "the job's group is removed when it ends");
     assert_clean(&runner, "cg");
-    let (status, _) = serve.stop(libc::SIGTERM);
+    let (status, _) = serve.stop_with(libc::SIGTERM);
     assert!(status.success(), "{}", serve.log());
     cgroup.assert_removed_by(&serve);
     assert!(serve

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
