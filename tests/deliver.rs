@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/postgres.rs"]
+mod postgres;
 mod support;
 
 use std::net::{TcpListener, TcpStream};
@@ -585,4 +587,110 @@ async fn a_credential_is_never_sent_over_plain_http() {
         !push.pushed && push.error.as_deref().unwrap().contains("plain http"),
         "{push:?}"
     );
+}
+
+/// With the PostgreSQL queue, a job's commits are exported from any host: the bundle is stored
+/// with the job's end, and a host that never ran the job (a state dir of its own) writes it
+/// for `git fetch`; patches, which need the revision's objects, are refused there with the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_postgres_queue_a_bundle_is_exported_from_another_host() {
+    use quest_runner::serve::JobSource;
+    let pg = postgres::Postgres::start();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "hello\n")]);
+    let queue_config = serde_json::json!({"postgres": pg.conninfo()});
+    let config: Config = serde_json::from_value(serde_json::json!({
+        "accounts": {"main": {"agent": "claude", "api_key_file": "/etc/quest-runner/k"}},
+        "queue": queue_config,
+    }))
+    .unwrap();
+    let target =
+        quest_runner::serve::pg::target::PgTarget::from_config(config.queue.as_ref().unwrap())
+            .unwrap();
+    let ran_on = tempfile::tempdir().unwrap();
+    let state = StateDir::at(ran_on.path());
+    let queue = quest_runner::serve::pg::PgQueue::open(
+        target.clone(),
+        &state,
+        &config,
+        Duration::from_secs(30),
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
+    let spec: quest_runner::job::JobSpec = serde_json::from_value(serde_json::json!({
+        "id": "exported", "repo": repo.src().to_string_lossy(), "rev": rev, "ref": "main",
+        "trust": "trusted", "agent": "claude", "account": "main", "prompt": "p",
+    }))
+    .unwrap();
+    let client = quest_runner::serve::pg::admin::connect(&target)
+        .await
+        .unwrap();
+    quest_runner::serve::pg::admin::submit(&client, spec, &config, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let claimed = queue.claim().await.unwrap().expect("the job is claimed");
+    let result = finished_job(&state, &claimed.job, 2).await;
+    let head = result.head.clone().unwrap();
+    queue.finish(claimed, result).await.unwrap();
+    // Another host: its own state dir, the same queue, no trace of the job.
+    let other = tempfile::tempdir().unwrap();
+    let other_config = other.path().join("config.json");
+    std::fs::write(
+        &other_config,
+        serde_json::to_vec(&serde_json::json!({
+            "accounts": {"main": {"agent": "claude", "api_key_file": "/etc/quest-runner/k"}},
+            "queue": queue_config,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let bundle = other.path().join("job.bundle");
+    let out = runner_cmd(other.path(), None)
+        .args(["export", "exported", "--bundle"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert!(!quest_runner::workspace::job_root(&StateDir::at(other.path()), "exported").exists());
+    let fresh = other.path().join("fresh");
+    git(
+        other.path(),
+        &["clone", "-q", &repo.src().to_string_lossy(), "fresh"],
+    );
+    git(
+        &fresh,
+        &[
+            "fetch",
+            "-q",
+            &bundle.to_string_lossy(),
+            "refs/quest/jobs/exported:refs/heads/work",
+        ],
+    );
+    assert_eq!(git(&fresh, &["rev-parse", "work"]).trim(), head);
+    let log = git(&fresh, &["log", "--format=%s", &format!("{rev}..work")]);
+    assert_eq!(log.lines().count(), 2, "{log}");
+    // Patches need the revision's objects: refused here, saying what to do instead.
+    let out = runner_cmd(other.path(), None)
+        .args(["export", "exported", "--patch"])
+        .arg(other.path().join("patches"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--bundle"),
+        "{out:?}"
+    );
+    // A job the queue has no bundle of is named as such.
+    let out = runner_cmd(other.path(), None)
+        .args(["export", "never-ran", "--bundle"])
+        .arg(other.path().join("none.bundle"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no bundle"),
+        "{out:?}"
+    );
+    println!("fetched {head} from a bundle exported on a host that never ran the job");
 }

@@ -83,6 +83,11 @@ fn finished_job(ctx: &Context, id: &str) -> Result<(PathBuf, JobResult, JobWork)
 
 /// `quest-runner export ID --bundle FILE | --patch DIR`.
 pub fn export(ctx: Context, args: ExportArgs) -> Result<(), Failure> {
+    let here = crate::job::check_id(&args.id).is_ok()
+        && crate::workspace::job_root(&ctx.state, &args.id).is_dir();
+    if !here && ctx.config.queue.is_some() {
+        return export_stored(&ctx, &args);
+    }
     let (_, _, work) = finished_job(&ctx, &args.id)?;
     super::block_on_interruptible(async {
         if let Some(file) = &args.bundle {
@@ -96,6 +101,63 @@ pub fn export(ctx: Context, args: ExportArgs) -> Result<(), Failure> {
         }
         Ok(())
     })
+}
+
+/// `export` of a job another host ran (the PostgreSQL queue): the bundle stored with its end.
+/// Patches need the revision's objects, which only a clone of the repository has.
+fn export_stored(ctx: &Context, args: &ExportArgs) -> Result<(), Failure> {
+    let id = args.id.clone();
+    let bad = |m: String| Failure::new(Exit::BadInput, m);
+    if args.patch.is_some() {
+        return Err(bad(format!(
+            "job {id} ran on another host: --patch needs its revision's objects, which only a \
+             clone of the repository has; export --bundle FILE here, `git fetch FILE` it into a \
+             clone, and `git format-patch` there"
+        )));
+    }
+    let Some(file) = &args.bundle else {
+        return Ok(());
+    };
+    let super::queue::Queue::Pg(db) = super::queue::Queue::open(ctx)? else {
+        return Err(bad(format!("unknown job {id}: not on this host")));
+    };
+    let asked = id.clone();
+    let stored =
+        db.run(|client| async move { crate::serve::pg::bundle::fetch(&client, &asked).await })?;
+    let Some((head, bytes)) = stored else {
+        return Err(bad(format!(
+            "job {id} ran on another host and the queue holds no bundle of its commits (it made \
+             none, its bundle was over the size stored, or it ended on an older runner): export \
+             it on the host that ran it"
+        )));
+    };
+    write_new(file, &bytes)?;
+    tracing::info!(job = %id, %head, "the bundle stored with the job's end");
+    super::out(
+        std::path::absolute(file)
+            .unwrap_or_else(|_| file.clone())
+            .display(),
+    )
+}
+
+/// Writes `bytes` to `file`, which must not exist: whole, or not at all.
+fn write_new(file: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    use std::io::Write;
+    let failed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => failure(DeliverError::Exists(file.to_path_buf())),
+        _ => Failure::new(Exit::Failed, format!("writing {}: {e}", file.display())),
+    };
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(file)
+        .map_err(failed)?;
+    let written = out.write_all(bytes).and_then(|()| out.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(file);
+        return Err(failed(e));
+    }
+    Ok(())
 }
 
 /// `quest-runner push ID`: the job's push again (after a failed one, or once its repository

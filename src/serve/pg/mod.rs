@@ -23,6 +23,7 @@
 //!   `jobs` ([`admin`]) work from any host.
 
 pub mod admin;
+pub mod bundle;
 pub mod claim;
 pub mod ends;
 pub mod logship;

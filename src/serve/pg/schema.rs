@@ -29,7 +29,22 @@ pub const CANCEL_CHANNEL: &str = "quest_runner_cancel";
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "jobs, attempts, logs, runners", V1),
     (2, "logs: the job's network and model logs", V2),
+    (
+        3,
+        "bundles: a finished job's commits, for export from any host",
+        V3,
+    ),
 ];
+
+/// `export --bundle` from any host: a finished job's commits, as a git bundle, beside its row.
+const V3: &str = r#"
+CREATE TABLE quest_runner.bundles (
+    job_id     text PRIMARY KEY REFERENCES quest_runner.jobs (id) ON DELETE CASCADE,
+    head       text NOT NULL,
+    bundle     bytea NOT NULL,
+    stored_at  timestamptz NOT NULL DEFAULT now()
+);
+"#;
 
 /// `logs --network` and `logs --model` from any host: the job's network and model logs are
 /// shipped beside the agent's streams.

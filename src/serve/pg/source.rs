@@ -164,6 +164,8 @@ impl JobSource for PgQueue {
     async fn finish(&self, claimed: Claimed<Ticket>, result: JobResult) -> Result<(), PgError> {
         let id = claimed.job.id.clone();
         debug_assert!(!claimed.ticket.claim.is_empty());
+        // Before the end is recorded: a host that sees the job ended finds its bundle.
+        super::bundle::store(&self.shared, &result).await;
         let (outcome, result) = result_json(&result);
         let state = match outcome {
             Outcome::Succeeded => "done",
