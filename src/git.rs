@@ -77,6 +77,11 @@ const FETCH_ENV: &[&str] = &[
     "GIT_HTTP_USER_AGENT",
 ];
 
+/// The operator's trust for TLS remotes (an internal forge's CA), which a push keeps from the
+/// runner's environment as a fetch does; the rest of [`FETCH_ENV`] (other transports, askpass)
+/// is the push's own to decide (`deliver::remote`).
+pub const TLS_TRUST_ENV: &[&str] = &["GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_PROXY_SSL_CAINFO"];
+
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
     #[error(transparent)]

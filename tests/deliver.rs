@@ -694,3 +694,164 @@ async fn with_the_postgres_queue_a_bundle_is_exported_from_another_host() {
     );
     println!("fetched {head} from a bundle exported on a host that never ran the job");
 }
+
+/// A loopback HTTPS forge: node terminates TLS (a certificate for `localhost` made here), asks
+/// for Basic authentication with one user and token, and runs `git http-backend` for the
+/// authenticated requests. Each request is logged with whether it was authenticated.
+const HTTPS_FORGE: &str = r#"
+const https = require('https'), fs = require('fs'), cp = require('child_process');
+const env = process.env;
+const want = 'Basic ' + Buffer.from(env.QR_USER + ':' + env.QR_TOKEN).toString('base64');
+const options = {cert: fs.readFileSync(env.QR_CERT), key: fs.readFileSync(env.QR_KEY)};
+const server = https.createServer(options, (req, res) => {
+  const ok = req.headers['authorization'] === want;
+  fs.appendFileSync(env.QR_LOG, `${req.method} ${req.url} ${ok ? 'authorized' : 'anonymous'}\n`);
+  if (!ok) { res.writeHead(401, {'WWW-Authenticate': 'Basic realm="forge"'}); return res.end(); }
+  const [path, query] = req.url.split('?');
+  const cgi = cp.spawn('git', ['http-backend'], {env: {
+    PATH: env.PATH, HOME: env.QR_ROOT, GIT_CONFIG_NOSYSTEM: '1', GIT_PROJECT_ROOT: env.QR_ROOT,
+    GIT_HTTP_EXPORT_ALL: '1', PATH_INFO: path, QUERY_STRING: query || '',
+    REQUEST_METHOD: req.method, CONTENT_TYPE: req.headers['content-type'] || '',
+    HTTP_CONTENT_ENCODING: req.headers['content-encoding'] || '',
+    HTTP_GIT_PROTOCOL: req.headers['git-protocol'] || '',
+    REMOTE_USER: env.QR_USER, REMOTE_ADDR: '127.0.0.1'}});
+  req.pipe(cgi.stdin);
+  let head = Buffer.alloc(0), sent = false;
+  cgi.stdout.on('data', chunk => {
+    if (sent) return res.write(chunk);
+    head = Buffer.concat([head, chunk]);
+    let end = head.indexOf('\r\n\r\n'), skip = 4;
+    if (end < 0) { end = head.indexOf('\n\n'); skip = 2; }
+    if (end < 0) return;
+    const headers = {}; let status = 200;
+    for (const line of head.slice(0, end).toString().split(/\r?\n/)) {
+      const i = line.indexOf(':'), k = line.slice(0, i), v = line.slice(i + 1).trim();
+      if (k.toLowerCase() === 'status') status = parseInt(v); else headers[k] = v;
+    }
+    res.writeHead(status, headers); sent = true; res.write(head.slice(end + skip));
+  });
+  cgi.stdout.on('end', () => res.end());
+});
+server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+"#;
+
+/// The HTTPS forge serving `root`, with `user` and `token`; stopped when dropped.
+struct HttpsForge {
+    port: u16,
+    cert: PathBuf,
+    log: PathBuf,
+    child: Child,
+}
+
+impl HttpsForge {
+    fn start(root: &Path, dir: &Path, user: &str, token: &str) -> HttpsForge {
+        use std::io::BufRead;
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let (cert, key, log) = (
+            dir.join("forge.pem"),
+            dir.join("forge.key"),
+            dir.join("forge.log"),
+        );
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+        let mut child = Command::new("node")
+            .args(["-e", HTTPS_FORGE])
+            .env("QR_CERT", &cert)
+            .env("QR_KEY", &key)
+            .env("QR_LOG", &log)
+            .env("QR_ROOT", root)
+            .env("QR_USER", user)
+            .env("QR_TOKEN", token)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node runs the forge");
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the forge's port");
+        HttpsForge {
+            port,
+            cert,
+            log,
+            child,
+        }
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for HttpsForge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTPS push hands git the token through the credential helper the runner gives it: with no
+/// credential the forge refuses every request (the control), with the token file it accepts
+/// them and the job's branch is there for a fresh clone. The forge's certificate is trusted
+/// through the operator's `GIT_SSL_CAINFO`, as an internal forge's would be.
+#[tokio::test]
+async fn an_https_push_gives_git_the_token_through_the_credential_helper() {
+    let s = Setup::new();
+    let mut result = s.finished("tls1", Trust::Trusted, 1).await;
+    let head = result.head.clone().unwrap();
+    let secrets = tempfile::tempdir().unwrap();
+    let token = format!("tok-{}", unique_token());
+    let token_file = secrets.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let forge = HttpsForge::start(s.forge.path(), secrets.path(), "x-access-token", &token);
+    let remote = format!("https://localhost:{}/r.git", forge.port);
+    let push = |credential: Option<&Path>| {
+        let mut settings = serde_json::json!({"remote": remote, "namespace": "quest"});
+        if let Some(file) = credential {
+            settings["credential_file"] = serde_json::json!(file);
+        }
+        let config = secrets.path().join("config.json");
+        let text = serde_json::json!({"push": {s.key(): settings}});
+        std::fs::write(&config, text.to_string()).unwrap();
+        runner_cmd(s.state_dir.path(), Some(&config))
+            .env("GIT_SSL_CAINFO", &forge.cert)
+            .args(["push", "tls1"])
+            .output()
+            .unwrap()
+    };
+    result.push = None;
+    save(&s.state, &result);
+    // The control: no credential, and the forge lets nothing through.
+    let refused = push(None);
+    assert!(!refused.status.success(), "{refused:?}");
+    let before = forge.requests();
+    assert!(
+        before.contains("anonymous") && !before.contains("authorized"),
+        "{before}"
+    );
+    let pushed = push(Some(&token_file));
+    assert_ok(&pushed);
+    let requests = forge.requests();
+    assert!(
+        requests.contains("POST /r.git/git-receive-pack authorized"),
+        "{requests}"
+    );
+    let fresh = secrets.path().join("fresh");
+    git(
+        secrets.path(),
+        &["clone", "-q", &s.origin.to_string_lossy(), "fresh"],
+    );
+    let branch = git(&fresh, &["rev-parse", "origin/quest/tls1"]);
+    assert_eq!(branch.trim(), head);
+    // The token went only where git asked for it: not into the saved result.
+    let saved = std::fs::read_to_string(
+        quest_runner::workspace::job_root(&s.state, "tls1").join("result.json"),
+    )
+    .unwrap();
+    assert!(!saved.contains(&token));
+    println!("forge requests:\n{requests}");
+}

@@ -97,6 +97,11 @@ async fn try_push(
     ]);
     let mut cmd = git.command(&args);
     cmd.envs(access.env.iter().map(|(k, v)| (k, v)));
+    for name in crate::git::TLS_TRUST_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
+    }
     let out = tokio::time::timeout(
         DELIVER_GIT_LIMIT,
         crate::process::run_captured_upto(cmd, "git", 64 << 10),
