@@ -34,7 +34,7 @@
 
       forAllSystems = f: lib.genAttrs systems (system: f pkgsFor.${system});
 
-      # What the Rust build reads, and what tests/deploy.rs checks; not the README or scripts,
+      # What the Rust build reads, and what tests/suite/deploy.rs checks; not the README or scripts,
       # so editing those does not rebuild.
       src = lib.fileset.toSource {
         root = ./.;

@@ -21,6 +21,8 @@ use quest_runner::netproxy::NetRules;
 const REQUESTS: usize = 100;
 const ROUNDS: usize = 3;
 
+// Shared with the tests, of which this bench uses a part.
+#[allow(dead_code)]
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 

@@ -16,6 +16,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Shared with the tests, of which this bench uses a part.
+#[allow(dead_code)]
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
 mod support;

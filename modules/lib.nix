@@ -187,7 +187,7 @@ rec {
   # hides every account file from jobs with the directory that holds it (hidden by its name
   # alone, a file is readable to running jobs again once it is replaced), so it refuses an
   # account file in one of these, or in any directory above one; `tree`: anywhere inside it
-  # too. tests/flake.rs checks these lists are the runner's.
+  # too. tests/suite/flake.rs checks these lists are the runner's.
   neededDirs =
     let
       tree = path: {

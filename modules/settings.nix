@@ -6,7 +6,7 @@
 # agent, paths only).
 #
 # Adding a field to src/config/? Add its option here, in the same place of the tree with the
-# same (snake_case) name: tests/deploy.rs compares the two and names what one has and the
+# same (snake_case) name: tests/suite/deploy.rs compares the two and names what one has and the
 # other lacks, and checks the JSON written from a full set of options loads in the runner.
 { lib }:
 let

@@ -1,5 +1,5 @@
 # checks.<system>: what `nix flake check` builds. The package (with its unit tests and
-# tests/deploy.rs and tests/flake.rs, which evaluate the modules and package with nix), clippy,
+# tests/suite/deploy.rs and tests/suite/flake.rs, which evaluate the modules and package with nix), clippy,
 # rustfmt, nixfmt, the module cases of nix/eval/cases.nix against the real NixOS, the agents'
 # versions, and on Linux the NixOS VM test (nix/vm-test.nix).
 {
@@ -46,7 +46,7 @@ let
     };
   realNixos = caseSystem: module: eval.summarizeNixos (nixosSystem caseSystem module).config;
 
-  # Every case; an error case must fail to evaluate (its text is checked by tests/flake.rs,
+  # Every case; an error case must fail to evaluate (its text is checked by tests/suite/flake.rs,
   # which the package's check phase runs).
   caseResult =
     name:

@@ -1,6 +1,6 @@
 # What npm/package-lock.json (v2 or v3) pins, for the Nix packages built from it, so the
 # flake and the test suite run the same npm releases (one lock, one truth). Only builtins, so
-# tests/deploy.rs can evaluate it without nixpkgs.
+# tests/suite/deploy.rs can evaluate it without nixpkgs.
 #
 #   lock = import ./npm-lock.nix ../npm/package-lock.json;
 #   lock.closure "@anthropic-ai/sandbox-runtime"   # [ pin ], the package first, then its deps

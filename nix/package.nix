@@ -20,7 +20,7 @@
   opencode,
   sandbox-runtime,
   pkgsStatic,
-  # nixpkgs' own source: its lib/ for the module checks of tests/flake.rs.
+  # nixpkgs' own source: its lib/ for the module checks of tests/suite/flake.rs.
   path,
   src,
 }:
@@ -95,10 +95,11 @@ rustPlatform.buildRustPackage {
     installShellFiles
   ];
 
-  # Only the unit tests (--lib), tests/deploy.rs and tests/flake.rs run inside the Nix build
-  # sandbox: the last two evaluate the Nix files and modules with this nix and nixpkgs' lib, so
-  # `nix flake check` catches what CI does. The other integration tests are skipped because the
-  # sandbox has none of what they test against:
+  # Only the unit tests (--lib) and the suite's deploy and flake parts (tests/suite/deploy.rs,
+  # tests/suite/flake.rs) run inside the Nix build sandbox: those two evaluate the Nix files and
+  # modules with this nix and nixpkgs' lib, so `nix flake check` catches what CI does. The other
+  # parts of the one test binary (tests/all.rs) are filtered out because the sandbox has none
+  # of what they test against:
   #   devshell, devshell_inprocess  need a working `nix` with a store and daemon of its own;
   #   workspace                     needs git over real repositories in a writable HOME;
   #   run_claude, run_opencode, boundary, agents_smoke, serve
@@ -108,17 +109,18 @@ rustPlatform.buildRustPackage {
   #   pg_queue, serve_pg            a PostgreSQL server they start (and serve_pg all of the
   #                                 above).
   # scripts/test runs all of them on a real host, and checks.vm-test runs a job through the
-  # service on NixOS. tests/deploy.rs prints why it skips what needs systemd-analyze, which the
-  # sandbox lacks too.
-  cargoTestFlags = [
-    "--lib"
-    "--test"
-    "deploy"
-    "--test"
-    "flake"
-  ];
+  # service on NixOS. tests/suite/deploy.rs prints why it skips what needs systemd-analyze,
+  # which the sandbox lacks too.
+  #
+  # A test filter applies to every binary of one `cargo test`, and would filter the unit tests
+  # out too: the hook runs them, then postCheck runs the two parts with the hook's own flags
+  # ($argstr: profile, target, --frozen), so nothing is built twice.
+  cargoTestFlags = [ "--lib" ];
+  postCheck = ''
+    cargo test -j "$NIX_BUILD_CORES" $argstr --test all -- suite::deploy:: suite::flake::
+  '';
   # git for the unit tests of git objects; node for the syntax check of the opencode plugin;
-  # nix (nix-instantiate) for the evaluations of tests/deploy.rs and tests/flake.rs.
+  # nix (nix-instantiate) for the evaluations of tests/suite/deploy.rs and tests/suite/flake.rs.
   nativeCheckInputs = [
     git
     nodejs

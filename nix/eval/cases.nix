@@ -1,6 +1,6 @@
 # What the modules must do with an operator's configuration, case by case: the good ones
 # evaluate to the expected unit and config file, the mistakes fail with an error naming them.
-# Run by tests/deploy.rs (nix-instantiate, error text included) and by the flake's checks.
+# Run by tests/suite/deploy.rs (nix-instantiate, error text included) and by the flake's checks.
 #
 # A case is { module = "nixos" | "home"; system ? "x86_64-linux"; } with either
 #   config = <module>  (or configs = { a = <module>; b = <module>; })  and

@@ -1,6 +1,6 @@
 # The flake's modules and package evaluated without nixpkgs or home-manager: nixpkgs' real
 # `lib`, the flake's own outputs, and the stand-ins beside this file for the rest. Used by
-# tests/deploy.rs (with ../shared/data/nixpkgs-lib) and by the flake's checks (with the
+# tests/suite/deploy.rs (with ../shared/data/nixpkgs-lib) and by the flake's checks (with the
 # flake's nixpkgs).
 #
 #   eval = import ./nix/eval { lib = import <nixpkgs/lib>; };
@@ -205,7 +205,7 @@ in
     ;
   caseNames = lib.attrNames cases;
 
-  # The NixOS module's options as markdown, for `scripts/nixos-options`; tests/flake.rs checks
+  # The NixOS module's options as markdown, for `scripts/nixos-options`; tests/suite/flake.rs checks
   # that every option has a description.
   optionsDoc =
     let

@@ -1,6 +1,6 @@
 # Stand-ins for the home-manager options modules/home-manager.nix sets or reads, with the types
 # home-manager declares for them, so the module evaluates without home-manager (which is not
-# an input of this flake: every user of the flake would fetch it). Used by tests/deploy.rs and
+# an input of this flake: every user of the flake would fetch it). Used by tests/suite/deploy.rs and
 # by the flake's checks. Rewritten from, and to be kept in step with:
 #   assertions, warnings       modules/misc/assertions.nix
 #   home.*, xdg.*              modules/home-environment.nix, modules/misc/xdg.nix,

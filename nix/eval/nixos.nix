@@ -1,5 +1,5 @@
 # Stand-ins for the NixOS options modules/nixos.nix sets or reads, with the types nixpkgs
-# declares for them, so the module evaluates without nixpkgs (tests/deploy.rs). Rewritten from,
+# declares for them, so the module evaluates without nixpkgs (tests/suite/deploy.rs). Rewritten from,
 # and to be kept in step with:
 #   assertions, warnings   nixos/modules/misc/assertions.nix
 #   systemd.services       nixos/lib/systemd-unit-options.nix, nixos/lib/systemd-lib.nix

@@ -1,5 +1,5 @@
 # A stand-in for the nixpkgs attributes the modules and the package files use, so both evaluate
-# without nixpkgs: tests/deploy.rs here, and the flake's checks for the home-manager module.
+# without nixpkgs: tests/suite/deploy.rs here, and the flake's checks for the home-manager module.
 # Every package is a fake derivation — an attribute set with the type, name, store path,
 # passthru and meta a real one has — and nothing can be built. Builders keep what they were
 # given (a written file keeps its text), so evaluations can be inspected.

@@ -206,6 +206,8 @@ pub struct DevShells {
     system: String,
     nix_options: BTreeMap<String, String>,
     nix_network: crate::config::NixNetwork,
+    /// The `nix` to run; `None` finds it as every tool is found (`QUEST_RUNNER_NIX`, `PATH`).
+    nix: Option<PathBuf>,
     inflight: Mutex<HashMap<String, WeakBuild>>,
 }
 
@@ -217,8 +219,16 @@ impl DevShells {
             system: nix_version::current_system(),
             nix_options: config.nix.options.clone(),
             nix_network: config.nix.network,
+            nix: None,
             inflight: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Runs `nix` rather than the one the environment names: a library user (a test among
+    /// them) chooses its Nix without setting a variable every thread and child would see.
+    pub fn with_nix(mut self, nix: impl Into<PathBuf>) -> DevShells {
+        self.nix = Some(nix.into());
+        self
     }
 
     pub fn layout(&self) -> &entry::Layout {
@@ -261,7 +271,7 @@ impl DevShells {
                 detail: String::new(),
             });
         }
-        let nix = nix_version::resolve(&self.layout.probes())?;
+        let nix = nix_version::resolve(self.nix.as_deref(), &self.layout.probes())?;
         let key = key::cache_key(&key::KeyInputs {
             format: key::FORMAT_VERSION,
             rev: &rev,

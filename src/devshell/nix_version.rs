@@ -21,8 +21,11 @@ pub struct NixBinary {
 }
 
 /// Finds `nix` and its version, asking the binary only the first time it is seen.
-pub fn resolve(probe_dir: &Path) -> Result<NixBinary, DevShellError> {
-    let path = binaries::find(Tool::Nix)?;
+pub fn resolve(chosen: Option<&Path>, probe_dir: &Path) -> Result<NixBinary, DevShellError> {
+    let path = match chosen {
+        Some(path) => path.to_path_buf(),
+        None => binaries::find(Tool::Nix)?,
+    };
     let fingerprint =
         fingerprint(&path).map_err(|source| DevShellError::io("inspecting", &path, source))?;
     let cached = probe_dir.join(format!("{fingerprint}.version"));

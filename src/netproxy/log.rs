@@ -114,7 +114,7 @@ pub(crate) fn escape(s: &str) -> String {
 /// stderr: `[SandboxDebug] Connection blocked to HOST:PORT` for a CONNECT and `[SandboxDebug]
 /// HTTP request blocked to HOST:PORT` for a plain request (whose method and path it does not
 /// say: they are logged as `-`). Those two lines, as the pinned srt words them, become log
-/// entries; `tests/netproxy.rs` fails if a new srt words them otherwise.
+/// entries; `tests/suite/netproxy.rs` fails if a new srt words them otherwise.
 pub fn proxy_refusal(stderr_line: &str) -> Option<(&'static str, &str, u16)> {
     let rest = stderr_line.strip_prefix(SRT_DEBUG_PREFIX)?;
     let (method, target) = if let Some(t) = rest.strip_prefix("Connection blocked to ") {

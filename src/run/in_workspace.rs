@@ -51,7 +51,7 @@ impl JobRun<'_> {
         // script is a read the commands get, not one nix needs). The runner's own, without
         // the suite's hook: its mutations weaken the rules of the agent and its commands,
         // and one that hands the shared clone to the agent's identity would leave Nix's git
-        // a repository of another owner (tests/devshell_confined.rs proves Nix's confinement
+        // a repository of another owner (tests/suite/devshell_confined.rs proves Nix's confinement
         // with controls of its own).
         let before = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
         // The job's network first: the devShell's nix fetches through it too, and its rules

@@ -9,7 +9,7 @@ pub mod private;
 pub mod programs;
 pub mod store;
 
-/// The CA variables a trusted job gets, which docs/security.md lists (tests/docs.rs).
+/// The CA variables a trusted job gets, which docs/security.md lists (tests/suite/docs.rs).
 pub use network::TRUST_VARS;
 pub use policy::{plan, Platform, PolicyInputs, SandboxPolicy};
 pub use private::{HiddenFile, PrivateKind};

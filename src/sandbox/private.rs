@@ -145,7 +145,7 @@ const fn exact(path: &'static str, why: &'static str) -> Needed {
 
 /// The directories jobs' commands need, which no private file may be hidden with. Every
 /// directory above one of them is needed too (hiding it would hide them). The Nix modules
-/// refuse account files here as well (modules/lib.nix `neededDirs`, which tests/flake.rs
+/// refuse account files here as well (modules/lib.nix `neededDirs`, which tests/suite/flake.rs
 /// keeps equal to this list).
 pub fn needed(platform: Platform) -> &'static [Needed] {
     match platform {

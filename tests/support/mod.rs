@@ -3,9 +3,10 @@
 //!
 //! Everything here drives the real `git` and `nix`; nothing is mocked.
 
-#![allow(dead_code)]
-
+pub mod nix_eval;
+pub mod postgres;
 pub mod serve;
+pub mod upstream;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -61,7 +62,7 @@ pub fn fixture_bash() -> &'static BuilderInput {
             "static-bash-{}",
             &quest_runner::util::hex::encode(digest)[..16]
         ));
-        // In the store: a nix confined to a job's boundary (tests/devshell_confined.rs) reads
+        // In the store: a nix confined to a job's boundary (tests/suite/devshell_confined.rs) reads
         // neither /tmp nor the scratch dir of scripts/test-daemon.
         let input = BuilderInput::install_from(&bash, &dir).unwrap();
         input.in_store().unwrap()
@@ -575,4 +576,18 @@ pub fn get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, Stri
         .map_or("", |(_, b)| b)
         .to_string();
     Ok((status, body))
+}
+
+/// Makes the runner's library, run inside this test binary, start the runner's own binary for
+/// its job shell and executor modes (opencode's commands go through them), which this binary
+/// is not. Once per process: every caller sets the same value, and a variable set while other
+/// threads start children is best set only once.
+pub fn runner_runs_jobshell() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var(
+            quest_runner::jobshell::SELF_VAR,
+            env!("CARGO_BIN_EXE_quest-runner"),
+        )
+    });
 }

@@ -6,8 +6,6 @@
 //! Expressions are functions of `root` (the repository) and `lib` (nixpkgs' real lib:
 //! `QUEST_RUNNER_TEST_NIXPKGS_LIB`, else `../shared/data/nixpkgs-lib/lib` beside the checkout).
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -11,8 +11,6 @@
 //! Logins: the superuser `quest`; over the socket without a password (trust), over TCP with
 //! the password in [`Postgres::password_file`] (SCRAM).
 
-#![allow(dead_code)]
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -202,11 +200,6 @@ impl Postgres {
         self.signal_and_wait(libc::SIGINT, Duration::from_secs(30));
     }
 
-    /// Stops the server at once, as a crash would (immediate shutdown).
-    pub fn crash(&mut self) {
-        self.signal_and_wait(libc::SIGQUIT, Duration::from_secs(30));
-    }
-
     fn signal_and_wait(&mut self, sig: i32, within: Duration) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -225,14 +218,6 @@ impl Postgres {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    pub fn socket_dir(&self) -> &Path {
-        self.socket_dir.path()
     }
 
     /// The server's socket file.
@@ -254,11 +239,6 @@ impl Postgres {
     /// A connection string over TCP (the password is [`PASSWORD`], from a file).
     pub fn tcp_conninfo(&self) -> String {
         format!("host=127.0.0.1 port={} user=quest dbname=quest", self.port)
-    }
-
-    /// The server's log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
     /// Runs `sql` with psql over the socket (database `quest`, or `postgres` before it

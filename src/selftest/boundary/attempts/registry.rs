@@ -29,7 +29,7 @@ pub(super) fn registry_writes(port: u16, token: &str) -> Vec<Attempt> {
     post.net_tag = Some(format!("/qr-post-{token}"));
     // With the SOCKS port set to the runner's proxy, srt points ALL_PROXY at it as HTTP: the
     // way a SOCKS-first client goes out must reach the decider too (a real SOCKS handshake
-    // there is refused: tests/netproxy.rs). Unconfined, the variable is unset and `-x ''` goes
+    // there is refused: tests/suite/netproxy.rs). Unconfined, the variable is unset and `-x ''` goes
     // direct.
     let mut all = shell(
         "net-all-proxy",

@@ -9,7 +9,7 @@
 //!
 //! The remote is `git://`, which carries no credential: the runner's push checks the file and
 //! passes nothing to git. A push over https or ssh, where git's helper reads the file, needs a
-//! TLS or SSH server the suite does not run (tests/deliver.rs covers the helper's refusals).
+//! TLS or SSH server the suite does not run (tests/suite/deliver.rs covers the helper's refusals).
 
 use super::super::attempts::Rule;
 use super::super::secret_search::{search_data, search_process, search_tree, Findings};

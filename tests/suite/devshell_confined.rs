@@ -7,9 +7,7 @@
 //! Runs as root with the local store (setup (a)) and, through `scripts/test-daemon`, as an
 //! unprivileged user through a nix-daemon (setup (b)).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

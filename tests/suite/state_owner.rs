@@ -3,8 +3,6 @@
 //! naming the owner and the fix, before anything is written. Needs root (to own files as
 //! another user and to run the runner as one).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,6 @@
 //! with the same request succeeding without the proxy (or through it, for an allowed form),
 //! and the network log must show each request the decider was asked about.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
@@ -13,8 +11,7 @@ use quest_runner::netproxy::ca::JobCa;
 use quest_runner::netproxy::proxy::{JobProxy, ProxySpec};
 use quest_runner::netproxy::NetRules;
 
-#[path = "support/upstream.rs"]
-mod upstream;
+use crate::support::upstream;
 use upstream::upstream;
 
 fn srt() -> std::path::PathBuf {

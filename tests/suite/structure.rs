@@ -23,8 +23,6 @@
 //!   place), and each module named in a `crate::{a::…, b}` group. `super::super::…` paths
 //!   that climb out of a top-level module are not seen (`src/` has none outside tests).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 
 /// The largest non-test source file, in lines.

@@ -2,8 +2,6 @@
 //! network namespace of its own, a program reaches the bridged port (a loopback service of
 //! the host's) and nothing else of the host's loopback, which it does reach unconfined.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};

@@ -6,8 +6,7 @@
 //!
 //! Needs bwrap, socat, rg, node and the pinned srt (`scripts/setup`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
+use crate::support;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -41,10 +40,7 @@ struct Sandboxed {
 
 impl Sandboxed {
     async fn start() -> Sandboxed {
-        std::env::set_var(
-            quest_runner::jobshell::SELF_VAR,
-            env!("CARGO_BIN_EXE_quest-runner"),
-        );
+        support::runner_runs_jobshell();
         let root = tempfile::Builder::new()
             .prefix("qr-jobshell-")
             .tempdir_in("/var/tmp")

@@ -7,9 +7,7 @@
 //! The jobs here are refused at once when claimed (their agent's binary does not exist):
 //! enough to see that `serve` claims them, with no model, sandbox or devShell involved.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

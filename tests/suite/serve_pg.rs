@@ -5,11 +5,8 @@
 //! and stop (tests/support/postgres.rs), and a fourth process — a host with no runner and no
 //! accounts — that submits, lists, shows, follows and cancels.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/postgres.rs"]
-mod postgres;
-mod support;
+use crate::support;
+use crate::support::postgres;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};

@@ -1,9 +1,7 @@
 //! The command line's conventions: one exit-code table that `--help` prints and every command
 //! follows, a closed pipe that ends quietly, and no colour where there is no terminal.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 

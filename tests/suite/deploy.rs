@@ -7,15 +7,12 @@
 //! are skipped; inside the Nix build sandbox that is most of them. AppArmor's own parser runs
 //! in scripts/test (Debian 13 rootfs), since this host's kernel has no AppArmor.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use quest_runner::deploy::{apparmor, systemd};
 
-#[path = "support/nix_eval.rs"]
-mod nix_eval;
+use crate::support::nix_eval;
 use nix_eval::{eval as nix_eval, nix_instantiate, root};
 
 fn runner() -> Command {

@@ -4,9 +4,7 @@
 //! an unconfined job would), then the runner's own code reads the result; the boundary suite
 //! runs the same attacks from inside both agents' sandboxes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,12 +1,10 @@
 //! The devShell cache used as a library, as `serve` will: concurrent requests inside one
 //! process share one Nix run, and dropping a request stops its build.
 //!
-//! One test function: it points `QUEST_RUNNER_NIX` at a counting wrapper for the whole
-//! process, which concurrent tests in this binary would race on.
+//! The cache runs a counting `nix` wrapper given to it with `DevShells::with_nix`, so no
+//! other test of the binary sees it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +27,6 @@ fn config() -> Config {
 async fn shared_builds_and_dropped_requests() {
     let tools = tempfile::tempdir().unwrap();
     let (nix, count) = counting_nix(tools.path());
-    std::env::set_var("QUEST_RUNNER_NIX", &nix);
 
     // Eight concurrent requests for one new revision: one nix run, one answer.
     let repo = Repo::new();
@@ -40,7 +37,8 @@ async fn shared_builds_and_dropped_requests() {
     );
     let rev = repo.commit(&[("flake.nix", &flake(&slow))]);
     let state_dir = tempfile::tempdir().unwrap();
-    let shells = Arc::new(DevShells::new(&StateDir::at(state_dir.path()), &config()));
+    let shells =
+        Arc::new(DevShells::new(&StateDir::at(state_dir.path()), &config()).with_nix(&nix));
     let req = Request {
         repo: repo.bare(),
         rev: rev.clone(),

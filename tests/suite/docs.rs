@@ -1,12 +1,11 @@
-//! The documentation names what exists: every `src/…` path in README.md, CONTRIBUTING.md,
-//! ARCHITECTURE.md and docs/*.md (and in the comments of the Nix files and the unit's
-//! settings, which `systemd-unit` prints for the operator) is a file or directory of this
-//! tree, and every
+//! The documentation names what exists: every `src/…` and `tests/…` path in README.md,
+//! CONTRIBUTING.md, ARCHITECTURE.md and docs/*.md (and in the comments of the Nix files, the
+//! unit's settings, which `systemd-unit` prints for the operator, and the scripts) is a file or
+//! directory of this tree, and every
 //! `quest-runner <command>` written in code (an inline span or a code block) is a command the
 //! binary takes. Docs outlive renames; this is what catches them (`src/config.rs` was cited
-//! in 15 places after it became `src/config/`).
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! in 15 places after it became `src/config/`, and 40 `tests/<part>.rs` after the parts
+//! moved to `tests/suite/`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,24 +30,42 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
-/// Every `src/…` path in `text`, as written (trailing punctuation dropped).
-fn src_paths(text: &str) -> BTreeSet<String> {
+/// Every `src/…` and `tests/…` path in `text`, as written (trailing punctuation dropped); a
+/// `*` in one is a glob (`tests/suite/run_*.rs`).
+fn tree_paths(text: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for (i, _) in text.match_indices("src/") {
-        let before = text[..i].chars().last();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '/' || c == '_' || c == '-') {
-            continue; // part of another path (`../src/`, `tests/src/`)
-        }
-        let path: String = text[i..]
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || "/_.-".contains(*c))
-            .collect();
-        let path = path.trim_end_matches(['.', '-', '/']).to_string();
-        if path.len() > "src/".len() {
-            found.insert(path);
+    for prefix in ["src/", "tests/"] {
+        for (i, _) in text.match_indices(prefix) {
+            let before = text[..i].chars().last();
+            if before.is_some_and(|c| c.is_alphanumeric() || "/_-$".contains(c)) {
+                continue; // part of another path (`../src/`, `tests/src/`) or `$src/lib`
+            }
+            let path: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || "/_.-*".contains(*c))
+                .collect();
+            let path = path.trim_end_matches(['.', '-', '/']).to_string();
+            if path.len() > prefix.len() {
+                found.insert(path);
+            }
         }
     }
     found
+}
+
+/// Whether `path` (relative to the root; a `*` in its last part matches any name) names
+/// something here.
+fn exists(path: &str) -> bool {
+    let Some((dir, name)) = path.rsplit_once('/').filter(|(_, name)| name.contains('*')) else {
+        return root().join(path).exists();
+    };
+    let (head, tail) = name.split_once('*').unwrap();
+    std::fs::read_dir(root().join(dir)).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.len() >= head.len() + tail.len() && n.starts_with(head) && n.ends_with(tail)
+        })
+    })
 }
 
 /// The word after `quest-runner` in each inline code span and code-block line of `text`.
@@ -88,8 +105,8 @@ fn commands(text: &str) -> BTreeSet<String> {
 
 fn problems_in(doc: &Path, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
-    for path in src_paths(text) {
-        if !root().join(&path).exists() {
+    for path in tree_paths(text) {
+        if !exists(&path) {
             problems.push(format!("{}: {path} does not exist", doc.display()));
         }
     }
@@ -108,13 +125,14 @@ fn problems_in(doc: &Path, text: &str) -> Vec<String> {
     problems
 }
 
-/// The Nix files and the unit's settings: their comments cite source paths too.
-fn nix_files() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for dir in ["modules", "nix", "nix/eval"] {
+/// The Nix files, the unit's settings and the scripts: their comments cite paths too.
+fn commented_files() -> Vec<PathBuf> {
+    let mut files = vec![root().join("flake.nix"), root().join(".ci/run")];
+    for dir in ["modules", "nix", "nix/eval", "scripts"] {
         for entry in std::fs::read_dir(root().join(dir)).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "nix" || e == "json") {
+            let cited = path.extension().is_some_and(|e| e == "nix" || e == "json");
+            if path.is_file() && (dir == "scripts" || cited) {
                 files.push(path);
             }
         }
@@ -130,10 +148,10 @@ fn every_source_path_and_command_the_docs_name_exists() {
         let text = std::fs::read_to_string(&doc).unwrap();
         problems.extend(problems_in(&doc, &text));
     }
-    for file in nix_files() {
+    for file in commented_files() {
         let text = std::fs::read_to_string(&file).unwrap();
-        for path in src_paths(&text) {
-            if !root().join(&path).exists() {
+        for path in tree_paths(&text) {
+            if !exists(&path) {
                 problems.push(format!("{}: {path} does not exist", file.display()));
             }
         }
@@ -147,11 +165,12 @@ fn every_source_path_and_command_the_docs_name_exists() {
 
 #[test]
 fn a_planted_stale_path_or_command_is_caught() {
-    let planted =
-        "See `src/config.rs` and src/no_such_module/, then run `quest-runner frobnicate`.";
+    let planted = "See `src/config.rs`, src/no_such_module/, tests/boundary.rs and \
+                   tests/run_*.rs, then run `quest-runner frobnicate`.";
     let problems = problems_in(Path::new("planted.md"), planted);
-    assert_eq!(problems.len(), 3, "{problems:?}");
-    let fine = "See src/config/ and `quest-runner logs <id> --follow`.";
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    let fine = "See src/config/, tests/suite/boundary.rs, tests/suite/run_*.rs, $src/lib and \
+                `quest-runner logs <id> --follow`.";
     assert!(problems_in(Path::new("fine.md"), fine).is_empty());
 }
 

@@ -4,9 +4,7 @@
 //! is installed, a real Prometheus scrapes the endpoint and the test reads the counter back
 //! through its HTTP API. A public address is refused when the config is loaded.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,7 @@
 //! layer, the tree unchanged for the next job, and nothing left mounted or on disk at its end,
 //! also when the runner died mid-job.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

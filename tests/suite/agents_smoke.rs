@@ -12,10 +12,6 @@
 //! lacks opencode's platform packages that the registry here does not serve). Needs root
 //! (network namespaces).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};

@@ -4,12 +4,9 @@
 //! recorded, malformed rows set aside, bad submits refused, cancel pushed through NOTIFY,
 //! cache-aware claiming that starves nobody, the password read from a file, a database
 //! outage that loses no job's end (stored with the time the job ended), and a requeued job
-//! keeping its place. No agent runs here: tests/serve_pg.rs runs real ones.
+//! keeping its place. No agent runs here: tests/suite/serve_pg.rs runs real ones.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/postgres.rs"]
-mod postgres;
+use crate::support::postgres;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,12 +1,10 @@
 //! Job events (`events` in the config) end to end: a real `serve` runs real jobs (refused
-//! at once, their agent's binary missing, as tests/queue_entries.rs does: the ended event of
+//! at once, their agent's binary missing, as tests/suite/queue_entries.rs does: the ended event of
 //! a failed job is an ended event) and loopback receivers on 127.0.0.1 check what arrives:
 //! the HMAC-SHA256 signature, computed here independently from the secret; a 500 retried and
 //! the event delivered once; a receiver that accepts and never answers does not hold the job.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -12,8 +12,6 @@
 //! The flake's package runs this file in its check phase too (nix/package.nix), so
 //! `nix flake check` catches what CI catches.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,8 +24,7 @@ use quest_runner::config::{
 use quest_runner::disk::{DiskLimits, Reserve};
 use quest_runner::sandbox::{private, Platform};
 
-#[path = "support/nix_eval.rs"]
-mod nix_eval;
+use crate::support::nix_eval;
 use nix_eval::{eval, eval_lib, nix_instantiate, root, try_eval_lib};
 
 const EVAL: &str = "import (root + \"/nix/eval\") { inherit lib root; }";

@@ -2,9 +2,7 @@
 //! the real Nix devShell, and a scripted model on loopback: the model's one tool call uses the
 //! devShell and commits in the checkout, and the result's HEAD carries that commit.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! once, and nothing left (no job queued or running, no end waiting on disk).
 //!
 //! The queue, its leases, recovery and on-disk ends are the real ones against a real
-//! PostgreSQL; a job's "run" is a sleep of 100-400 ms, 6 s for one in ten (tests/serve_pg.rs
+//! PostgreSQL; a job's "run" is a sleep of 100-400 ms, 6 s for one in ten (tests/suite/serve_pg.rs
 //! runs real agents).
 //!
 //! The directory queue likewise: three runner threads on one state dir, two killed mid-job
@@ -15,10 +15,7 @@
 //!
 //! Ignored by default (about 40 s); scripts/test runs them and prints the figures.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/postgres.rs"]
-mod postgres;
+use crate::support::postgres;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

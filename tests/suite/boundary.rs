@@ -1,8 +1,7 @@
 //! The boundary suite for both agents, and its mutation checks. Needs root (network
 //! namespaces) and the pinned agents (`scripts/setup`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
+use crate::support;
 use quest_runner::job::{AgentKind, Trust};
 use quest_runner::selftest::boundary::{self, Mutation, SuiteConfig, SuiteReport};
 
@@ -45,10 +44,7 @@ async fn suite_with(
     let _one_at_a_time = SERIAL.lock().await;
     // The suite runs the runner in this process; opencode's commands go through the runner's
     // binary (its shell and executor modes), which this test binary is not.
-    std::env::set_var(
-        quest_runner::jobshell::SELF_VAR,
-        env!("CARGO_BIN_EXE_quest-runner"),
-    );
+    support::runner_runs_jobshell();
     let cfg = SuiteConfig {
         agent,
         trust,

@@ -3,9 +3,7 @@
 //! through `submit` and through files dropped into `queue/`. Fault tests kill the runner with
 //! SIGKILL and SIGTERM mid-job and check that no job is lost and nothing is left behind.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -3,11 +3,8 @@
 //! `git daemon --enable=receive-pack` on 127.0.0.1 as the remote, fresh clones fetching what
 //! was pushed, bundles and patches read back by `git fetch` and `git am`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/postgres.rs"]
-mod postgres;
-mod support;
+use crate::support;
+use crate::support::postgres;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

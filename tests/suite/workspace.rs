@@ -4,9 +4,7 @@
 //! what it plants there (submodule filters, a rewritten `commondir`, corrupt objects, a FIFO
 //! for HEAD) must not run, mislead or stall the runner's git, nor reach the shared clone.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

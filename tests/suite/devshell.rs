@@ -2,9 +2,7 @@
 //! recovery from damaged entries, single flight across processes, cancellation, bad input,
 //! and `cache ls/gc`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
