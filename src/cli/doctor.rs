@@ -164,7 +164,7 @@ fn disk_check(ctx: &Context) -> Check {
         "disk limits",
         room.is_ok(),
         match &room {
-            Ok(()) => runner.disk.summary(),
+            Ok(()) => runner.disk().summary(),
             Err(why) => why.clone(),
         },
         room.is_err().then(|| {

@@ -9,11 +9,11 @@ use crate::workspace::JobLayout;
 
 pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     let job = job_from(args, &ctx)?;
-    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
-    runner.config_file = Some(ctx.config_path.clone());
+    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone())
+        .with_config_file(ctx.config_path.clone());
     // The paths a run would use; the temp dirs' random suffix is shown as XXXXXX.
     let paths = JobLayout::of(&ctx.state, &job.id, &job.repo)
-        .planned(&runner.temp_parent.path, job.trust == Trust::Trusted);
+        .planned(runner.temp_parent(), job.trust == Trust::Trusted);
     let policy = runner
         .policy(&job, &paths)
         .map_err(|e| Failure::new(Exit::BadInput, e))?;

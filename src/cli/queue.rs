@@ -216,14 +216,13 @@ fn serve_options(ctx: &Context, config_flag: Option<PathBuf>, args: &ServeArgs) 
 
 /// The runner of `serve`'s jobs, with `--limit-disk` over the config's disk limit.
 fn job_runner(ctx: &Context, args: &ServeArgs) -> crate::run::Runner {
-    let mut runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone());
-    runner.config_file = Some(ctx.config_path.clone());
+    let runner = crate::run::Runner::new(ctx.state.clone(), ctx.config.clone())
+        .with_config_file(ctx.config_path.clone());
     match args.limit_disk {
-        Some(DiskLimit::Off) => runner.disk.limit = None,
-        Some(DiskLimit::Bytes(b)) => runner.disk.limit = Some(b),
-        None => {}
+        Some(DiskLimit::Off) => runner.with_disk_limit(None),
+        Some(DiskLimit::Bytes(b)) => runner.with_disk_limit(Some(b)),
+        None => runner,
     }
-    runner
 }
 
 /// Serves the PostgreSQL queue `settings` names until a signal ends it; the connection closed

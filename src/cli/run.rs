@@ -17,8 +17,7 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             format!("host not ready: {missing}"),
         ));
     }
-    let mut runner = Runner::new(ctx.state, ctx.config);
-    runner.config_file = Some(ctx.config_path);
+    let runner = Runner::new(ctx.state, ctx.config).with_config_file(ctx.config_path);
     let runtime = runtime::runtime(Some(2))?;
     let result = runtime.block_on(async {
         let stop = runtime::stop_signal()?;
@@ -42,7 +41,7 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             Err(e)
         }
     }) {
-        let kept = crate::workspace::job_root(&runner.state, &result.job_id).join("result.json");
+        let kept = crate::workspace::job_root(runner.state(), &result.job_id).join("result.json");
         let kept = match kept.is_file() {
             true => format!("the result is kept in {}", kept.display()),
             false => "the job got no directory, so no result file".to_string(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 
-use super::hooks::JobAgentHook;
+use super::hooks::AgentEnclosure;
 use super::tree::ProcessTree;
 use crate::agent::Launch;
 use crate::jobshell::host::Prepared;
@@ -25,11 +25,12 @@ pub(super) enum AgentEnd {
 }
 
 /// What bounds the agent's process tree besides its timeout.
-pub(super) struct AgentLimits<'a> {
-    /// Adjusts the agent's command (the boundary suite's confinement, `serve`'s rlimits).
+pub(super) struct AgentLimits<'a, E> {
+    /// Adjusts the agent's command (the boundary suite's confinement, the enclosure's
+    /// rlimits).
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
-    /// `serve`'s per-job cgroup, for the job of this id.
-    pub per_job: Option<(&'a str, &'a JobAgentHook)>,
+    /// What the caller puts around the agent of the job of this id (`serve`'s cgroup).
+    pub enclosure: (&'a str, &'a E),
     /// RLIMIT_FSIZE: the disk limit, per file.
     pub file_size: Option<u64>,
     pub disk: Option<&'a mut crate::disk::watch::Watchdog>,
@@ -46,31 +47,87 @@ pub(super) struct EndsEarly {
     pub limit_fired: Option<tokio::sync::watch::Receiver<Option<String>>>,
 }
 
+/// How the agent's run ended, and what its enclosure said once the agent's tree was stopped
+/// (`None` when the agent never got that far).
+pub(super) struct AgentRun<R> {
+    pub end: Result<AgentEnd, String>,
+    pub report: Option<R>,
+}
+
 /// How long an agent whose request a token cap refused may take to show the error and exit
 /// before its tree is stopped.
 const TOKENS_SPENT_GRACE: Duration = Duration::from_secs(10);
 
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
-/// cancelled job) stops the agent's whole process tree, as does a timeout.
-pub(super) async fn run_agent(
+/// cancelled job) stops the agent's whole process tree, as does a timeout, and drops the
+/// enclosure's guard after it.
+pub(super) async fn run_agent<E: AgentEnclosure>(
     launch: &Launch,
     timeout: Duration,
-    limits: AgentLimits<'_>,
+    limits: AgentLimits<'_, E>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
     ends: EndsEarly,
-) -> Result<AgentEnd, String> {
+) -> AgentRun<E::Report> {
     let AgentLimits {
         adjust,
-        per_job,
+        enclosure: (job_id, enclosure),
         file_size,
         disk,
         namespace,
     } = limits;
+    let (mut cmd, mut companion) = match commands(launch, adjust, file_size, namespace) {
+        Ok(commands) => commands,
+        Err(e) => {
+            return AgentRun {
+                end: Err(e),
+                report: None,
+            }
+        }
+    };
+    let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
+    if let Some(c) = companion.as_mut() {
+        commands.push(c.command_mut());
+    }
+    // Declared before the agent's run, so dropped after it (and its tree) when a cancelled
+    // job drops this future.
+    let guard = match enclosure.enter(job_id, &mut commands) {
+        Ok(guard) => guard,
+        Err(e) => {
+            return AgentRun {
+                end: Err(e),
+                report: None,
+            }
+        }
+    };
+    drop(commands);
+    let started = Started {
+        launch,
+        cmd: &mut cmd,
+        companion,
+        timeout,
+        adjust,
+        spawned,
+        markers,
+    };
+    let end = started.until_end(disk, ends).await;
+    AgentRun {
+        end,
+        report: Some(enclosure.finish(guard)),
+    }
+}
+
+/// The agent's and its companion's commands, in the job's namespace, adjusted and limited:
+/// the companion runs the agent's commands (opencode's sandbox host), so it is placed and
+/// limited as the agent is (the suite's namespace, the enclosure's limits, the disk limit,
+/// the job's cgroup), as those commands were when they were the agent's children.
+fn commands(
+    launch: &Launch,
+    adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    file_size: Option<u64>,
+    namespace: Option<std::sync::Arc<crate::workspace::namespace::JobNamespace>>,
+) -> Result<(tokio::process::Command, Option<Prepared>), String> {
     let mut cmd = agent_command(launch)?;
-    // The companion runs the agent's commands (opencode's sandbox host): it is placed and
-    // limited as the agent is (the suite's namespace, `serve`'s limits, the disk limit, the
-    // job's cgroup), as those commands were when they were the agent's children.
     let mut companion = match &launch.companion {
         Some(plan) => Some(Prepared::new(plan).map_err(|e| e.to_string())?),
         None => None,
@@ -90,45 +147,71 @@ pub(super) async fn run_agent(
             crate::disk::limit_file_size(c, bytes);
         }
     }
-    // Declared before `tree`, so dropped after it: the job's cgroup goes once the tree is
-    // stopped, on every path (a cancelled job drops this future).
-    let _per_job = match per_job {
-        Some((id, hook)) => Some(hook(id, &mut commands)?),
-        None => None,
-    };
-    drop(commands);
-    // Before the agent: its first request goes through the bridge.
-    let _bridge = match &launch.net_bridge {
-        Some(b) => Some(
-            crate::agentnet::start_outside(&b.runner, &b.dir, b.owner, &b.ports, adjust).await?,
-        ),
-        None => None,
-    };
-    let mut child = spawn_agent(launch, &mut cmd)?;
-    spawned(Instant::now());
-    let tree = ProcessTree::new(child.id(), markers);
-    // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
-    // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
-    let mut sandbox = match companion {
-        Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
-        None => None,
-    };
-    let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
-    feed_prompt(&mut child, launch);
-    let deadline = tokio::time::Instant::now() + timeout;
-    let end = wait_for_end(&mut child, deadline, disk, sandbox_failed, ends).await;
-    if matches!(end, Ok(AgentEnd::Disk(_))) {
-        // No grace: a job filling the disk would go on writing through it.
-        tree.kill_now();
+    Ok((cmd, companion))
+}
+
+/// The agent's run from its start: what [`run_agent`] awaits once its commands are placed.
+struct Started<'a, F> {
+    launch: &'a Launch,
+    cmd: &'a mut tokio::process::Command,
+    companion: Option<Prepared>,
+    timeout: Duration,
+    adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
+    spawned: F,
+    markers: Vec<String>,
+}
+
+impl<F: FnOnce(Instant)> Started<'_, F> {
+    /// Starts the agent (after its network bridge) and its companion, and waits until the
+    /// agent's end, then stops the companion and the agent's whole tree.
+    async fn until_end(
+        self,
+        disk: Option<&mut crate::disk::watch::Watchdog>,
+        ends: EndsEarly,
+    ) -> Result<AgentEnd, String> {
+        let Started {
+            launch,
+            cmd,
+            companion,
+            timeout,
+            adjust,
+            spawned,
+            markers,
+        } = self;
+        // Before the agent: its first request goes through the bridge.
+        let _bridge = match &launch.net_bridge {
+            Some(b) => Some(
+                crate::agentnet::start_outside(&b.runner, &b.dir, b.owner, &b.ports, adjust)
+                    .await?,
+            ),
+            None => None,
+        };
+        let mut child = spawn_agent(launch, cmd)?;
+        spawned(Instant::now());
+        let tree = ProcessTree::new(child.id(), markers);
+        // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
+        // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
+        let mut sandbox = match companion {
+            Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
+        feed_prompt(&mut child, launch);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let end = wait_for_end(&mut child, deadline, disk, sandbox_failed, ends).await;
+        if matches!(end, Ok(AgentEnd::Disk(_))) {
+            // No grace: a job filling the disk would go on writing through it.
+            tree.kill_now();
+        }
+        // The commands' sandbox before the rest of the agent's tree, so srt removes the mount
+        // points it left in the checkout before anything reads the worktree (its stop kills
+        // the sandbox at once).
+        if let Some(sandbox) = sandbox {
+            sandbox.stop().await;
+        }
+        drop(tree);
+        end
     }
-    // The commands' sandbox before the rest of the agent's tree, so srt removes the mount
-    // points it left in the checkout before anything reads the worktree (its stop kills the
-    // sandbox at once).
-    if let Some(sandbox) = sandbox {
-        sandbox.stop().await;
-    }
-    drop(tree);
-    end
 }
 
 /// The agent's command as its launch plan says (inside the job's namespace), its event

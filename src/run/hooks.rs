@@ -1,27 +1,74 @@
-//! The seams a [`super::Runner`] offers its callers: `serve`'s per-job cgroups and limits, and
-//! the boundary suite's confinement and mutations. Empty in a plain `quest-runner run`.
+//! The seams a [`super::Runner`] offers its callers: the [`AgentEnclosure`] a caller puts
+//! around each job's agent (`serve`'s limits and per-job cgroups), and the boundary suite's
+//! [`RunHooks`]. A plain `quest-runner run` has neither.
 
+use std::process::Command;
 use std::sync::Arc;
 
 use crate::sandbox::SandboxPolicy;
 
 /// Adjusts the agent's command before it starts.
 pub use crate::process::CommandHook;
-/// Called with a job's id just before its agent starts: adjusts the commands (the agent's, and
-/// the companion's that runs its commands, opencode's sandbox host), and returns
-/// what is kept until the agent's whole process tree has been stopped and then dropped
-/// (`serve` places the agent in the job's cgroup, and the dropped value kills and removes
-/// that group). An error fails the job before the agent starts.
-pub type JobAgentHook = Arc<
-    dyn Fn(&str, &mut [&mut std::process::Command]) -> Result<Box<dyn std::any::Any + Send>, String>
-        + Send
-        + Sync,
->;
+
+/// What a caller puts around each job's agent: set up just before the agent starts, ended
+/// once its whole process tree is stopped, with what it counted returned through the run
+/// ([`super::Runner::run_enclosed`]). `serve`'s: a parent-death signal and rlimits on every
+/// process started for the agent, and the job's cgroup, whose counters name the limit that
+/// fired.
+pub trait AgentEnclosure: Send + Sync {
+    /// Held while the agent's tree runs. Dropped without [`AgentEnclosure::finish`] (a
+    /// cancelled job, an agent that never started) it must still release what it holds.
+    type Guard: Send;
+    /// What [`AgentEnclosure::finish`] says of the job's run.
+    type Report: Send;
+
+    /// Applied to every process the runner starts for the agent: the agent, the companion
+    /// that runs its commands, the network bridges (its own and its devShell's nix's).
+    fn adjust(&self) -> Option<CommandHook>;
+
+    /// Just before job `job_id`'s agent starts: places its commands (the agent's, and its
+    /// companion's). An error fails the job before the agent starts.
+    fn enter(&self, job_id: &str, commands: &mut [&mut Command]) -> Result<Self::Guard, String>;
+
+    /// Once the agent's whole tree is stopped.
+    fn finish(&self, guard: Self::Guard) -> Self::Report;
+}
+
+/// `first`, then `then`, on each command.
+pub(super) fn chain(first: Option<CommandHook>, then: Option<CommandHook>) -> Option<CommandHook> {
+    match (first, then) {
+        (Some(first), Some(then)) => Some(Arc::new(move |cmd: &mut Command| {
+            first(cmd);
+            then(cmd);
+        })),
+        (first, then) => first.or(then),
+    }
+}
+
+/// No enclosure: `quest-runner run`, the boundary suite.
+pub struct Unenclosed;
+
+impl AgentEnclosure for Unenclosed {
+    type Guard = ();
+    type Report = ();
+
+    fn adjust(&self) -> Option<CommandHook> {
+        None
+    }
+
+    fn enter(&self, _: &str, _: &mut [&mut Command]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn finish(&self, (): ()) {}
+}
+
 /// Changes a job's policy before it is rendered.
 pub type PolicyHook = Arc<dyn Fn(&mut SandboxPolicy) + Send + Sync>;
 
 /// Seams for the boundary suite (`selftest` and its tests); empty in normal runs, and not
-/// reachable from the command line or the config file.
+/// reachable from the command line or the config file. What production callers put around a
+/// job is an [`AgentEnclosure`].
 #[derive(Clone, Default)]
 pub struct RunHooks {
     /// Adjusts the agent's command before it starts: the suite confines the agent to the

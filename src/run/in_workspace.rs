@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
+use super::agent_process::{run_agent, AgentEnd, AgentLimits, AgentRun, EndsEarly};
+use super::hooks::{AgentEnclosure, CommandHook};
 use super::model::ModelAccess;
 use super::outcome::{add_agent_log, add_model_error, record_end, timed_out_while, Stop};
 use super::prompt::system_prompt;
@@ -23,8 +24,13 @@ use crate::sandbox::SandboxPolicy;
 use crate::workspace::{self, Workspace, WorkspacePaths};
 
 /// One job in its workspace: what every step reads.
-pub(super) struct JobRun<'a> {
+pub(super) struct JobRun<'a, E: AgentEnclosure> {
     pub runner: &'a Runner,
+    /// What the caller puts around the agent.
+    pub enclosure: &'a E,
+    /// Applied to every process started for the agent: the suite's hook, then the
+    /// enclosure's.
+    pub agent_adjust: Option<CommandHook>,
     pub job: &'a Job,
     pub account: &'a Account,
     pub ws: &'a Workspace,
@@ -34,6 +40,8 @@ pub(super) struct JobRun<'a> {
     /// The job, once its agent has stopped, still counted by the disk reserve with what it
     /// had on disk: the caller drops it after the workspace is removed.
     pub counted: std::sync::Mutex<Option<crate::disk::watch::Counted>>,
+    /// What the enclosure said once the agent's tree was stopped, for the caller.
+    pub enclosure_report: std::sync::Mutex<Option<E::Report>>,
 }
 
 /// What the agent's run needs besides its launch plan, each stopped or dropped once the
@@ -43,7 +51,7 @@ struct Services {
     model: Option<ModelAccess>,
 }
 
-impl JobRun<'_> {
+impl<E: AgentEnclosure> JobRun<'_, E> {
     /// Runs the job's steps in its workspace, filling `result`; an error names the step.
     pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
         let mut paths = self.ws.paths.clone();
@@ -214,7 +222,7 @@ impl JobRun<'_> {
             ca_bundle: policy.ca.as_ref().map(|ca| ca.bundle.clone()),
             socket_dir: paths.job_dir.join("nix-net"),
             runner: crate::jobshell::runner_binary().map_err(Stop::error)?,
-            adjust: self.runner.hooks.agent_command.clone(),
+            adjust: self.agent_adjust.clone(),
         }))
     }
 
@@ -325,13 +333,13 @@ impl JobRun<'_> {
             runner.disk,
             runner.disk_jobs.clone(),
         );
-        let ended = run_agent(
+        let AgentRun { end: ended, report } = run_agent(
             launch,
             self.deadline
                 .saturating_duration_since(tokio::time::Instant::now()),
             AgentLimits {
-                adjust: runner.hooks.agent_command.as_deref(),
-                per_job: runner.job_agent.as_ref().map(|h| (job.id.as_str(), h)),
+                adjust: self.agent_adjust.as_deref(),
+                enclosure: (job.id.as_str(), self.enclosure),
                 file_size: runner.disk.limit,
                 disk: disk.as_mut(),
                 namespace: self.agent_namespace(paths, launch)?,
@@ -344,6 +352,10 @@ impl JobRun<'_> {
             },
         )
         .await;
+        *self
+            .enclosure_report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = report;
         result.disk_used = disk.as_ref().map(|d| d.peak());
         if let Some(disk) = disk {
             *self.counted.lock().unwrap_or_else(|e| e.into_inner()) = Some(disk.stop());

@@ -32,38 +32,36 @@ use crate::job::{Job, Trust};
 use crate::sandbox::{self, PolicyInputs, SandboxPolicy};
 use crate::state::StateDir;
 use crate::workspace::{self, Workspace, WorkspacePaths};
-pub use hooks::{CommandHook, JobAgentHook, PolicyHook, RunHooks};
+pub use hooks::{AgentEnclosure, CommandHook, PolicyHook, RunHooks, Unenclosed};
 use in_workspace::JobRun;
 use outcome::{timed_out_while, Stop};
 pub use result::{Cancel, DevShellSummary, JobResult, Outcome};
 
-/// The runner's side of a job, shared by `run` and (later) `serve`.
+/// The runner's side of a job, shared by `run`, `serve` and the boundary suite: made by
+/// [`Runner::new`] from a state directory and a config, and adjusted by its `with_` methods.
 pub struct Runner {
-    pub state: StateDir,
-    pub config: Config,
-    pub devshells: Arc<DevShells>,
-    pub hooks: RunHooks,
+    state: StateDir,
+    config: Config,
+    devshells: Arc<DevShells>,
+    hooks: RunHooks,
     /// The environment agents are started from (after the policy's filter): the runner's
     /// own, unless the boundary suite plants secrets in it.
-    pub env_source: Vec<(String, String)>,
+    env_source: Vec<(String, String)>,
     /// The operator's home directory, which commands must not read.
-    pub operator_home: Option<PathBuf>,
+    operator_home: Option<PathBuf>,
     /// The config file, when it lives outside the state directory; denied to commands.
-    pub config_file: Option<PathBuf>,
-    /// The per-job part of the agent's start and end (see [`JobAgentHook`]): `serve`'s
-    /// per-job cgroups. Not in [`RunHooks`], which are the boundary suite's seams.
-    pub job_agent: Option<JobAgentHook>,
+    config_file: Option<PathBuf>,
     /// Where jobs' private temp dirs are made ([`workspace::temp_parent`]).
-    pub temp_parent: workspace::TempParent,
+    temp_parent: workspace::TempParent,
     /// Every job's disk limit and the reserve (config `limits.disk`, `limits.disk_reserve`).
-    pub disk: DiskLimits,
+    disk: DiskLimits,
     /// This runner's running jobs' disk use: which one the reserve stops.
-    pub disk_jobs: Arc<crate::disk::watch::Registry>,
+    disk_jobs: Arc<crate::disk::watch::Registry>,
     /// The model gateway, started with the first job that needs it; one per process, kept
     /// by a runner reloaded from it ([`Runner::reloaded`]).
     gateway: Arc<tokio::sync::OnceCell<crate::gateway::Gateway>>,
-    /// How the gateway is started (tests add the CA of a loopback TLS upstream).
-    pub gateway_options: crate::gateway::GatewayOptions,
+    /// How the gateway is started.
+    gateway_options: crate::gateway::GatewayOptions,
 }
 
 impl Runner {
@@ -86,13 +84,73 @@ impl Runner {
             env_source: std::env::vars().collect(),
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
             config_file: None,
-            job_agent: None,
             temp_parent,
             disk,
             disk_jobs: Arc::default(),
             gateway: Arc::new(tokio::sync::OnceCell::new()),
             gateway_options,
         }
+    }
+
+    /// Denies `path`, the config file the runner was started with, to commands (one inside
+    /// the state directory is denied with it).
+    pub fn with_config_file(mut self, path: PathBuf) -> Runner {
+        self.config_file = Some(path);
+        self
+    }
+
+    /// Every job's disk limit per job (`serve --limit-disk`), over the config's.
+    pub fn with_disk_limit(mut self, limit: Option<u64>) -> Runner {
+        self.disk.limit = limit;
+        self
+    }
+
+    /// The boundary suite's seams.
+    pub(crate) fn with_hooks(mut self, hooks: RunHooks) -> Runner {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Agents start from `env` (after the policy's filter) and commands must not read
+    /// `operator_home`, rather than the process's own environment and `HOME`: the boundary
+    /// suite plants secrets in both.
+    pub(crate) fn with_environment(
+        mut self,
+        env: Vec<(String, String)>,
+        operator_home: PathBuf,
+    ) -> Runner {
+        self.env_source = env;
+        self.operator_home = Some(operator_home);
+        self
+    }
+
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn devshells(&self) -> &Arc<DevShells> {
+        &self.devshells
+    }
+
+    /// Where jobs' private temp dirs are made.
+    pub fn temp_parent(&self) -> &std::path::Path {
+        &self.temp_parent.path
+    }
+
+    pub fn disk(&self) -> &DiskLimits {
+        &self.disk
+    }
+
+    pub(crate) fn hooks(&self) -> &RunHooks {
+        &self.hooks
+    }
+
+    pub(crate) fn env_source(&self) -> &[(String, String)] {
+        &self.env_source
     }
 
     /// This runner with another config and devShell engine (SIGHUP), and the same gateway.
@@ -105,7 +163,6 @@ impl Runner {
             env_source: self.env_source.clone(),
             operator_home: self.operator_home.clone(),
             config_file: self.config_file.clone(),
-            job_agent: self.job_agent.clone(),
             temp_parent: self.temp_parent.clone(),
             // Limits are read at start, like the cgroup ones; the running jobs stay registered.
             disk: self.disk,
@@ -153,15 +210,28 @@ impl Runner {
         result.push = Some(crate::deliver::push_job(&work, push, result.push.as_ref()).await);
     }
 
-    /// [`Runner::run`] without writing the result: for a caller that adds to it first
-    /// (`serve`, its limits report) and then saves it once with [`Runner::save_result`].
+    /// [`Runner::run`] without writing the result: for a caller that adds to it first and
+    /// then saves it once with [`Runner::save_result`].
     pub async fn run_unsaved(
         &self,
         job: &Job,
         cancel: impl std::future::Future<Output = Cancel>,
     ) -> JobResult {
+        self.run_enclosed(job, cancel, &Unenclosed).await.0
+    }
+
+    /// [`Runner::run_unsaved`] with the agent inside `enclosure` (`serve`'s limits and
+    /// cgroup), and what it reported once the agent's tree was stopped: `None` when the job
+    /// ended before its agent started, or was cancelled.
+    pub async fn run_enclosed<E: AgentEnclosure>(
+        &self,
+        job: &Job,
+        cancel: impl std::future::Future<Output = Cancel>,
+        enclosure: &E,
+    ) -> (JobResult, Option<E::Report>) {
         let started = Instant::now();
         let mut result = JobResult::new(job);
+        let mut report = None;
         tokio::pin!(cancel);
         tokio::select! {
             biased;
@@ -169,17 +239,26 @@ impl Runner {
                 let message = format!("cancelled by {}", signal.signal_name());
                 result.end(Outcome::Cancelled(signal), message);
             }
-            () = self.run_inner(job, &mut result, started) => {}
+            enclosed = self.run_inner(job, &mut result, started, enclosure) => report = enclosed,
         }
         result.duration_ms = started.elapsed().as_millis() as u64;
-        result
+        (result, report)
     }
 
     /// The job's steps: admitted, its workspace prepared, run in it, and its commits kept.
-    async fn run_inner(&self, job: &Job, result: &mut JobResult, started: Instant) {
+    async fn run_inner<E: AgentEnclosure>(
+        &self,
+        job: &Job,
+        result: &mut JobResult,
+        started: Instant,
+        enclosure: &E,
+    ) -> Option<E::Report> {
         let account = match self.admit(job) {
             Ok(account) => account,
-            Err(stop) => return result.end(stop.outcome, stop.message),
+            Err(stop) => {
+                result.end(stop.outcome, stop.message);
+                return None;
+            }
         };
         if job.trust == Trust::Trusted {
             // The network proxy's CA key, generated while the workspace is prepared.
@@ -198,16 +277,22 @@ impl Runner {
         });
         let ws = match ws {
             Ok(ws) => ws,
-            Err(stop) => return result.end(stop.outcome, stop.message),
+            Err(stop) => {
+                result.end(stop.outcome, stop.message);
+                return None;
+            }
         };
         let steps = JobRun {
             runner: self,
+            enclosure,
+            agent_adjust: hooks::chain(self.hooks.agent_command.clone(), enclosure.adjust()),
             job,
             account,
             ws: &ws,
             started,
             deadline,
             counted: Default::default(),
+            enclosure_report: Default::default(),
         };
         if let Err(stop) = steps.run(result).await {
             result.end(stop.outcome, stop.message);
@@ -216,11 +301,16 @@ impl Runner {
             .counted
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
+        let report = steps
+            .enclosure_report
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
         keep_work(&ws, job, result).await;
         // The worktree and temp dir are removed, and only then is the job no longer counted
         // on their file systems.
         drop(ws);
         drop(counted);
+        report
     }
 
     /// The job's workspace (clone, fetch, worktree, temp dir), within its timeout.

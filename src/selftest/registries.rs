@@ -379,9 +379,8 @@ fn scripted_runner(
         serde_json::to_string_pretty(&config).unwrap_or_default(),
     )
     .map_err(io)?;
-    let mut runner = Runner::new(state.clone(), config);
     let confine = server.confiner();
-    runner.hooks = RunHooks {
+    let hooks = RunHooks {
         agent_command: Some(Arc::new(move |cmd: &mut std::process::Command| {
             confine(cmd)
         })),
@@ -393,7 +392,7 @@ fn scripted_runner(
         gateway_listener: Some(Arc::new(server.binder())),
         agent_mounts: None,
     };
-    Ok(runner)
+    Ok(Runner::new(state.clone(), config).with_hooks(hooks))
 }
 
 /// The check's trusted job on the sample repository.

@@ -1,27 +1,22 @@
 //! How `serve` enforces its limits on each job: the plan for this host (cgroups where it has
-//! them, rlimits for the rest), the per-job cgroup each agent starts in and the report it
-//! leaves, and on start the sweep of the groups a dead runner left.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+//! them, rlimits for the rest), the enclosure each agent runs in (its rlimits, its job's
+//! cgroup and the report that group leaves), and on start the sweep of the groups a dead
+//! runner left.
 
 use super::limits::{self, Limits};
 use super::{cgroup, JobSource};
-use crate::run::{JobAgentHook, Runner};
+use crate::run::{AgentEnclosure, CommandHook, Runner};
 
-/// How `serve` enforces limits on this host, and what each job's group counted.
+/// How `serve` enforces limits on this host.
 pub(super) struct Enforcement {
     pub plan: cgroup::Plan,
-    /// Each finished job's group's counters (or why they could not be had), by job id,
-    /// until its result is written.
-    pub(super) reports: Mutex<HashMap<String, Result<cgroup::Report, String>>>,
 }
 
 impl Enforcement {
     /// Plans for `limits` and sets up the cgroup part; if that fails, jobs run without
     /// groups (rlimits only) and the log says why.
     pub fn start(runner: &Runner, limits: &Limits) -> Enforcement {
-        let mut plan = cgroup::probe(limits, runner.state.root());
+        let mut plan = cgroup::probe(limits, runner.state().root());
         if let Some(group) = &plan.cgroup {
             if let Err(e) = cgroup::setup(group) {
                 tracing::warn!("per-job cgroups unavailable: {e}");
@@ -30,17 +25,41 @@ impl Enforcement {
             }
         }
         tracing::info!(plan = %plan.summary(), "per-job limits");
-        Enforcement {
-            plan,
-            reports: Mutex::new(HashMap::new()),
-        }
+        Enforcement { plan }
+    }
+}
+
+/// Each agent runs with the plan's rlimits and parent-death signal, in its job's cgroup where
+/// the host has them; the report is what that group counted (or why it could not be read),
+/// `None` without a group.
+impl AgentEnclosure for Enforcement {
+    type Guard = Option<JobGroupGuard>;
+    type Report = Option<Result<cgroup::Report, String>>;
+
+    fn adjust(&self) -> Option<CommandHook> {
+        Some(limits::agent_hook(self.plan.rlimits))
     }
 
-    pub fn take_report(&self, id: &str) -> Option<Result<cgroup::Report, String>> {
-        self.reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
+    fn enter(
+        &self,
+        job_id: &str,
+        commands: &mut [&mut std::process::Command],
+    ) -> Result<Self::Guard, String> {
+        let Some(plan) = &self.plan.cgroup else {
+            return Ok(None);
+        };
+        let group = cgroup::JobCgroup::create(plan, job_id).map_err(|e| e.to_string())?;
+        for cmd in commands.iter_mut() {
+            group.place(cmd);
+        }
+        Ok(Some(JobGroupGuard {
+            id: job_id.to_string(),
+            group: Some(group),
+        }))
+    }
+
+    fn finish(&self, guard: Self::Guard) -> Self::Report {
+        guard.map(JobGroupGuard::finish)
     }
 }
 
@@ -82,58 +101,31 @@ async fn sweep_job_groups<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) 
     }
 }
 
-/// Kept while a job's agent runs; dropped once its tree is stopped: kills whatever is left
-/// in the job's group, records what the group counted, removes it.
-struct JobGroupGuard {
+/// Kept while a job's agent runs: its group, which [`JobGroupGuard::finish`] ends once the
+/// agent's tree is stopped (kills whatever is left in it, reads what it counted, removes it).
+/// Dropped instead (a cancelled job), it kills and removes the group all the same.
+pub(super) struct JobGroupGuard {
     id: String,
     group: Option<cgroup::JobCgroup>,
-    limits: Arc<Enforcement>,
+}
+
+impl JobGroupGuard {
+    fn finish(mut self) -> Result<cgroup::Report, String> {
+        self.end()
+            .unwrap_or_else(|| Err("the job's group was already ended".into()))
+    }
+
+    fn end(&mut self) -> Option<Result<cgroup::Report, String>> {
+        let group = self.group.take()?;
+        Some(group.finish().map_err(|e| {
+            tracing::error!(job = %self.id, "{e} (the next start removes it)");
+            e.to_string()
+        }))
+    }
 }
 
 impl Drop for JobGroupGuard {
     fn drop(&mut self) {
-        let Some(group) = self.group.take() else {
-            return;
-        };
-        let report = group.finish().map_err(|e| {
-            tracing::error!(job = %self.id, "{e} (the next start removes it)");
-            e.to_string()
-        });
-        self.limits
-            .reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(self.id.clone(), report);
+        let _ = self.end();
     }
-}
-
-/// The per-job hook: a group for the job, the agent placed in it before it execs.
-pub(super) fn job_group_hook(limits: Arc<Enforcement>) -> JobAgentHook {
-    Arc::new(move |id: &str, cmds: &mut [&mut std::process::Command]| {
-        let Some(plan) = &limits.plan.cgroup else {
-            return Ok(Box::new(()) as Box<dyn std::any::Any + Send>);
-        };
-        let group = cgroup::JobCgroup::create(plan, id).map_err(|e| e.to_string())?;
-        for cmd in cmds.iter_mut() {
-            group.place(cmd);
-        }
-        Ok(Box::new(JobGroupGuard {
-            id: id.to_string(),
-            group: Some(group),
-            limits: limits.clone(),
-        }))
-    })
-}
-
-/// The serve-wide agent hook (parent-death signal, rlimits), kept around any hook the
-/// caller set, and the per-job cgroup hook where the host has them.
-pub(super) fn with_agent_hook(mut runner: Runner, limits: &Arc<Enforcement>) -> Runner {
-    runner.hooks.agent_command = Some(limits::agent_hook(
-        limits.plan.rlimits,
-        runner.hooks.agent_command,
-    ));
-    if limits.plan.cgroup.is_some() {
-        runner.job_agent = Some(job_group_hook(limits.clone()));
-    }
-    runner
 }

@@ -61,9 +61,11 @@ pub(super) async fn run_one<S: JobSource>(
     if let Some(events) = &events {
         events.send(&Event::started(&claimed.job, claimed.attempt));
     }
-    let mut result = runner.run_unsaved(&claimed.job, cancel).await;
+    let (mut result, report) = runner
+        .run_enclosed(&claimed.job, cancel, limits.as_ref())
+        .await;
+    let report = report.flatten();
     let stopped_by = *stopper.lock().unwrap_or_else(|e| e.into_inner());
-    let report = limits.take_report(&id);
     let settled = match stopped_by {
         None => {
             name_limits(&mut result, report, &limits);

@@ -1,4 +1,4 @@
-//! What `serve` sets on each agent process before it starts (the runner's agent hook).
+//! What `serve` sets on each agent process before it starts (its enclosure's hook).
 //!
 //! - A parent-death signal: a runner killed outright takes its agents with it instead of
 //!   leaving them working on a worktree the next runner is about to remove. The signal is
@@ -45,12 +45,9 @@ pub struct Limits {
 /// Seconds of CPU time between RLIMIT_CPU's soft limit (SIGXCPU) and its hard one (SIGKILL).
 pub const CPU_KILL_AFTER: u64 = 5;
 
-/// The agent hook: parent-death signal and `limits`, chained after `inner` (a test's hook).
-pub fn agent_hook(limits: Limits, inner: Option<CommandHook>) -> CommandHook {
+/// The agent hook: parent-death signal and `limits`.
+pub fn agent_hook(limits: Limits) -> CommandHook {
     Arc::new(move |cmd: &mut std::process::Command| {
-        if let Some(inner) = &inner {
-            inner(cmd);
-        }
         // SAFETY: only async-signal-safe calls (prctl, getrlimit, setrlimit) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {

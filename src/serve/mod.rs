@@ -95,13 +95,13 @@ pub async fn serve<S: JobSource>(
     let mut signals = Signals::install()?;
     let metrics = start_metrics(&runner).await?;
     // Read at start, as the metrics: SIGHUP does not change where events go.
-    let events = events::Events::start(&runner.config.events, metrics.clone())?.map(Arc::new);
+    let events = events::Events::start(&runner.config().events, metrics.clone())?.map(Arc::new);
     let limits = Arc::new(Enforcement::start(&runner, &options.limits));
     if let Some(group) = &limits.plan.cgroup {
         enforce::sweep_leftovers(&*source, group).await;
     }
-    let runner = Arc::new(enforce::with_agent_hook(runner, &limits));
-    crate::netproxy::ca::keep_ready(runner.config.concurrency());
+    let runner = Arc::new(runner);
+    crate::netproxy::ca::keep_ready(runner.config().concurrency());
     let recovered = source
         .recover(options.max_attempts)
         .await
@@ -122,12 +122,15 @@ pub async fn serve<S: JobSource>(
 
 /// The metrics and health listener, when the config names one (`metrics.listen`).
 async fn start_metrics(runner: &Runner) -> Result<Option<Arc<Metrics>>, ServeError> {
-    let Some(addr) = runner.config.metrics.listen else {
+    let Some(addr) = runner.config().metrics.listen else {
         return Ok(None);
     };
-    let budgets = runner.config.accounts.iter();
+    let budgets = runner.config().accounts.iter();
     let budgets = budgets.filter_map(|(name, a)| Some((name.clone(), a.budget()?)));
-    let metrics = Arc::new(Metrics::for_state(runner.state.clone(), budgets.collect()));
+    let metrics = Arc::new(Metrics::for_state(
+        runner.state().clone(),
+        budgets.collect(),
+    ));
     let bound = health::start(addr, metrics.clone()).await?;
     tracing::info!(%bound, "metrics and health checks listening");
     Ok(Some(metrics))
@@ -224,16 +227,16 @@ impl<S: JobSource> Serving<S> {
     fn announce(&self) {
         let runner = &self.runner;
         tracing::info!(
-            concurrency = runner.config.concurrency(),
-            state = %runner.state.root().display(),
+            concurrency = runner.config().concurrency(),
+            state = %runner.state().root().display(),
             limits = %self.limits.plan.summary(),
-            disk = %runner.disk.summary(),
+            disk = %runner.disk().summary(),
             "serving"
         );
         self.set_check("serve", Ok(()));
         notify::notify(&format!(
             "READY=1\nSTATUS=serving, concurrency {}",
-            runner.config.concurrency()
+            runner.config().concurrency()
         ));
     }
 
@@ -257,7 +260,7 @@ impl<S: JobSource> Serving<S> {
     }
 
     fn has_slot(&self) -> bool {
-        self.tasks.len() < self.runner.config.concurrency()
+        self.tasks.len() < self.runner.config().concurrency()
     }
 
     /// Jobs wait in the queue while a file system they write is below the reserve: started,
@@ -378,9 +381,9 @@ impl<S: JobSource> Serving<S> {
             _ = signals.int.recv() => self.begin_stop(Cancel::Interrupt),
             _ = signals.hup.recv() => {
                 if let Some(next) = reload(&self.runner, &self.options) {
-                    on_reload(&next.config);
+                    on_reload(next.config());
                     self.runner = Arc::new(next);
-                    crate::netproxy::ca::keep_ready(self.runner.config.concurrency());
+                    crate::netproxy::ca::keep_ready(self.runner.config().concurrency());
                     notify::notify("READY=1\nSTATUS=configuration reloaded");
                 }
             }
@@ -436,10 +439,10 @@ fn reload(current: &Runner, options: &ServeOptions) -> Option<Runner> {
             return None;
         }
     };
-    let devshells = if config.nix == current.config.nix {
-        current.devshells.clone()
+    let devshells = if config.nix == current.config().nix {
+        current.devshells().clone()
     } else {
-        Arc::new(crate::devshell::DevShells::new(&current.state, &config))
+        Arc::new(crate::devshell::DevShells::new(current.state(), &config))
     };
     tracing::info!(
         concurrency = config.concurrency(),

@@ -358,11 +358,9 @@ fn pair_runner(s: &Setup<'_>, state: &StateDir, limited: Option<DiskLimits>) -> 
         reserve: Reserve::Off,
         reserve_files: Reserve::Off,
     });
-    let mut runner = Runner::new(state.clone(), config);
-    runner.env_source = s.env_source.clone();
-    runner.operator_home = Some(s.world.operator_home.clone());
-    runner.hooks = s.hooks.clone();
-    runner
+    Runner::new(state.clone(), config)
+        .with_environment(s.env_source.clone(), s.world.operator_home.clone())
+        .with_hooks(s.hooks.clone())
 }
 
 fn pair_job(s: &Setup<'_>, revs: &Revs, name: &str, rev: &str, token: &str) -> Job {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::run::AgentEnclosure;
 use std::path::Path;
 use std::time::Instant;
 
@@ -367,9 +368,9 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// Through serve's own per-job hook: an agent-like tree that detaches every way it can
-/// (setsid, a double fork, a cleared environment) stays in the job's group, and dropping
-/// the hook's guard kills all of it and removes the group.
+/// Through serve's own enclosure: an agent-like tree that detaches every way it can
+/// (setsid, a double fork, a cleared environment) stays in the job's group, and finishing
+/// the enclosure kills all of it, removes the group and reports what it counted.
 #[test]
 fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
     let state = tempfile::tempdir().unwrap();
@@ -377,16 +378,14 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
         return;
     };
     setup(&group).unwrap();
-    let limits = Arc::new(crate::serve::enforce::Enforcement {
+    let limits = crate::serve::enforce::Enforcement {
         plan: Plan {
             cgroup: Some(group.clone()),
             why: None,
             rlimits: Limits::default(),
             applied: Vec::new(),
         },
-        reports: Default::default(),
-    });
-    let hook = crate::serve::enforce::job_group_hook(limits.clone());
+    };
     let token = format!(
         "qrcg{}x{}",
         std::process::id(),
@@ -403,7 +402,7 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
     );
     let mut cmd = std::process::Command::new("/bin/sh");
     cmd.args(["-c", &script]);
-    let guard = hook("t1", &mut [&mut cmd]).unwrap();
+    let guard = limits.enter("t1", &mut [&mut cmd]).unwrap();
     let job_dir = group.base.join("job-t1");
     assert!(job_dir.is_dir());
     let mut agent = cmd.spawn().unwrap();
@@ -448,10 +447,9 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
         3,
         "the detached ones outlive the agent"
     );
-    drop(guard);
+    let report = limits.finish(guard).unwrap().unwrap();
     wait_until("the tree to be gone", || with_token(&token).is_empty());
     assert!(!job_dir.exists(), "the job's group is removed");
-    let report = limits.take_report("t1").unwrap().unwrap();
     assert_eq!(report, Report::default(), "no limit fired");
     let _ = std::fs::remove_dir(&group.base);
 }
@@ -498,8 +496,6 @@ fn locate_self() -> Located {
     )
     .unwrap()
 }
-
-use std::sync::Arc;
 
 /// Only empty `quest-runner.<key>` directories besides the kept one go; one with a job's
 /// group inside is in use (a plain directory says ENOTEMPTY where cgroupfs says EBUSY).

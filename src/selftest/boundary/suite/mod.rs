@@ -100,7 +100,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     // and a live token (the control grant's, open all through the job: the strongest case, an
     // attacker holding a valid token).
     let gateway = runner.gateway().await?;
-    let control_grant = open_control_grant(gateway, &runner.config, &stage.world)?;
+    let control_grant = open_control_grant(gateway, runner.config(), &stage.world)?;
     let targets = stage.targets(cfg, &state, &job, (gateway, &control_grant));
     let (plan, script) = Plan::new(cfg, &stage, &targets);
     stage.server.set_script(script);
@@ -183,7 +183,7 @@ impl SuiteRun<'_> {
             attempts: &self.plan.attempts,
             server: &self.stage.server,
             registry: self.stage.registry.as_ref(),
-            env_source: &self.runner.env_source,
+            env_source: self.runner.env_source(),
         };
         run_controls(setup, &mut results, &mut controls)?;
         // `rotate-secrets`' control replaced the account's key: the job starts with the one
@@ -203,15 +203,15 @@ impl SuiteRun<'_> {
         let confine = self.stage.server.confiner();
         let hooks = RunHooks {
             agent_command: Some(Arc::new(move |cmd: &mut Command| confine(cmd))),
-            ..self.runner.hooks.clone()
+            ..self.runner.hooks().clone()
         };
         super::disk::attempt(&super::disk::Setup {
             world: &self.stage.world,
             server: &self.stage.server,
-            config: &self.runner.config,
+            config: self.runner.config(),
             hooks,
             helpers: &self.stage.helpers(),
-            env_source: self.runner.env_source.clone(),
+            env_source: self.runner.env_source().to_vec(),
             agent: cfg.agent,
             trust: cfg.trust,
             control: cfg.controls,

@@ -246,7 +246,7 @@ fn pushed_control(run: &super::SuiteRun<'_>, ran: &JobRun) -> ControlReport {
     .unwrap_or_default();
     let hidden = run
         .runner
-        .config
+        .config()
         .hide_private_files(Some(&world.config_file))
         .is_ok_and(|h| h.iter().any(|h| h.file == world.push_credential));
     let push = result.push.as_ref();

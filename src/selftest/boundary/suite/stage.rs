@@ -80,18 +80,17 @@ impl Stage {
             .push
             .insert(job.repo.clone(), self.forge.push_config(&self.world));
         write_config(state, &self.world, &config)?;
-        let mut runner = Runner::new(state.clone(), config);
-        runner.config_file = Some(self.world.config_file.clone());
-        runner.env_source = env_source;
-        runner.operator_home = Some(self.world.operator_home.clone());
-        runner.hooks = run_hooks(
+        let hooks = run_hooks(
             &self.server,
             self.company.as_ref(),
             self.registry.as_ref(),
             crate::workspace::bare_clone_path(state, &job.repo),
             (cfg.mutation, cfg.agent_rules_off),
         );
-        Ok(runner)
+        Ok(Runner::new(state.clone(), config)
+            .with_config_file(self.world.config_file.clone())
+            .with_environment(env_source, self.world.operator_home.clone())
+            .with_hooks(hooks))
     }
 
     /// What the attempts aim at: the job's clone and checkout, the servers' ports, and the
