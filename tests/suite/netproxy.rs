@@ -182,7 +182,7 @@ async fn the_decider_allows_reads_refuses_writes_and_logs_each() {
     assert_eq!(summary.log, log_path);
     // Stopped: no process is left.
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        !crate::support::alive(pid),
         "the proxy ({pid}) is still running"
     );
 }

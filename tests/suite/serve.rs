@@ -539,7 +539,7 @@ impl HungJob {
         drop(serve);
         let deadline = Instant::now() + Duration::from_secs(10);
         // By pid: a peer runner may start a proxy of its own for the recovered job.
-        while Path::new(&format!("/proc/{}", proxies[0])).exists() {
+        while support::alive(proxies[0] as u32) {
             assert!(
                 Instant::now() < deadline,
                 "the job's srt proxy outlived its runner by 10 s"

@@ -591,3 +591,16 @@ pub fn runner_runs_jobshell() {
         )
     });
 }
+
+/// Whether process `pid` still runs: a zombie does not. The tests' binary becomes a subreaper
+/// once a test runs the runner in-process (it is the subreaper of its agents' orphans), so
+/// the orphans of a runner a test kills are re-parented to it and stay zombies, never reaped.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis: `pid (comm) S ...`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
