@@ -8,6 +8,7 @@
 //! "oauth"`), which opencode's provider plugins refresh and turn into requests of their own
 //! (see docs/jobs.md).
 
+use super::AccountError;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -52,11 +53,16 @@ pub enum Route {
 
 /// The route of `account` (named `name`). `auth_json` is the opencode account's `auth.json`
 /// as read now (`None` when it has none or it cannot be read).
-pub fn route(name: &str, account: &Account, auth_json: Option<&Value>) -> Result<Route, String> {
+pub fn route(
+    name: &str,
+    account: &Account,
+    auth_json: Option<&Value>,
+) -> Result<Route, AccountError> {
     match account {
         Account::Claude(a) => claude(name, a),
         Account::Opencode(a) => opencode(name, a, auth_json),
     }
+    .map_err(AccountError)
 }
 
 fn claude(name: &str, a: &ClaudeAccount) -> Result<Route, String> {
@@ -225,14 +231,14 @@ mod tests {
     #[test]
     fn opencode_mistakes_are_named() {
         let literal = json!({"provider": {"p": {"options": {"baseURL": "http://x/v1", "apiKey": "sk-live"}}}});
-        let e = route("o", &oc(Some(literal), "p/m"), None).unwrap_err();
+        let e = route("o", &oc(Some(literal), "p/m"), None).unwrap_err().0;
         assert!(e.contains("{file:"), "{e}");
         let auth = json!({"p": {"type": "api", "key": "k"}});
-        let e = route("o", &oc(None, "p/m"), Some(&auth)).unwrap_err();
+        let e = route("o", &oc(None, "p/m"), Some(&auth)).unwrap_err().0;
         assert!(e.contains("baseURL"), "{e}");
-        let e = route("o", &oc(None, "nomodel"), Some(&auth)).unwrap_err();
+        let e = route("o", &oc(None, "nomodel"), Some(&auth)).unwrap_err().0;
         assert!(e.contains("provider/model"), "{e}");
-        let e = route("o", &oc(None, "q/m"), Some(&auth)).unwrap_err();
+        let e = route("o", &oc(None, "q/m"), Some(&auth)).unwrap_err().0;
         assert!(e.contains("no key for provider q"), "{e}");
     }
 }

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use zeroize::Zeroizing;
 
 use super::upstream::HttpClient;
+use super::CredentialError;
 use crate::lockfile::LockFile;
 
 /// Claude Code's OAuth client and token endpoint (Claude Code 2.1: `CLIENT_ID`, `TOKEN_URL`).
@@ -99,31 +100,50 @@ impl Credential {
 }
 
 /// Reads a key file: the whole file, surrounding whitespace trimmed.
-pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, String> {
-    let text = Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?,
-    );
+pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, CredentialError> {
+    let text = read_secret(path)?;
     let key = Zeroizing::new(text.trim().to_string());
     if key.is_empty() {
-        return Err(format!("{} is empty", path.display()));
+        return Err(CredentialError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(key)
 }
 
+/// A file that holds a secret, which is wiped from memory once dropped.
+fn read_secret(path: &Path) -> Result<Zeroizing<String>, CredentialError> {
+    std::fs::read_to_string(path)
+        .map(Zeroizing::new)
+        .map_err(|source| CredentialError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+fn parse_json(path: &Path, text: &str) -> Result<Value, CredentialError> {
+    serde_json::from_str(text).map_err(|source| CredentialError::NotJson {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// The `key` of an opencode `auth.json` entry of type `api`.
-pub fn read_auth_json_key(path: &Path, provider: &str) -> Result<Zeroizing<String>, String> {
-    let text = Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?,
-    );
-    let v: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+pub fn read_auth_json_key(
+    path: &Path,
+    provider: &str,
+) -> Result<Zeroizing<String>, CredentialError> {
+    let v = parse_json(path, &read_secret(path)?)?;
     let key = v
         .get(provider)
         .filter(|e| e.get("type").and_then(Value::as_str) == Some("api"))
         .and_then(|e| e.get("key"))
         .and_then(Value::as_str)
         .filter(|k| !k.is_empty())
-        .ok_or_else(|| format!("{} has no api key for {provider}", path.display()))?;
+        .ok_or_else(|| CredentialError::NoApiKey {
+            path: path.to_path_buf(),
+            provider: provider.to_string(),
+        })?;
     Ok(Zeroizing::new(key.to_string()))
 }
 
@@ -175,26 +195,24 @@ impl ClaudeLogin {
     }
 
     /// Whether the login's file holds a login (its tokens may be expired: they are refreshed).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), CredentialError> {
         self.read().map(|_| ())
     }
 
-    fn read(&self) -> Result<(Value, OAuth), String> {
+    fn read(&self) -> Result<(Value, OAuth), CredentialError> {
         let path = &self.file;
-        let text = Zeroizing::new(
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("reading {}: {e}", path.display()))?,
-        );
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        let v = parse_json(path, &read_secret(path)?)?;
         let o = v
             .get("claudeAiOauth")
-            .ok_or_else(|| format!("{} holds no claudeAiOauth login", path.display()))?;
-        let s = |k: &str| {
-            o.get(k)
+            .ok_or_else(|| CredentialError::NoLogin { path: path.clone() })?;
+        let s = |field: &'static str| {
+            o.get(field)
                 .and_then(Value::as_str)
                 .map(|s| Zeroizing::new(s.to_string()))
-                .ok_or_else(|| format!("{}: claudeAiOauth.{k} is missing", path.display()))
+                .ok_or_else(|| CredentialError::MissingField {
+                    path: path.clone(),
+                    field,
+                })
         };
         let oauth = OAuth {
             access: s("accessToken")?,
@@ -220,7 +238,7 @@ impl ClaudeLogin {
             return Ok(t.access.clone());
         }
         // Someone (another runner, an operator's new /login) may have renewed it already.
-        let (_, t) = self.read()?;
+        let (_, t) = self.read().map_err(|e| e.to_string())?;
         if t.fresh() {
             let access = t.access.clone();
             *held = Some(t);
@@ -239,7 +257,7 @@ impl ClaudeLogin {
                 )
             })?
             .map_err(|e| format!("locking {}: {e}", self.lock.display()))?;
-        let (mut file, t) = self.read()?;
+        let (mut file, t) = self.read().map_err(|e| e.to_string())?;
         if t.fresh() {
             let access = t.access.clone();
             *held = Some(t);

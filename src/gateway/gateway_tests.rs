@@ -571,12 +571,17 @@ async fn an_unreadable_secret_fails_the_job_when_it_opens() {
         },
     ] {
         let err = f.gateway.credential(&secret).unwrap_err();
-        assert!(err.contains("absent"), "{err}");
+        assert!(
+            matches!(&err, CredentialError::Read { path, .. } if *path == missing),
+            "{err}"
+        );
+        assert!(err.to_string().contains("absent"), "{err}");
     }
     std::fs::write(&missing, "  \n").unwrap();
     let err = f
         .gateway
         .credential(&SecretSource::File(missing))
         .unwrap_err();
-    assert!(err.contains("is empty"), "{err}");
+    assert!(matches!(err, CredentialError::Empty { .. }), "{err}");
+    assert!(err.to_string().contains("is empty"), "{err}");
 }

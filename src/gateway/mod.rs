@@ -18,6 +18,7 @@ pub mod credentials;
 pub mod meter;
 pub mod upstream;
 
+mod error;
 mod forward;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,7 @@ use tokio::task::JoinHandle;
 
 pub use account::{Route, SecretSource};
 pub use credentials::{ClaudeLogin, Credential};
+pub use error::{AccountError, CredentialError, GatewayError};
 use upstream::{HttpClient, UpstreamUrl};
 
 /// A job's model use, as its result shows it.
@@ -203,15 +205,12 @@ impl Gateway {
     pub fn start(
         listener: std::net::TcpListener,
         options: GatewayOptions,
-    ) -> Result<Gateway, String> {
+    ) -> Result<Gateway, GatewayError> {
         listener
             .set_nonblocking(true)
-            .map_err(|e| format!("the model gateway's socket: {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("the model gateway's socket: {e}"))?;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| format!("the model gateway's socket: {e}"))?;
+            .map_err(GatewayError::Socket)?;
+        let addr = listener.local_addr().map_err(GatewayError::Socket)?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(GatewayError::Socket)?;
         let inner = Arc::new(Inner {
             jobs: Mutex::new(HashMap::new()),
             client: upstream::client(&options.extra_roots)?,
@@ -225,7 +224,7 @@ impl Gateway {
 
     /// The credential of `secret`, read now (keys) or shared with the account's other jobs
     /// (logins, so that one refresh serves them all).
-    pub fn credential(&self, secret: &SecretSource) -> Result<Credential, String> {
+    pub fn credential(&self, secret: &SecretSource) -> Result<Credential, CredentialError> {
         Ok(match secret {
             SecretSource::File(path) => Credential::Key(credentials::read_key_file(path)?),
             SecretSource::AuthJson { file, provider } => {
@@ -248,14 +247,17 @@ impl Gateway {
     }
 
     /// Opens a job: its token is valid until the grant is dropped.
-    pub fn open(&self, spec: JobSpec) -> Result<JobGrant, String> {
-        let token = new_token().map_err(|e| format!("making the job's gateway token: {e}"))?;
+    pub fn open(&self, spec: JobSpec) -> Result<JobGrant, GatewayError> {
+        let token = new_token().map_err(GatewayError::Token)?;
         let base_url = format!("http://{}{}", self.addr, spec.upstream.base_path);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&spec.log)
-            .map_err(|e| format!("creating {}: {e}", spec.log.display()))?;
+            .map_err(|source| GatewayError::JobLog {
+                path: spec.log.clone(),
+                source,
+            })?;
         let gate = Arc::new(JobGate {
             spec,
             usage: Mutex::new(Usage::default()),

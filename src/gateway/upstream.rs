@@ -10,6 +10,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 
+use super::GatewayError;
+
 /// Request bodies the client sends: the agent's, streamed, or the runner's own.
 pub type OutBody = BoxBody<Bytes, hyper::Error>;
 
@@ -67,7 +69,7 @@ impl UpstreamUrl {
 }
 
 /// The client, trusting the system's roots and `extra_roots` (tests: a CA they made).
-pub fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpClient, String> {
+pub fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpClient, GatewayError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for e in &native.errors {
@@ -75,9 +77,7 @@ pub fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpClient, Str
     }
     let (added, _ignored) = roots.add_parsable_certificates(native.certs);
     for cert in extra_roots {
-        roots
-            .add(cert.clone())
-            .map_err(|e| format!("adding a trusted CA: {e}"))?;
+        roots.add(cert.clone()).map_err(GatewayError::TrustedCa)?;
     }
     if roots.is_empty() {
         tracing::warn!(
@@ -89,7 +89,7 @@ pub fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpClient, Str
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS configuration: {e}"))?
+        .map_err(GatewayError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     let mut http = HttpConnector::new();

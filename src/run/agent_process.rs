@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 
+use super::error::AgentError;
 use super::hooks::AgentEnclosure;
 use super::tree::ProcessTree;
 use crate::agent::Launch;
@@ -50,7 +51,7 @@ pub(super) struct EndsEarly {
 /// How the agent's run ended, and what its enclosure said once the agent's tree was stopped
 /// (`None` when the agent never got that far).
 pub(super) struct AgentRun<R> {
-    pub end: Result<AgentEnd, String>,
+    pub end: Result<AgentEnd, AgentError>,
     pub report: Option<R>,
 }
 
@@ -95,7 +96,7 @@ pub(super) async fn run_agent<E: AgentEnclosure>(
         Ok(guard) => guard,
         Err(e) => {
             return AgentRun {
-                end: Err(e),
+                end: Err(AgentError::Enclosure(e)),
                 report: None,
             }
         }
@@ -126,10 +127,10 @@ fn commands(
     adjust: Option<&(dyn Fn(&mut std::process::Command) + Send + Sync)>,
     file_size: Option<u64>,
     namespace: Option<std::sync::Arc<crate::workspace::namespace::JobNamespace>>,
-) -> Result<(tokio::process::Command, Option<Prepared>), String> {
+) -> Result<(tokio::process::Command, Option<Prepared>), AgentError> {
     let mut cmd = agent_command(launch)?;
     let mut companion = match &launch.companion {
-        Some(plan) => Some(Prepared::new(plan).map_err(|e| e.to_string())?),
+        Some(plan) => Some(Prepared::new(plan)?),
         None => None,
     };
     let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
@@ -168,7 +169,7 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
         self,
         disk: Option<&mut crate::disk::watch::Watchdog>,
         ends: EndsEarly,
-    ) -> Result<AgentEnd, String> {
+    ) -> Result<AgentEnd, AgentError> {
         let Started {
             launch,
             cmd,
@@ -182,7 +183,8 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
         let _bridge = match &launch.net_bridge {
             Some(b) => Some(
                 crate::agentnet::start_outside(&b.runner, &b.dir, b.owner, &b.ports, adjust)
-                    .await?,
+                    .await
+                    .map_err(AgentError::Bridge)?,
             ),
             None => None,
         };
@@ -192,7 +194,7 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
         // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
         // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
         let mut sandbox = match companion {
-            Some(c) => Some(c.spawn().map_err(|e| e.to_string())?),
+            Some(c) => Some(c.spawn()?),
             None => None,
         };
         let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
@@ -217,12 +219,12 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
 /// The agent's command as its launch plan says (inside the job's namespace), its event
 /// stream going to the transcript and its stderr to `agent.log` beside it, in a process
 /// group of its own.
-fn agent_command(launch: &Launch) -> Result<tokio::process::Command, String> {
-    let transcript = std::fs::File::create(&launch.transcript)
-        .map_err(|e| format!("creating {}: {e}", launch.transcript.display()))?;
-    let log_path = launch.transcript.with_file_name("agent.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+fn agent_command(launch: &Launch) -> Result<tokio::process::Command, AgentError> {
+    let create = |path: std::path::PathBuf| {
+        std::fs::File::create(&path).map_err(|source| AgentError::Output { path, source })
+    };
+    let transcript = create(launch.transcript.clone())?;
+    let log = create(launch.transcript.with_file_name("agent.log"))?;
     let (program, args) = match &launch.confined {
         Some(confined) => (
             confined.program.clone(),
@@ -248,18 +250,14 @@ fn agent_command(launch: &Launch) -> Result<tokio::process::Command, String> {
 fn spawn_agent(
     launch: &Launch,
     cmd: &mut tokio::process::Command,
-) -> Result<tokio::process::Child, String> {
+) -> Result<tokio::process::Child, AgentError> {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
-    cmd.spawn().map_err(|e| {
-        // The child's setup between fork and exec (cgroup placement, limits, parent-death
-        // signal) can only return an errno, which then reads as if the agent's binary were
-        // missing; say which side failed.
-        let program = launch.program.display();
-        if launch.program.is_file() {
-            format!("starting {program}: preparing its process (job cgroup, limits) failed: {e}")
-        } else {
-            format!("starting {program}: {e}")
+    cmd.spawn().map_err(|source| {
+        let program = launch.program.clone();
+        match program.is_file() {
+            true => AgentError::Prepare { program, source },
+            false => AgentError::Start { program, source },
         }
     })
 }
@@ -286,7 +284,7 @@ async fn wait_for_end(
         proxy_failed,
         limit_fired,
     }: EndsEarly,
-) -> Result<AgentEnd, String> {
+) -> Result<AgentEnd, AgentError> {
     use std::os::unix::process::ExitStatusExt;
     // The job's network proxy starts alongside the agent (see `JobProxy::spawn`); if it never
     // serves, the job ends here, its tree stopped by the caller, rather than running without
@@ -304,11 +302,11 @@ async fn wait_for_end(
                 (None, Some(sig)) => Ok(AgentEnd::Signalled(sig)),
                 (None, None) => Ok(AgentEnd::Exited(-1)),
             },
-            Ok(Err(e)) => Err(format!("waiting for the agent: {e}")),
+            Ok(Err(e)) => Err(AgentError::Wait(e)),
             Err(_) => Ok(AgentEnd::TimedOut),
         },
-        e = proxy_failed => Err(format!("the job's network proxy: {e}")),
-        e = sandbox_failed => Err(e.to_string()),
+        e = proxy_failed => Err(AgentError::Proxy(e)),
+        e = sandbox_failed => Err(AgentError::Sandbox(e)),
         why = limit_fired => {
             // The agent got the refusal; let it say so and exit on its own first.
             let grace = (tokio::time::Instant::now() + TOKENS_SPENT_GRACE).min(deadline);

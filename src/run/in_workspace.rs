@@ -273,7 +273,8 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
         let model = self
             .runner
             .open_model_access(self.job, self.account)
-            .await?;
+            .await
+            .map_err(Stop::error)?;
         let inputs = AgentInputs {
             job: self.job,
             account: self.account,

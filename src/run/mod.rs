@@ -13,6 +13,7 @@
 mod admit;
 mod agent_process;
 pub mod confine;
+mod error;
 mod hooks;
 mod in_workspace;
 mod model;
@@ -32,6 +33,7 @@ use crate::job::{Job, Trust};
 use crate::sandbox::{self, PolicyInputs, SandboxPolicy};
 use crate::state::StateDir;
 use crate::workspace::{self, Workspace, WorkspacePaths};
+pub use error::{AgentError, ModelAccessError};
 pub use hooks::{AgentEnclosure, CommandHook, PolicyHook, RunHooks, Unenclosed};
 use in_workspace::JobRun;
 use outcome::{timed_out_while, Stop};

@@ -1,8 +1,10 @@
 //! The job's way to its model: the runner's one gateway, started with the first job that
 //! needs it, and a grant per job whose token is worthless once the grant is dropped.
 
+use super::error::ModelAccessError;
 use super::Runner;
 use crate::agent;
+use crate::gateway::GatewayError;
 use crate::job::Job;
 use crate::workspace;
 
@@ -11,14 +13,14 @@ pub(super) type ModelAccess = (crate::gateway::JobGrant, agent::GatewayAccess);
 
 impl Runner {
     /// The runner's model gateway, started on first use.
-    pub async fn gateway(&self) -> Result<&crate::gateway::Gateway, String> {
+    pub async fn gateway(&self) -> Result<&crate::gateway::Gateway, GatewayError> {
         self.gateway
             .get_or_try_init(|| async {
                 let listener = match &self.hooks.gateway_listener {
                     Some(bind) => bind(),
                     None => std::net::TcpListener::bind("127.0.0.1:0"),
                 }
-                .map_err(|e| format!("binding the model gateway's port on loopback: {e}"))?;
+                .map_err(GatewayError::Bind)?;
                 crate::gateway::Gateway::start(listener, self.gateway_options.clone())
             })
             .await
@@ -30,7 +32,7 @@ impl Runner {
         &self,
         job: &Job,
         account: &crate::config::Account,
-    ) -> Result<Option<ModelAccess>, String> {
+    ) -> Result<Option<ModelAccess>, ModelAccessError> {
         use crate::config::Account;
         use crate::gateway::{account::route, budget::Budget, JobSpec, Route};
         let auth_json = match account {
@@ -52,9 +54,13 @@ impl Runner {
             }
         };
         let gateway = self.gateway().await?;
-        let credential = gateway
-            .credential(&secret)
-            .map_err(|e| format!("account {}: {e}", job.account))?;
+        let credential =
+            gateway
+                .credential(&secret)
+                .map_err(|source| ModelAccessError::Credential {
+                    account: job.account.clone(),
+                    source,
+                })?;
         let grant = gateway.open(JobSpec {
             job_id: job.id.clone(),
             account: job.account.clone(),

@@ -50,7 +50,7 @@ pub enum EventsError {
     #[error("events.webhooks[{index}].secret_file: {path} is empty")]
     EmptySecret { index: usize, path: String },
     #[error("events.webhooks: the HTTP client: {0}")]
-    Client(String),
+    Client(#[source] crate::gateway::GatewayError),
 }
 
 /// What happened to a job.
@@ -184,15 +184,19 @@ impl Events {
             return Ok(None);
         }
         let (mut sinks, mut tasks) = (Vec::new(), Vec::new());
-        let client = if config.webhooks.is_empty() {
-            None
-        } else {
-            Some(crate::gateway::upstream::client(&[]).map_err(EventsError::Client)?)
-        };
+        // One HTTP client for every webhook, made with the first.
+        let mut shared_client = None;
         for (index, hook) in config.webhooks.iter().enumerate() {
             let secret = read_secret(index, &hook.secret_file)?;
             let (tx, rx) = mpsc::channel(QUEUE);
-            let client = client.clone().ok_or(EventsError::Client("none".into()))?;
+            let client = match &shared_client {
+                Some(client) => Clone::clone(client),
+                None => {
+                    let client =
+                        crate::gateway::upstream::client(&[]).map_err(EventsError::Client)?;
+                    shared_client.insert(client).clone()
+                }
+            };
             let webhook = WebhookTask {
                 hook: hook.clone(),
                 secret,

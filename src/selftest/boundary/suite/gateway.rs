@@ -23,19 +23,21 @@ pub(super) fn open_control_grant(
         .and_then(|t| serde_json::from_str(&t).ok());
     let Route::Gateway {
         upstream, secret, ..
-    } = route("main", account, auth_json.as_ref())?
+    } = route("main", account, auth_json.as_ref()).map_err(|e| e.to_string())?
     else {
         return Err("the suite's account is not served by the gateway".into());
     };
-    gateway.open(JobSpec {
-        job_id: format!("boundary-control-{}", world.token),
-        account: "main".into(),
-        upstream,
-        credential: gateway.credential(&secret)?,
-        token_limit: None,
-        budget: None,
-        log: world.path().join("control-model.log"),
-    })
+    gateway
+        .open(JobSpec {
+            job_id: format!("boundary-control-{}", world.token),
+            account: "main".into(),
+            upstream,
+            credential: gateway.credential(&secret).map_err(|e| e.to_string())?,
+            token_limit: None,
+            budget: None,
+            log: world.path().join("control-model.log"),
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// One raw request to the gateway from where the confined agent is; its status code.

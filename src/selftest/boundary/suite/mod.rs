@@ -99,7 +99,7 @@ pub async fn run(cfg: &SuiteConfig) -> Result<SuiteReport, String> {
     // The runner's model gateway is started now, so the gateway attempts can name its port
     // and a live token (the control grant's, open all through the job: the strongest case, an
     // attacker holding a valid token).
-    let gateway = runner.gateway().await?;
+    let gateway = runner.gateway().await.map_err(|e| e.to_string())?;
     let control_grant = open_control_grant(gateway, runner.config(), &stage.world)?;
     let targets = stage.targets(cfg, &state, &job, (gateway, &control_grant));
     let (plan, script) = Plan::new(cfg, &stage, &targets);
