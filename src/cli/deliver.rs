@@ -32,7 +32,7 @@ fn failure(e: DeliverError) -> Failure {
 /// The job's saved result and its work, or why there is none on this host.
 fn finished_job(ctx: &Context, id: &str) -> Result<(PathBuf, JobResult, JobWork), Failure> {
     let bad = |m: String| Failure::new(Exit::BadInput, m);
-    crate::job::check_id(id).map_err(|e| Failure::new(Exit::BadInput, e))?;
+    crate::job::check_id(id)?;
     let dir = crate::workspace::job_root(&ctx.state, id);
     if !dir.is_dir() {
         return Err(bad(format!(

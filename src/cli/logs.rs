@@ -79,7 +79,7 @@ impl Source {
 }
 
 pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
-    crate::job::check_id(&args.id).map_err(|e| Failure::new(Exit::BadInput, e))?;
+    crate::job::check_id(&args.id)?;
     let source = Source::of(&args);
     let queue = match Queue::open(&ctx)? {
         Queue::Dir(queue) => queue,

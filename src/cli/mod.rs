@@ -309,6 +309,35 @@ impl Failure {
     }
 }
 
+/// A bad job (its file, its id): the operator fixes the input.
+impl From<crate::job::JobError> for Failure {
+    fn from(e: crate::job::JobError) -> Failure {
+        Failure::new(Exit::BadInput, e)
+    }
+}
+
+/// Any bad config is bad input, like a bad job: the operator fixes the file.
+impl From<crate::config::ConfigError> for Failure {
+    fn from(e: crate::config::ConfigError) -> Failure {
+        Failure::new(Exit::BadInput, e)
+    }
+}
+
+/// A state directory the runner cannot use (its owner, its permissions, no home to put it
+/// in): the host is not ready.
+impl From<crate::state::StateError> for Failure {
+    fn from(e: crate::state::StateError) -> Failure {
+        Failure::new(Exit::HostNotReady, e)
+    }
+}
+
+/// A private file the job's sandbox could not hide: the config names it where it cannot be.
+impl From<crate::sandbox::private::PlacementError> for Failure {
+    fn from(e: crate::sandbox::private::PlacementError) -> Failure {
+        Failure::new(Exit::BadInput, e)
+    }
+}
+
 impl From<DevShellError> for Failure {
     fn from(e: DevShellError) -> Failure {
         let code = match &e {
@@ -417,21 +446,17 @@ pub struct Context {
 fn context(cli: &Globals, check_owner: bool) -> Result<Context, Failure> {
     let root = match &cli.state_dir {
         Some(dir) => dir.clone(),
-        None => StateDir::default_path().map_err(|e| Failure::new(Exit::HostNotReady, e))?,
+        None => StateDir::default_path()?,
     };
     let state = StateDir::at(root);
     if check_owner {
-        state
-            .check_owner()
-            .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
+        state.check_owner()?;
     }
     let (config_path, required) = match &cli.config {
         Some(path) => (path.clone(), true),
         None => (state.config_file(), false),
     };
-    // Any bad config is bad input, like a bad job: the operator fixes the file.
-    let config =
-        Config::load(&config_path, required).map_err(|e| Failure::new(Exit::BadInput, e))?;
+    let config = Config::load(&config_path, required)?;
     let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
     Ok(Context {
         state,
@@ -513,9 +538,8 @@ fn check_account(ctx: &Context, account: &str) -> Result<(), Failure> {
 /// Builds the job from the file and the flags, and validates every field.
 fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
     use crate::job::JobSpec;
-    let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);
     let mut value = match &args.job {
-        Some(path) => serde_json::to_value(JobSpec::from_file(path).map_err(bad)?)
+        Some(path) => serde_json::to_value(JobSpec::from_file(path)?)
             .map_err(|e| Failure::new(Exit::BadInput, e))?,
         None => serde_json::json!({}),
     };
@@ -534,8 +558,8 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
             value[key] = serde_json::Value::String(v);
         }
     }
-    let spec = JobSpec::from_json(&value.to_string()).map_err(bad)?;
-    spec.validate(ctx.config.default_timeout).map_err(bad)
+    let spec = JobSpec::from_json(&value.to_string())?;
+    Ok(spec.validate(ctx.config.default_timeout)?)
 }
 
 /// Runs `work` on a single-threaded runtime until it finishes or the process gets SIGINT or

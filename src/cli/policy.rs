@@ -3,7 +3,6 @@
 
 use super::{job_from, out, Context, Failure, JobArgs};
 use crate::config::Account;
-use crate::exit::Exit;
 use crate::job::Trust;
 use crate::workspace::JobLayout;
 
@@ -14,9 +13,7 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The paths a run would use; the temp dirs' random suffix is shown as XXXXXX.
     let paths = JobLayout::of(&ctx.state, &job.id, &job.repo)
         .planned(runner.temp_parent(), job.trust == Trust::Trusted);
-    let policy = runner
-        .policy(&job, &paths)
-        .map_err(|e| Failure::new(Exit::BadInput, e))?;
+    let policy = runner.policy(&job, &paths)?;
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);

@@ -254,14 +254,13 @@ async fn serve_pg(
 
 /// `quest-runner submit FILE`: prints the job's id.
 pub fn submit(ctx: Context, args: SubmitArgs) -> Result<(), Failure> {
-    let bad = |e: crate::job::JobError| Failure::new(Exit::BadInput, e);
     let spec = if args.job == Path::new("-") {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
             .map_err(|e| Failure::new(Exit::BadInput, format!("reading stdin: {e}")))?;
-        JobSpec::from_json(&text).map_err(bad)?
+        JobSpec::from_json(&text)?
     } else {
-        JobSpec::from_file(&args.job).map_err(bad)?
+        JobSpec::from_file(&args.job)?
     };
     super::check_account(&ctx, &spec.account)?;
     let job = match Queue::open(&ctx)? {
@@ -362,7 +361,7 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             value
         }
         Queue::Pg(db) => {
-            crate::job::check_id(&args.id).map_err(|e| Failure::new(Exit::BadInput, e))?;
+            crate::job::check_id(&args.id)?;
             let id = &args.id;
             db.run(|client| async move { pg::admin::show(&client, id).await })?
         }

@@ -231,11 +231,7 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
             )
         })?;
     let system = devshell::nix_version::current_system();
-    let bash_dir = ctx
-        .state
-        .ensure_dir(Path::new("selftest"))
-        .map_err(|e| Failure::new(Exit::HostNotReady, e))?
-        .join("bash");
+    let bash_dir = ctx.state.ensure_dir(Path::new("selftest"))?.join("bash");
     let bash = static_bash::BuilderInput::install(&bash_dir)
         .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
     let flake = SAMPLE_FLAKE

@@ -96,7 +96,7 @@ pub(super) async fn run_agent<E: AgentEnclosure>(
         Ok(guard) => guard,
         Err(e) => {
             return AgentRun {
-                end: Err(AgentError::Enclosure(e)),
+                end: Err(AgentError::Enclosure(e.to_string())),
                 report: None,
             }
         }

@@ -21,6 +21,8 @@ pub trait AgentEnclosure: Send + Sync {
     type Guard: Send;
     /// What [`AgentEnclosure::finish`] says of the job's run.
     type Report: Send;
+    /// Why [`AgentEnclosure::enter`] refused the agent; the job's message says it.
+    type Error: std::fmt::Display;
 
     /// Applied to every process the runner starts for the agent: the agent, the companion
     /// that runs its commands, the network bridges (its own and its devShell's nix's).
@@ -28,7 +30,11 @@ pub trait AgentEnclosure: Send + Sync {
 
     /// Just before job `job_id`'s agent starts: places its commands (the agent's, and its
     /// companion's). An error fails the job before the agent starts.
-    fn enter(&self, job_id: &str, commands: &mut [&mut Command]) -> Result<Self::Guard, String>;
+    fn enter(
+        &self,
+        job_id: &str,
+        commands: &mut [&mut Command],
+    ) -> Result<Self::Guard, Self::Error>;
 
     /// Once the agent's whole tree is stopped.
     fn finish(&self, guard: Self::Guard) -> Self::Report;
@@ -51,12 +57,13 @@ pub struct Unenclosed;
 impl AgentEnclosure for Unenclosed {
     type Guard = ();
     type Report = ();
+    type Error = std::convert::Infallible;
 
     fn adjust(&self) -> Option<CommandHook> {
         None
     }
 
-    fn enter(&self, _: &str, _: &mut [&mut Command]) -> Result<(), String> {
+    fn enter(&self, _: &str, _: &mut [&mut Command]) -> Result<(), Self::Error> {
         Ok(())
     }
 

@@ -34,7 +34,8 @@ impl Enforcement {
 /// `None` without a group.
 impl AgentEnclosure for Enforcement {
     type Guard = Option<JobGroupGuard>;
-    type Report = Option<Result<cgroup::Report, String>>;
+    type Report = Option<Result<cgroup::Report, cgroup::CgroupError>>;
+    type Error = cgroup::CgroupError;
 
     fn adjust(&self) -> Option<CommandHook> {
         Some(limits::agent_hook(self.plan.rlimits))
@@ -44,11 +45,11 @@ impl AgentEnclosure for Enforcement {
         &self,
         job_id: &str,
         commands: &mut [&mut std::process::Command],
-    ) -> Result<Self::Guard, String> {
+    ) -> Result<Self::Guard, Self::Error> {
         let Some(plan) = &self.plan.cgroup else {
             return Ok(None);
         };
-        let group = cgroup::JobCgroup::create(plan, job_id).map_err(|e| e.to_string())?;
+        let group = cgroup::JobCgroup::create(plan, job_id)?;
         for cmd in commands.iter_mut() {
             group.place(cmd);
         }
@@ -110,22 +111,23 @@ pub(super) struct JobGroupGuard {
 }
 
 impl JobGroupGuard {
-    fn finish(mut self) -> Result<cgroup::Report, String> {
-        self.end()
-            .unwrap_or_else(|| Err("the job's group was already ended".into()))
+    fn finish(mut self) -> Result<cgroup::Report, cgroup::CgroupError> {
+        // Always there: only finish and drop take it.
+        let group = self.group.take();
+        group.map_or(Ok(cgroup::Report::default()), |g| self.end(g))
     }
 
-    fn end(&mut self) -> Option<Result<cgroup::Report, String>> {
-        let group = self.group.take()?;
-        Some(group.finish().map_err(|e| {
+    fn end(&self, group: cgroup::JobCgroup) -> Result<cgroup::Report, cgroup::CgroupError> {
+        group.finish().inspect_err(|e| {
             tracing::error!(job = %self.id, "{e} (the next start removes it)");
-            e.to_string()
-        }))
+        })
     }
 }
 
 impl Drop for JobGroupGuard {
     fn drop(&mut self) {
-        let _ = self.end();
+        if let Some(group) = self.group.take() {
+            let _ = self.end(group);
+        }
     }
 }

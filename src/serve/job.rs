@@ -156,7 +156,7 @@ fn settle_stopped(
 /// (`cpu_throttled_ms`), from its cgroup's `report` and the plan.
 fn name_limits(
     result: &mut JobResult,
-    report: Option<Result<cgroup::Report, String>>,
+    report: Option<Result<cgroup::Report, cgroup::CgroupError>>,
     limits: &Enforcement,
 ) {
     let mut notes = Vec::new();
