@@ -209,7 +209,7 @@ fn bad_paths_are_named() {
 #[test]
 fn denied_system_directories_are_not_needed() {
     for platform in [Platform::Linux, Platform::Macos] {
-        for dir in super::super::policy::system_denied_reads(platform) {
+        for dir in crate::sandbox::policy::system_denied_reads(platform) {
             assert_eq!(needed_why(&dir, platform), None, "{}", dir.display());
         }
     }

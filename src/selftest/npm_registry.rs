@@ -12,6 +12,8 @@
 //! that came through the front (its `Host` names the front's port, see [`NpmRegistry::set_tls_port`])
 //! is answered with `https` links to the front.
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -144,7 +146,9 @@ fn package_tarball() -> io::Result<Vec<u8>> {
 }
 
 fn packument(s: &Served, host: &str) -> serde_json::Value {
-    let integrity = format!("sha512-{}", base64(&sha2::Sha512::digest(&s.tarball)));
+    let digest = sha2::Sha512::digest(&s.tarball);
+    // Standard base64 with padding, as npm's integrity strings are.
+    let integrity = format!("sha512-{}", STANDARD.encode(digest));
     let tarball = format!("{}/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz", s.base(host));
     json!({
         "name": PACKAGE,
@@ -275,39 +279,5 @@ fn route(s: &Served, request: &Request) -> (&'static str, &'static str, Vec<u8>)
         }
         ("PUT", _) => ("201 Created", "application/json", b"{\"ok\":true}".to_vec()),
         _ => ("200 OK", "application/json", b"{}".to_vec()),
-    }
-}
-
-/// Standard base64 with padding (npm's integrity strings).
-pub(crate) fn base64(data: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_the_standard() {
-        assert_eq!(super::base64(b""), "");
-        assert_eq!(super::base64(b"f"), "Zg==");
-        assert_eq!(super::base64(b"fo"), "Zm8=");
-        assert_eq!(super::base64(b"foo"), "Zm9v");
-        assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
     }
 }

@@ -106,15 +106,23 @@ fn crc32(data: &[u8]) -> u32 {
 
 /// URL-safe base64 without padding (the wheel RECORD's hashes).
 fn urlsafe_base64(data: &[u8]) -> String {
-    crate::selftest::npm_registry::base64(data)
-        .trim_end_matches('=')
-        .replace('+', "-")
-        .replace('/', "_")
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_hashes_are_urlsafe_base64_unpadded() {
+        // pip's RECORD line for an empty file.
+        let digest = sha2::Sha256::digest(b"");
+        assert_eq!(
+            urlsafe_base64(&digest),
+            "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
+        );
+    }
 
     #[test]
     fn crc32_of_the_check_string() {

@@ -3,10 +3,10 @@
 
 use serde_json::json;
 
-use super::super::hostile::LINK_OUT;
-use super::super::world::{home_victim, World, VICTIM_TEXT};
 use super::{tool, Attempt, Detect, Rule, Targets};
 use crate::job::AgentKind;
+use crate::selftest::boundary::hostile::LINK_OUT;
+use crate::selftest::boundary::world::{home_victim, World, VICTIM_TEXT};
 use crate::selftest::model_server::Step;
 
 /// The agent's file tools, by the names and arguments each agent knows them by.

@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use super::super::world::World;
 use super::{shell, Attempt, Detect, Rule};
+use crate::selftest::boundary::world::World;
 
 /// Reads of every secret the world could plant, and a write into another job's temp dir
 /// (first, as the table has always listed it).

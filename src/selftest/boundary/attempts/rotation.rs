@@ -1,7 +1,7 @@
 //! The rotation attempt: secrets read again after the host replaced them mid-job.
 
-use super::super::world::World;
 use super::{ran, shell, Attempt, Detect, Rule};
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::Step;
 
 /// Reads the account's secret and the config file, has the host replace both as an operator
@@ -10,7 +10,7 @@ use crate::selftest::model_server::Step;
 /// them by name (a mount over each file) shows the new ones. The marker comes back only if the
 /// rotation happened while the command waited.
 pub(super) fn rotate_secrets(world: &World) -> Attempt {
-    use super::super::world::{ROTATE_DONE, ROTATE_REQUEST};
+    use crate::selftest::boundary::world::{ROTATE_DONE, ROTATE_REQUEST};
     let (key, config) = (world.account_file.display(), world.config_file.display());
     let command = format!(
         "rm -f {ROTATE_DONE}; echo \"before: $(cat {key} {config} 2>&1)\"; touch {ROTATE_REQUEST}; \

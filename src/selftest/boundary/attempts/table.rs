@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use super::super::world::World;
 use super::devshell::devshell_attempts;
 use super::file_tools::{read_tool, write_tool};
 use super::gateway::gateway_attempts;
@@ -11,6 +10,7 @@ use super::registry::registry_writes;
 use super::rotation::rotate_secrets;
 use super::{shell, tool, Attempt, Detect, Rule, Targets};
 use crate::job::Trust;
+use crate::selftest::boundary::world::World;
 
 /// Every attempt of a run, in the order the scripted model makes them: the tables of this
 /// file, then the attempts of the files beside it, then those of the run's trust.
@@ -25,8 +25,8 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
     list.extend(gateway_attempts(t, token));
     list.extend(planted_attempts(world));
     list.extend(cgroup_attempts());
-    list.extend(super::super::git_attacks::attempts(world, t));
-    list.extend(super::super::shell_attacks::attempts(world, t));
+    list.extend(crate::selftest::boundary::git_attacks::attempts(world, t));
+    list.extend(crate::selftest::boundary::shell_attacks::attempts(world, t));
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.

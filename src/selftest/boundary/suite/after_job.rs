@@ -2,8 +2,6 @@
 //! commands worked, the attempts ran as scripted, nothing was left behind or leaked, and the
 //! registry stand-in saw the reads the job made.
 
-use super::super::attempts::{self, Detect};
-use super::super::world::{Rotator, World};
 use super::company::package_manager_controls;
 use super::controls::{rotation_control, shellhook_control};
 use super::gateway::gateway_controls;
@@ -14,6 +12,8 @@ use super::{SuiteConfig, SuiteRun};
 use crate::gateway::JobGrant;
 use crate::job::{AgentKind, Trust};
 use crate::run::{JobResult, Outcome};
+use crate::selftest::boundary::attempts::{self, Detect};
+use crate::selftest::boundary::world::{Rotator, World};
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::{NpmRegistry, PACKAGE, VERSION};
 use crate::state::StateDir;

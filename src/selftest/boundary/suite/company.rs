@@ -2,8 +2,8 @@
 //! front, the host's package-manager configuration planted for the agent, and the controls
 //! that prove the package managers read through the runner's decider.
 
-use super::super::world::World;
 use super::report::ControlReport;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// the job's agent only.
 pub(super) struct Company {
     pub(super) front: crate::selftest::tls_front::TlsFront,
-    pub(super) planted: super::super::host_config::Planted,
+    pub(super) planted: crate::selftest::boundary::host_config::Planted,
     /// npm's global config file, as planted.
     pub(super) npmrc: PathBuf,
 }
@@ -37,12 +37,12 @@ impl Company {
         )
         .map_err(|e| format!("starting the stand-in's HTTPS front: {e}"))?;
         registry.set_tls_port(front.port);
-        let npmrc = super::super::host_config::npm_globalconfig()
+        let npmrc = crate::selftest::boundary::host_config::npm_globalconfig()
             .unwrap_or_else(|| PathBuf::from("/usr/etc/npmrc"));
         let staging = world.path().join("planted");
         std::fs::create_dir_all(&staging).map_err(|e| e.to_string())?;
-        let planted = super::super::host_config::Planted::new(
-            super::super::host_config::files(&npmrc, &world.token),
+        let planted = crate::selftest::boundary::host_config::Planted::new(
+            crate::selftest::boundary::host_config::files(&npmrc, &world.token),
             &staging,
         );
         Ok(Company {

@@ -2,15 +2,15 @@
 //! nothing confines it, or its refusal inside the sandbox proves nothing; and the controls
 //! that run a job's own files on the host side (shellHook, rotation).
 
-use super::super::attempts::{Attempt, Targets};
-use super::super::git_attacks::ControlUndo;
-use super::super::world::World;
 use super::report::ControlReport;
 use super::setup::control_checkout;
 use super::verdicts::{detect, Seen};
 use crate::job::AgentKind;
 use crate::lockfile::LockFile;
 use crate::run::JobResult;
+use crate::selftest::boundary::attempts::{Attempt, Targets};
+use crate::selftest::boundary::git_attacks::ControlUndo;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;
 use crate::state::StateDir;
@@ -40,9 +40,9 @@ pub(super) fn run_controls(
     let worktree = ControlWorktree::open(setup)?;
     // What the attempts on opencode's executor aim at unconfined (the job's is not up yet).
     let _executor = match setup.targets.agent {
-        AgentKind::Opencode => Some(super::super::shell_attacks::ControlExecutor::start(
-            setup.world,
-        )?),
+        AgentKind::Opencode => {
+            Some(crate::selftest::boundary::shell_attacks::ControlExecutor::start(setup.world)?)
+        }
         AgentKind::Claude => None,
     };
     let mut all_escaped = true;
@@ -245,7 +245,7 @@ fn lock_bare(bare: &Path) -> Result<LockFile, String> {
 /// The host replaced the private files while the job's command waited (the attempt's marker
 /// says the command saw it done): without that, `rotate-secrets` refused nothing.
 pub(super) fn rotation_control(
-    rotator: &super::super::world::Rotator,
+    rotator: &crate::selftest::boundary::world::Rotator,
     checkout: &std::path::Path,
 ) -> ControlReport {
     let answered = rotator.answered();

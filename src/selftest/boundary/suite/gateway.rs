@@ -1,10 +1,10 @@
 //! The model gateway's controls: the job's requests reached the model only through it, and
 //! its tokens stop working when the job ends.
 
-use super::super::world::World;
 use super::after_job::JobEvidence;
 use super::report::ControlReport;
 use crate::config::Config;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::{Exchange, ModelServer};
 use std::path::Path;
 use std::time::Duration;

@@ -2,11 +2,11 @@
 //! real. Run plainly, the agent loads it and its hook or plugin fires; without this, "never
 //! ran" would prove nothing.
 
-use super::super::attempts;
-use super::super::world::World;
 use super::agent_binary;
 use super::report::ControlReport;
 use crate::job::AgentKind;
+use crate::selftest::boundary::attempts;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

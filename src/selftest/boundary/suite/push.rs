@@ -11,12 +11,14 @@
 //! passes nothing to git. A push over https or ssh, where git's helper reads the file, needs a
 //! TLS or SSH server the suite does not run (tests/suite/deliver.rs covers the helper's refusals).
 
-use super::super::attempts::Rule;
-use super::super::secret_search::{search_data, search_process, search_tree, Findings};
-use super::super::world::World;
 use super::job_run::JobRun;
 use super::report::{AttemptReport, ControlReport};
 use crate::config::PushConfig;
+use crate::selftest::boundary::attempts::Rule;
+use crate::selftest::boundary::secret_search::{
+    search_data, search_process, search_tree, Findings,
+};
+use crate::selftest::boundary::world::World;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -296,7 +298,7 @@ fn control_finds(world: &World) -> bool {
         .env("GIT_PASSWORD", secret)
         .spawn()
     {
-        super::super::secret_search::wait_for_exec(child.id());
+        crate::selftest::boundary::secret_search::wait_for_exec(child.id());
         search_process(child.id(), secret, &mut in_env);
         let _ = child.kill();
         let _ = child.wait();

@@ -1,10 +1,10 @@
 //! What a run of the suite reports: each attempt's verdict, each control, and the lines
 //! and summary the tests and `selftest` print.
 
-use super::super::attempts::Rule;
-use super::super::mutation::Mutation;
 use crate::job::{AgentKind, Trust};
 use crate::run::JobResult;
+use crate::selftest::boundary::attempts::Rule;
+use crate::selftest::boundary::mutation::Mutation;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]

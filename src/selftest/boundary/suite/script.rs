@@ -1,10 +1,10 @@
 //! The scripted model's script for the job: the permitted commands first, then every
 //! attempt's steps, then the closing commit; and where in it each verdict finds its output.
 
-use super::super::attempts::{self, Attempt, Targets};
 use super::stage::Stage;
 use super::SuiteConfig;
 use crate::job::Trust;
+use crate::selftest::boundary::attempts::{self, Attempt, Targets};
 use crate::selftest::model_server::Step;
 
 /// The attempts of a run and the script steps whose tool results judge them.

@@ -1,10 +1,10 @@
 //! The runner's config for a suite run: a scripted account the model stand-in answers, and
 //! the checkout the unconfined controls use.
 
-use super::super::world::World;
 use super::SuiteConfig;
 use crate::config::{Account, ClaudeAccount, Config, OpencodeAccount};
 use crate::job::{AgentKind, Trust};
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use std::path::PathBuf;
 

@@ -2,9 +2,6 @@
 //! the scripted model, the stand-in registry and the company machine, and the runner the job
 //! runs in with the suite's seams.
 
-use super::super::attempts::Targets;
-use super::super::mutation::Mutation;
-use super::super::world::World;
 use super::company::Company;
 use super::push::Forge;
 use super::setup::suite_config;
@@ -13,6 +10,9 @@ use crate::config::Config;
 use crate::gateway::JobGrant;
 use crate::job::{Job, Trust};
 use crate::run::{RunHooks, Runner};
+use crate::selftest::boundary::attempts::Targets;
+use crate::selftest::boundary::mutation::Mutation;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;
 use crate::state::StateDir;

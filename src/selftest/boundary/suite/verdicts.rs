@@ -1,10 +1,10 @@
 //! The verdict of each attempt: what its tool call returned, what the servers received, and
 //! whether that shows an escape.
 
-use super::super::attempts::Detect;
-use super::super::world::World;
 use crate::job::AgentKind;
 use crate::run::JobResult;
+use crate::selftest::boundary::attempts::Detect;
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ pub(super) fn detect(d: &Detect, output: &str, seen: Seen<'_>, world: &World) ->
         Detect::RegistryGot(prefix) => seen.registry.iter().any(|r| r.starts_with(prefix.as_str())),
         Detect::OutputHas(text) => output.contains(text.as_str()),
         Detect::LaterJobSees { file, text } => {
-            match super::super::git_attacks::later_job_view(world, file) {
+            match crate::selftest::boundary::git_attacks::later_job_view(world, file) {
                 Ok(content) => content.contains(text.as_str()),
                 Err(e) => {
                     tracing::warn!("{e}");

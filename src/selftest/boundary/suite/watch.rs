@@ -1,9 +1,9 @@
 //! The secret search: while the job runs, the suite looks for the account's secret in the
 //! agent's processes from outside.
 
-use super::super::attempts;
-use super::super::world::World;
 use super::report::AttemptReport;
+use crate::selftest::boundary::attempts;
+use crate::selftest::boundary::world::World;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -11,13 +11,18 @@ use std::time::{Duration, Instant};
 /// Searches the job's agent for each of `secrets` until `stop` (a finding per secret): the environment,
 /// arguments and open files of every process of the job (those whose environment names the
 /// job's directory or a directory its agent was given), and the directories the agent was
-/// given (see [`super::super::secret_search`]).
+/// given (see [`crate::selftest::boundary::secret_search`]).
 pub(super) fn watch_agent(
     secrets: &[String],
     job_root: &std::path::Path,
     stop: &std::sync::atomic::AtomicBool,
-) -> (Vec<super::super::secret_search::Findings>, usize) {
-    use super::super::secret_search::{is_agent, own_dirs, search_process, search_tree, Findings};
+) -> (
+    Vec<crate::selftest::boundary::secret_search::Findings>,
+    usize,
+) {
+    use crate::selftest::boundary::secret_search::{
+        is_agent, own_dirs, search_process, search_tree, Findings,
+    };
     let mut findings = vec![Findings::default(); secrets.len()];
     let mut agents = BTreeSet::new();
     let mut markers = vec![job_root.to_string_lossy().into_owned()];
@@ -65,11 +70,11 @@ pub(super) fn watch_agent(
 /// search on what the agents held before the gateway — a process with the key in its
 /// environment, and a private config dir with a link to the account's file — and must find it.
 pub(super) fn secret_search_report(
-    (findings, agents): &(super::super::secret_search::Findings, usize),
+    (findings, agents): &(crate::selftest::boundary::secret_search::Findings, usize),
     world: &World,
     controls: bool,
 ) -> AttemptReport {
-    use super::super::secret_search::{search_process, search_tree, Findings};
+    use crate::selftest::boundary::secret_search::{search_process, search_tree, Findings};
     let control_escaped = controls.then(|| {
         let mut f = Findings::default();
         let tree = world.path().join("secret-search-control");
@@ -85,7 +90,7 @@ pub(super) fn secret_search_report(
             .env("ANTHROPIC_API_KEY", &world.secrets.account)
             .spawn()
         {
-            super::super::secret_search::wait_for_exec(child.id());
+            crate::selftest::boundary::secret_search::wait_for_exec(child.id());
             search_process(child.id(), &world.secrets.account, &mut f);
             let _ = child.kill();
             let _ = child.wait();
