@@ -276,7 +276,7 @@ fn host_checks() -> Vec<Check> {
     ));
     all.extend(crate::nix_setup::checks(&crate::nix_setup::Facts::gather()));
     all.push(crate::nix_setup::bash_static_check());
-    let (cgroups, limits) = crate::serve::limits::host_support();
+    let (cgroups, limits) = crate::serve::cgroup::host_support();
     // A limit the config sets and this host cannot enforce is not `ok`.
     let weak = !cgroups || limits.contains("not enforced");
     let fix = match cgroups {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::field::FieldError;
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
 use super::{Account, Config, EventsConfig, MetricsConfig, NetworkConfig, NixConfig, PushConfig};
@@ -37,23 +38,6 @@ pub struct ConfigFile {
 impl Default for ConfigFile {
     fn default() -> ConfigFile {
         ConfigFile::from(Config::default())
-    }
-}
-
-/// A config field whose value is wrong, and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(field: &str, message: impl Into<String>) -> FieldError {
-        FieldError {
-            field: field.to_string(),
-            message: message.into(),
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::file::FieldError;
+use super::field::FieldError;
 use crate::disk::{DiskLimits, Reserve, DEFAULT_FILES, DEFAULT_LIMIT};
 
 /// Per-job limits: cgroup v2 where the runner's cgroup is delegated, rlimits or nothing

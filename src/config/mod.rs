@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 mod accounts;
 pub mod events;
+mod field;
 mod file;
 mod limits;
 pub mod metrics;
@@ -21,7 +22,8 @@ pub mod push;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
 pub use events::{EventsConfig, Webhook};
-pub use file::{ConfigFile, FieldError};
+pub use field::FieldError;
+pub use file::ConfigFile;
 pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
 pub use metrics::MetricsConfig;
 pub use postgres::{QueueConfig, QueueFile};

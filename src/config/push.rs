@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::file::FieldError;
+use super::field::FieldError;
 use crate::util::git_names::is_ref_name;
 
 /// The placeholder a branch template names the job by.

@@ -10,7 +10,7 @@
 //!   signal killed names the limits in force, and the limit that fired when the signal
 //!   tells (SIGXCPU: the CPU-time limit).
 //!
-//! Per-job cgroups (memory, pids, cpu) are [`super::cgroup`]'s; [`host_support`] says
+//! Per-job cgroups (memory, pids, cpu) are [`super::cgroup`]'s; `cgroup::host_support` says
 //! which limits apply on this host and how (`doctor` prints it).
 
 use std::os::unix::process::CommandExt;
@@ -98,27 +98,6 @@ impl Limits {
     }
 }
 
-/// Which per-job limits this host enforces and how, for `doctor`: the plan `serve` would
-/// make for the memory, pids and cpu limits (the values are examples; `serve` uses its
-/// configured ones). The first field says whether jobs get cgroup limits.
-pub fn host_support() -> (bool, String) {
-    let example = Limits {
-        memory: Some(4 << 30),
-        pids: Some(1024),
-        cpus_milli: Some(1000),
-        ..Limits::default()
-    };
-    // doctor does not know which state dir serve will use: the group's name is shown
-    // as its pattern.
-    let plan = super::cgroup::probe_named(&example, "quest-runner.<state dir hash>");
-    let limits = plan.cgroup.as_ref().is_some_and(|c| !c.enable.is_empty());
-    let line = format!(
-        "{} (shown for limits.memory 4G, pids 1024, cpus 1)",
-        plan.summary()
-    );
-    (limits, line)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,15 +122,6 @@ mod tests {
         assert_eq!(
             crate::util::units::signal_name(Signal::KILL.as_raw()),
             Some("SIGKILL")
-        );
-    }
-
-    #[test]
-    fn the_host_support_line_names_cgroups_or_rlimits() {
-        let (cgroups, line) = host_support();
-        assert!(
-            line.starts_with("cgroup v2") || (!cgroups && line.starts_with("rlimits only")),
-            "{line}"
         );
     }
 }

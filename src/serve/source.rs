@@ -113,6 +113,12 @@ pub trait JobSource: Send + Sync + 'static {
     }
 }
 
+/// A result object for a job the runner ended without running it to the end, as every
+/// source stores it.
+pub fn made_up_result(id: &str, outcome: Outcome, message: &str) -> serde_json::Value {
+    serde_json::json!({"job_id": id, "outcome": outcome.as_str(), "message": message})
+}
+
 /// `result` as the JSON object a source stores (the same as `result.json`), and the outcome
 /// to record with it: the result's own or, if it cannot be written as JSON (a path that is
 /// not UTF-8), an error, with a made-up result that says why.
@@ -121,7 +127,7 @@ pub fn result_json(result: &JobResult) -> (Outcome, serde_json::Value) {
         Ok(value) => (result.outcome, value),
         Err(e) => (
             Outcome::Error,
-            super::queue::made_up_result(
+            made_up_result(
                 &result.job_id,
                 Outcome::Error,
                 &format!("unserialisable result: {e}"),

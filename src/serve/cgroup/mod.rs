@@ -48,7 +48,7 @@ use std::time::Duration;
 
 pub use job::{JobCgroup, Report};
 pub use locate::{locate, Located, OwnState};
-pub use plan::{base_name, plan, probe, probe_named, Applied, CgroupPlan, How, Plan};
+pub use plan::{base_name, host_support, plan, probe, probe_named, Applied, CgroupPlan, How, Plan};
 pub use setup::setup;
 pub use sweep::{
     job_groups, kill, kill_and_remove, members, remove, remove_empty_bases, stray_groups, Swept,

@@ -393,3 +393,38 @@ impl Plan {
         (!parts.is_empty()).then(|| parts.join(", "))
     }
 }
+
+/// Which per-job limits this host enforces and how, for `doctor`: the plan `serve` would
+/// make for the memory, pids and cpu limits (the values are examples; `serve` uses its
+/// configured ones). The first field says whether jobs get cgroup limits.
+pub fn host_support() -> (bool, String) {
+    let example = Limits {
+        memory: Some(4 << 30),
+        pids: Some(1024),
+        cpus_milli: Some(1000),
+        ..Limits::default()
+    };
+    // doctor does not know which state dir serve will use: the group's name is shown
+    // as its pattern.
+    let plan = probe_named(&example, "quest-runner.<state dir hash>");
+    let limits = plan.cgroup.as_ref().is_some_and(|c| !c.enable.is_empty());
+    let line = format!(
+        "{} (shown for limits.memory 4G, pids 1024, cpus 1)",
+        plan.summary()
+    );
+    (limits, line)
+}
+
+#[cfg(test)]
+mod host_support_tests {
+    use super::*;
+
+    #[test]
+    fn the_host_support_line_names_cgroups_or_rlimits() {
+        let (cgroups, line) = host_support();
+        assert!(
+            line.starts_with("cgroup v2") || (!cgroups && line.starts_with("rlimits only")),
+            "{line}"
+        );
+    }
+}

@@ -18,7 +18,8 @@ use super::target::{error_text, ConnectError, PgTarget};
 use crate::config::Config;
 use crate::job::{check_id, Job, JobError, JobSpec};
 use crate::run::Outcome;
-use crate::serve::queue::{made_up_result, Attempt, CancelOutcome, JobState, Listed};
+use crate::serve::queue::{Attempt, CancelOutcome, JobState, Listed};
+use crate::serve::source::made_up_result;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {

@@ -12,7 +12,7 @@ use super::session::{self, QueryError};
 use super::spool::{self, End, Pending};
 use super::{hostname, PgError, Shared, RESULT_LIMIT};
 use crate::run::Outcome;
-use crate::serve::queue::made_up_result;
+use crate::serve::source::made_up_result;
 
 impl Shared {
     /// Records `end` of a claim this process holds: retried with backoff while the database

@@ -15,7 +15,7 @@ use super::spool::End;
 use super::{claim, ends, logship, Held, PgError, PgQueue, Shared, Ticket, LOOK_AGAIN};
 use crate::job::{check_id, Job, JobSpec};
 use crate::run::{JobResult, Outcome};
-use crate::serve::queue::made_up_result;
+use crate::serve::source::made_up_result;
 use crate::serve::source::{result_json, Claimed, Interruption, JobSource, Recovered};
 
 impl Shared {

@@ -101,11 +101,6 @@ pub struct Attempt {
     pub reason: Option<String>,
 }
 
-/// A result object for a job the runner ended without running it to the end.
-pub fn made_up_result(id: &str, outcome: Outcome, message: &str) -> Value {
-    serde_json::json!({"job_id": id, "outcome": outcome.as_str(), "message": message})
-}
-
 pub(super) fn to_json(entry: &Entry) -> Vec<u8> {
     let mut data = serde_json::to_vec_pretty(entry).unwrap_or_default();
     data.push(b'\n');

@@ -43,7 +43,8 @@ use crate::lockfile::LockFile;
 use crate::state::{StateDir, StateError};
 use crate::util::io::IoError;
 
-pub use entry::{made_up_result, Attempt, BriefResult, Entry, StoredResult};
+pub use crate::serve::source::made_up_result;
+pub use entry::{Attempt, BriefResult, Entry, StoredResult};
 pub use read::MAX_ENTRY_BYTES;
 
 #[cfg(test)]
