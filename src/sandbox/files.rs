@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::policy::{Platform, PolicyInputs};
+use super::inputs::{Platform, PolicyInputs};
 use crate::workspace::{WorkspacePaths, AGENT_CONFIG};
 
 /// A directory srt makes available to every sandbox when it exists (`doctor` warns).

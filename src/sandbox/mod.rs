@@ -3,6 +3,7 @@
 pub mod boundary;
 mod env;
 mod files;
+mod inputs;
 mod network;
 pub mod policy;
 pub mod private;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::policy::PolicyInputs;
+use super::inputs::PolicyInputs;
 use crate::job::Trust;
 use crate::workspace::WorkspacePaths;
 

@@ -18,44 +18,10 @@ use crate::workspace::WorkspacePaths;
 // The rules' parts, each in the file of its step; here too, where the policy is read.
 pub use super::env::{env_passes, EnvPolicy, PASSED_ENV};
 pub use super::files::{system_denied_reads, SRT_SHARED_TMP};
+pub use super::inputs::{Platform, PolicyInputs};
 pub use super::network::{
     CaFiles, TrustFile, TrustVar, PROXY_VARS, READ_ONLY_METHODS, REGISTRIES, RETRY_VARS, TRUST_VARS,
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Platform {
-    Linux,
-    Macos,
-}
-
-impl Platform {
-    pub fn current() -> Platform {
-        if cfg!(target_os = "macos") {
-            Platform::Macos
-        } else {
-            Platform::Linux
-        }
-    }
-}
-
-/// What the policy is computed from besides the workspace.
-#[derive(Debug, Clone)]
-pub struct PolicyInputs {
-    pub platform: Platform,
-    pub trust: Trust,
-    /// Hosts the operator adds for trusted revisions (reads only, like the registries).
-    pub extra_hosts: Vec<String>,
-    /// Hosts the operator adds for trusted revisions with every method.
-    pub full_access_hosts: Vec<String>,
-    /// The runner's state directory (logins, tokens, other jobs).
-    pub state_dir: PathBuf,
-    /// The home directory of the user the runner runs as.
-    pub operator_home: Option<PathBuf>,
-    /// Files of the runner's that may live anywhere (account secrets, the config file), each
-    /// with the directories that hide it ([`super::private::hide`]).
-    pub private: Vec<HiddenFile>,
-}
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SandboxPolicy {

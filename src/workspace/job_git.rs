@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::overlay::Layer;
-use super::revision_tree::RevisionTree;
 use super::WorkspaceError;
 use crate::git::Git;
 use crate::util::io::{IoContext, IoError};
@@ -168,7 +167,7 @@ impl JobGit {
         Ok(())
     }
 
-    /// [`JobGit::create`] with the checkout an overlay of `tree` (the revision's files, written
+    /// [`JobGit::create`] with the checkout an overlay of a revision's tree (its files, written
     /// once from the same verified objects) under the job's `layer`: nothing is written but
     /// the store and the `.git` file, and the tree's index, whose stat data is what the job's
     /// git sees through the mount, so `git status` finds it clean without reading a file.
@@ -177,11 +176,11 @@ impl JobGit {
         bare: &Path,
         rev: &str,
         exclude: &str,
-        (tree, layer): (&RevisionTree, &Layer),
+        (tree_index, layer): (&Path, &Layer),
     ) -> Result<(), WorkspaceError> {
         self.add_worktree(bare, rev, exclude).await?;
         let index = self.admin.join("index");
-        std::fs::copy(&tree.index, &index).at("copying", &tree.index)?;
+        std::fs::copy(tree_index, &index).at("copying", tree_index)?;
         layer.create()?;
         // The `.git` file `worktree add` wrote moves into the job's layer, so the mount point
         // is empty and the checkout still holds it.

@@ -53,6 +53,7 @@ pub mod revision_tree;
 mod stubs;
 mod temp;
 mod tree_delta;
+mod tree_stack;
 
 pub use cleanup::{has_record, sweep_abandoned, WorkspaceRecord};
 pub use clone::{
@@ -167,8 +168,13 @@ impl Workspace {
         // The job's own store and worktree: no lock, nothing shared is written.
         match (&tree, &layer) {
             (Some(tree), Some(layer)) => {
-                git.create_layered(&layout.bare_clone, &job.rev, &exclude_text(), (tree, layer))
-                    .await?
+                git.create_layered(
+                    &layout.bare_clone,
+                    &job.rev,
+                    &exclude_text(),
+                    (&tree.index, layer),
+                )
+                .await?
             }
             _ => {
                 git.create(&layout.bare_clone, &job.rev, &exclude_text())

@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use super::job_git::{JobGit, JOB_GIT_LIMIT};
 use super::overlay::{self, Layer};
-use super::revision_tree::{RevisionTree, MAX_DELTAS};
+use super::tree_stack::{RevisionTree, MAX_DELTAS};
 use super::WorkspaceError;
 use crate::git::Git;
 use crate::util::io::IoContext;
