@@ -191,11 +191,3 @@ fn save(file: &Path, result: &JobResult) -> Result<(), Failure> {
     crate::util::fs::write_atomically(dir, file, &data)
         .map_err(|e| Failure::new(Exit::Failed, format!("writing {}: {e}", file.display())))
 }
-
-/// The push this host recorded last for job `id` (a later `push` than the queue's result).
-pub(super) fn local_push(ctx: &Context, id: &str) -> Option<serde_json::Value> {
-    crate::job::check_id(id).ok()?;
-    let file = crate::workspace::job_root(&ctx.state, id).join("result.json");
-    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
-    value.get("push").cloned()
-}

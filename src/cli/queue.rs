@@ -353,7 +353,7 @@ pub fn show(ctx: Context, args: IdArgs) -> Result<(), Failure> {
             }
             // A `quest-runner push` after the job's end is in its result file only.
             if let (Some(push), Some(result)) = (
-                super::deliver::local_push(&ctx, &args.id),
+                local_push(&ctx, &args.id),
                 value.get_mut("result").filter(|r| r.is_object()),
             ) {
                 result["push"] = push;
@@ -435,4 +435,12 @@ pub fn gc(ctx: Context, args: GcArgs) -> Result<(), Failure> {
         serde_json::json!({ "removed": removed, "refs_deleted": refs, "trees_removed": trees })
     ))?;
     Ok(())
+}
+
+/// The push this host recorded last for job `id` (a later `push` than the queue's result).
+fn local_push(ctx: &Context, id: &str) -> Option<serde_json::Value> {
+    crate::job::check_id(id).ok()?;
+    let file = crate::workspace::job_root(&ctx.state, id).join("result.json");
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    value.get("push").cloned()
 }

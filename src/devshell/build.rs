@@ -195,39 +195,10 @@ async fn print_dev_env(
         }
         return Err(DevShellError::Nix {
             what: what.to_string(),
-            message: without_network_hint(p, out.error_message()),
+            message: super::network::without_network_hint(p, out.error_message()),
         });
     }
     Ok(out.stdout)
-}
-
-/// Nix's error, with what to do when it failed for want of the network the job's boundary
-/// gives it: the job's allowed hosts through its proxy, or none.
-pub(super) fn without_network_hint(p: &Prepared, message: String) -> String {
-    let fetch = [
-        "unable to download",
-        "resolve host",
-        "Couldn't connect",
-        "Could not resolve",
-        "HTTP error 403",
-    ];
-    if p.confine.is_none() || p.host_network || !fetch.iter().any(|f| message.contains(f)) {
-        return message;
-    }
-    match p.net {
-        Some(_) => format!(
-            "{message} (the devShell's nix fetches through the job's proxy, from the hosts the \
-             job may reach: add a host its inputs or binary cache need to \"network\": \
-             {{\"extra_hosts\": [...]}} in the config; the job's network.log names each refused \
-             request; see docs/nix.md, \"Supported Nix setups\")"
-        ),
-        None => format!(
-            "{message} (the devShell's nix has no network in the job's boundary: this job's \
-             policy reaches no host (an untrusted revision's never does) or \"nix\": \
-             {{\"network\": \"none\"}} is set; put the revision's inputs in the store first; \
-             see docs/nix.md, \"Supported Nix setups\")"
-        ),
-    }
 }
 
 /// `nix <the runner's options> <tail>`, inside the job's boundary when the request has one,

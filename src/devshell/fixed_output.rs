@@ -40,7 +40,7 @@ pub(super) async fn refuse_unconfinable(
     if !out.status.success() {
         return Err(DevShellError::Nix {
             what: format!("nix show-derivation --recursive {installable}"),
-            message: super::build::without_network_hint(p, out.error_message()),
+            message: super::network::without_network_hint(p, out.error_message()),
         });
     }
     let substituters = substituters(shells, p).await;

@@ -8,6 +8,7 @@ pub mod git_names;
 pub mod hex;
 pub mod io;
 pub mod json_path;
+pub mod mount_ns;
 pub mod rlimit;
 pub mod shell;
 pub mod text;

@@ -156,7 +156,7 @@ pub fn available(scratch: &Path) -> Result<(), &'static str> {
         let scratch = scratch.to_path_buf();
         let answer = match rustix::process::geteuid().is_root() {
             false => Err("the runner is not root, and mounting an overlay needs root".into()),
-            true => super::namespace::in_private_namespace(move || Ok(probe(&scratch)))
+            true => crate::util::mount_ns::in_private_namespace(move || Ok(probe(&scratch)))
                 .unwrap_or_else(|e| Err(format!("no mount namespace of its own: {e}"))),
         };
         if let Err(why) = &answer {

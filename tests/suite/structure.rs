@@ -8,6 +8,8 @@
 //! - Imports: the top-level modules of `src/` (`serve`, `devshell`, `config`, ...) import one
 //!   another through `crate::` paths, one way only: a cycle among them (a strongly connected
 //!   group of modules) fails the test, printed with the `file:line` of each import inside it.
+//!   The same holds one level down and below, among the submodules of each module
+//!   (`serve::queue` and `serve::source`), through `crate::` and `super::` paths.
 //!
 //! The scans are rough, on purpose (no parser as a dependency):
 //! - Test code is left out: files named `tests.rs` or `*_tests.rs`, and a file's trailing
@@ -334,16 +336,21 @@ fn top_module(rel: &str) -> Option<String> {
 /// The top-level modules a file's code names through `crate::` paths, each with the line
 /// (1-based) that names it, outside the trailing test module.
 fn crate_refs(text: &str) -> Vec<(String, usize)> {
+    let mut refs: Vec<(String, usize)> = crate_paths(text)
+        .into_iter()
+        .map(|(path, line)| (path[0].clone(), line))
+        .collect();
+    // A group names a module once however many of its items it imports.
+    refs.dedup();
+    refs
+}
+
+/// The `crate::` paths of a file's code (`crate::serve::queue::FsQueue` → `serve`, `queue`,
+/// `FsQueue`; each item of a group, nested ones too, on its own), each with its line,
+/// outside the test module.
+fn crate_paths(text: &str) -> Vec<(Vec<String>, usize)> {
     let code = mask(text);
     let stop = test_module_start(text).unwrap_or(usize::MAX);
-    let ident = |from: usize| -> String {
-        code[from..]
-            .iter()
-            .skip_while(|c| c.is_ascii_whitespace())
-            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-            .map(|&c| c as char)
-            .collect()
-    };
     let mut out = Vec::new();
     let mut line = 0;
     let mut counted = 0;
@@ -361,19 +368,36 @@ fn crate_refs(text: &str) -> Vec<(String, usize)> {
         if line >= stop {
             break;
         }
-        let after = p + 7;
-        if code.get(after) == Some(&b'{') {
-            // A group: the first name of each item at its top level.
+        let mut paths = Vec::new();
+        use_tree(&code, p + 7, &[], &mut paths);
+        out.extend(
+            paths
+                .into_iter()
+                .filter(|path| !path.is_empty())
+                .map(|path| (path, line + 1)),
+        );
+        p += 7;
+    }
+    out
+}
+
+/// The paths of the use tree at `at` (a path, or a `{…}` group of trees), each after
+/// `prefix`; `self` in a group is the prefix itself.
+fn use_tree(code: &[u8], mut at: usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    let mut path = prefix.to_vec();
+    loop {
+        at += code[at..]
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        if code.get(at) == Some(&b'{') {
             let mut depth = 0usize;
-            let mut item_start = after + 1;
-            for (j, &c) in code.iter().enumerate().skip(after) {
+            let mut item_start = at + 1;
+            for (j, &c) in code.iter().enumerate().skip(at) {
                 match c {
                     b'{' => depth += 1,
                     b'}' | b',' if depth == 1 => {
-                        let name = ident(item_start);
-                        if !name.is_empty() && name != "self" {
-                            out.push((name, line + 1));
-                        }
+                        use_tree(code, item_start, &path, out);
                         item_start = j + 1;
                         if c == b'}' {
                             break;
@@ -383,13 +407,54 @@ fn crate_refs(text: &str) -> Vec<(String, usize)> {
                     _ => {}
                 }
             }
-        } else {
-            let name = ident(after);
-            if !name.is_empty() {
-                out.push((name, line + 1));
-            }
+            return;
         }
-        p = after;
+        let name: String = code[at..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .map(|&c| c as char)
+            .collect();
+        at += name.len();
+        let last = name.is_empty() || !code[at..].starts_with(b"::");
+        if !name.is_empty() && name != "self" {
+            path.push(name);
+        }
+        if last {
+            break;
+        }
+        at += 2;
+    }
+    if path.len() > prefix.len() || !prefix.is_empty() {
+        out.push(path);
+    }
+}
+
+/// The modules a file's code names through `super::<name>` paths, with their lines, outside
+/// the test module.
+fn super_refs(text: &str) -> Vec<(String, usize)> {
+    let code = mask(text);
+    let stop = test_module_start(text).unwrap_or(usize::MAX);
+    let mut out = Vec::new();
+    for (p, _) in code
+        .windows(7)
+        .enumerate()
+        .filter(|(_, w)| *w == b"super::")
+    {
+        if p > 0 && (code[p - 1].is_ascii_alphanumeric() || matches!(code[p - 1], b'_' | b':')) {
+            continue;
+        }
+        let line = code[..p].iter().filter(|&&c| c == b'\n').count();
+        if line >= stop {
+            break;
+        }
+        let name: String = code[p + 7..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .map(|&c| c as char)
+            .collect();
+        if !name.is_empty() && name != "super" {
+            out.push((name, line + 1));
+        }
     }
     out
 }
@@ -537,6 +602,126 @@ fn layers(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> 
         out[d].push(m.to_string());
     }
     out
+}
+
+/// A file's module path below `src/` (`src/serve/queue/mod.rs` → `serve`, `queue`); empty
+/// for the crate roots.
+fn module_path(rel: &str) -> Vec<String> {
+    let inner = rel.strip_prefix("src/").unwrap_or(rel);
+    let inner = inner.strip_suffix(".rs").unwrap_or(inner);
+    let mut parts: Vec<String> = inner.split('/').map(str::to_string).collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    if parts == ["lib"] || parts == ["main"] {
+        parts.clear();
+    }
+    parts
+}
+
+type Graph = std::collections::BTreeMap<(String, String), Vec<String>>;
+
+/// The imports between sibling modules below the top level, by their parent: a
+/// `crate::a::b::x::…` path in `a::b::y` (through `crate::` or `super::`) is an edge `y → x`
+/// of `a::b`. The top level is [`import_graph`]'s.
+fn nested_import_graphs(root: &Path) -> std::collections::BTreeMap<String, Graph> {
+    use std::collections::BTreeSet;
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.retain(|f| !is_test_file(f));
+    files.sort();
+    let rel = |f: &PathBuf| f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(&rel(f))).collect();
+    let mut graphs = std::collections::BTreeMap::<String, Graph>::new();
+    for file in &files {
+        let rel = rel(file);
+        let from = module_path(&rel);
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut targets: Vec<(Vec<String>, usize)> = crate_paths(&text)
+            .into_iter()
+            .map(|(path, line)| {
+                let known = (1..=path.len())
+                    .take_while(|&n| modules.contains(&path[..n]))
+                    .last()
+                    .unwrap_or(0);
+                (path[..known].to_vec(), line)
+            })
+            .collect();
+        if let Some((_, parent)) = from.split_last() {
+            for (name, line) in super_refs(&text) {
+                let sibling = [parent, &[name]].concat();
+                if modules.contains(&sibling) {
+                    targets.push((sibling, line));
+                }
+            }
+        }
+        for (to, line) in targets {
+            let shared = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if shared == 0 || shared >= from.len() || shared >= to.len() {
+                continue; // the top level, or a module's own parent or child
+            }
+            graphs
+                .entry(from[..shared].join("::"))
+                .or_default()
+                .entry((from[shared].clone(), to[shared].clone()))
+                .or_default()
+                .push(format!("{rel}:{line}"));
+        }
+    }
+    graphs
+}
+
+/// The one-way rule one level down, and below: no cycle among the submodules of any module.
+/// The boundary suite's (`selftest::…`) are printed, not yet failed: they are the suite's
+/// own layout, which is still to be cut into layers (issue 27).
+#[test]
+fn submodule_imports_flow_one_way() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut failing = Vec::new();
+    for (parent, edges) in nested_import_graphs(root) {
+        for group in cycles(&edges) {
+            let suite = parent == "selftest" || parent.starts_with("selftest::");
+            println!(
+                "cycle in {parent}{}: {}",
+                if suite {
+                    " (the suite's, not yet failed)"
+                } else {
+                    ""
+                },
+                group.join(", ")
+            );
+            for ((from, to), sites) in &edges {
+                if group.contains(from) && group.contains(to) {
+                    println!("    {from} -> {to}: {}", sites.join(" "));
+                }
+            }
+            if !suite {
+                failing.push(format!("{parent}: {}", group.join(", ")));
+            }
+        }
+    }
+    assert!(
+        failing.is_empty(),
+        "imports among submodules must flow one way; cycles (printed above with the imports \
+         to cut, run with --nocapture): {failing:?}"
+    );
+}
+
+#[test]
+fn the_submodule_scan_sees_crate_and_super_paths() {
+    let src = "use crate::serve::{queue::FsQueue, source::Claimed};\n\
+               use super::limits::Limits;\n";
+    assert_eq!(
+        crate_paths(src),
+        [
+            (vec!["serve".into(), "queue".into(), "FsQueue".into()], 1),
+            (vec!["serve".into(), "source".into(), "Claimed".into()], 1)
+        ]
+    );
+    assert_eq!(super_refs(src), [("limits".to_string(), 2)]);
+    assert_eq!(module_path("src/serve/queue/mod.rs"), ["serve", "queue"]);
+    assert_eq!(module_path("src/serve/limits.rs"), ["serve", "limits"]);
+    assert!(module_path("src/lib.rs").is_empty());
 }
 
 /// The import scan, on a made-up file: grouped and in-place paths are found, comments,
