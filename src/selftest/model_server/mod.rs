@@ -44,6 +44,7 @@ mod netns;
 mod openai;
 mod script;
 mod sse;
+mod wire;
 
 use std::io;
 use std::net::SocketAddr;

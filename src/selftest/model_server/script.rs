@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use super::http::{json_response, Request, Response};
 use super::sse::sse;
+use super::wire::{json_response, Request, Response};
 use super::{anthropic, lock, openai, Exchange, Served, State, Step, DONE_TEXT, SIDE_TEXT};
 
 /// What one model request is answered with.

@@ -1,7 +1,7 @@
 //! Server-sent events, as both dialects stream them: one frame per event, each ended by an
 //! empty line, the whole stream sent as one body.
 
-use super::http::Response;
+use super::wire::Response;
 
 /// The response carrying a whole stream of frames.
 pub(super) fn sse(events: String) -> Response {
