@@ -11,6 +11,7 @@ pub mod model_server;
 pub mod npm_registry;
 pub mod registries;
 pub mod static_bash;
+pub mod stub_http;
 pub mod tls_front;
 pub mod wheel;
 

@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use sha2::Digest;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::task::JoinHandle;
+
+use crate::selftest::stub_http::{self, StubRequest, StubResponse};
 
 /// The package the registry serves.
 pub const PACKAGE: &str = "qr-pkg";
 pub const VERSION: &str = "1.0.0";
-/// Request bodies larger than this are refused (a publish of the suite's package is < 1 KiB).
+/// Request bodies larger than this are refused, 413 (a publish of the suite's package is < 1 KiB).
 const MAX_BODY: usize = 4 << 20;
 
 pub struct NpmRegistry {
@@ -58,17 +59,26 @@ impl NpmRegistry {
             tls_port: tls_port.clone(),
             requests: requests.clone(),
         });
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                tokio::select! {
-                    Ok((stream, _)) = listener.accept() => {
-                        conns.spawn(serve(stream, state.clone()));
-                    }
-                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                }
+        let handler = move |req: StubRequest| {
+            let request = Request {
+                host: req.header("host").unwrap_or_default().to_string(),
+                method: req.method,
+                path: req.target,
+            };
+            state
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("{} {}", request.method, request.path));
+            let (status, content_type, body) = route(&state, &request);
+            StubResponse {
+                status,
+                content_type,
+                body,
+                headers: &[],
             }
-        });
+        };
+        let task = tokio::spawn(stub_http::serve(listener, MAX_BODY, Arc::new(handler)));
         Ok(NpmRegistry {
             port,
             requests,
@@ -169,30 +179,6 @@ fn simple_page(s: &Served) -> String {
     )
 }
 
-/// Answers one connection's requests, in order, until it closes or sends one it cannot read.
-async fn serve(stream: tokio::net::TcpStream, s: Arc<Served>) {
-    let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
-    while let Some(request) = read_request(&mut read, &mut write).await {
-        s.requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(format!("{} {}", request.method, request.path));
-        let (status, kind, bytes) = route(&s, &request);
-        let head = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n",
-            bytes.len()
-        );
-        let mut out = head.into_bytes();
-        if request.method != "HEAD" {
-            out.extend_from_slice(&bytes);
-        }
-        if write.write_all(&out).await.is_err() {
-            return;
-        }
-    }
-}
-
 /// One request as the registry needs it (its body is read, and dropped).
 struct Request {
     method: String,
@@ -200,61 +186,8 @@ struct Request {
     host: String,
 }
 
-/// Reads a request line, its headers and its body (answering `Expect: 100-continue`);
-/// `None` at the end of the connection, or for a body over [`MAX_BODY`].
-async fn read_request(
-    read: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-    write: &mut tokio::net::tcp::OwnedWriteHalf,
-) -> Option<Request> {
-    let mut line = String::new();
-    if read.read_line(&mut line).await.unwrap_or(0) == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or("").to_string(),
-        parts.next().unwrap_or("").to_string(),
-    );
-    let mut length = 0usize;
-    let mut expect_continue = false;
-    let mut host = String::new();
-    loop {
-        let mut h = String::new();
-        if read.read_line(&mut h).await.unwrap_or(0) == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let Some((name, value)) = h.split_once(':') else {
-            continue;
-        };
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.trim().parse().unwrap_or(0),
-            "expect" => expect_continue = value.trim().eq_ignore_ascii_case("100-continue"),
-            "host" => host = value.trim().to_string(),
-            _ => {}
-        }
-    }
-    if length > MAX_BODY {
-        return None;
-    }
-    if expect_continue
-        && write
-            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .await
-            .is_err()
-    {
-        return None;
-    }
-    let mut body = vec![0; length];
-    read.read_exact(&mut body).await.ok()?;
-    Some(Request { method, path, host })
-}
-
 /// The answer to a request: status, content type and body.
-fn route(s: &Served, request: &Request) -> (&'static str, &'static str, Vec<u8>) {
+fn route(s: &Served, request: &Request) -> (u16, &'static str, Vec<u8>) {
     let route = request.path.split('?').next().unwrap_or("");
     let tarball_path = format!("/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz");
     let wheel_path = format!(
@@ -264,20 +197,20 @@ fn route(s: &Served, request: &Request) -> (&'static str, &'static str, Vec<u8>)
     let simple = format!("/simple/{PACKAGE}");
     match (request.method.as_str(), route) {
         ("GET" | "HEAD", r) if r == format!("/{PACKAGE}") => (
-            "200 OK",
+            200,
             "application/json",
             packument(s, &request.host).to_string().into_bytes(),
         ),
         ("GET" | "HEAD", r) if r == tarball_path => {
-            ("200 OK", "application/octet-stream", s.tarball.clone())
+            (200, "application/octet-stream", s.tarball.clone())
         }
         ("GET" | "HEAD", r) if r.trim_end_matches('/') == simple => {
-            ("200 OK", "text/html", simple_page(s).into_bytes())
+            (200, "text/html", simple_page(s).into_bytes())
         }
         ("GET" | "HEAD", r) if r == wheel_path => {
-            ("200 OK", "application/octet-stream", s.wheel.clone())
+            (200, "application/octet-stream", s.wheel.clone())
         }
-        ("PUT", _) => ("201 Created", "application/json", b"{\"ok\":true}".to_vec()),
-        _ => ("200 OK", "application/json", b"{}".to_vec()),
+        ("PUT", _) => (201, "application/json", b"{\"ok\":true}".to_vec()),
+        _ => (200, "application/json", b"{}".to_vec()),
     }
 }
