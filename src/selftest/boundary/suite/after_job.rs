@@ -4,32 +4,20 @@
 
 use super::company::package_manager_controls;
 use super::controls::{rotation_control, shellhook_control};
+use super::evidence::JobEvidence;
 use super::gateway::gateway_controls;
 use super::job_run::JobRun;
 use super::report::{AttemptReport, ControlReport};
 use super::verdicts::{clip, decided, detect, https_forwarded, job_temp_dirs, offered_tools, Seen};
-use super::{SuiteConfig, SuiteRun};
+use super::SuiteRun;
 use crate::gateway::JobGrant;
 use crate::job::{AgentKind, Trust};
-use crate::run::{JobResult, Outcome};
+use crate::run::Outcome;
 use crate::selftest::boundary::attempts::{self, Detect};
-use crate::selftest::boundary::world::{Rotator, World};
-use crate::selftest::model_server::ModelServer;
+use crate::selftest::boundary::world::Rotator;
 use crate::selftest::npm_registry::{NpmRegistry, PACKAGE, VERSION};
 use crate::state::StateDir;
 use std::path::PathBuf;
-
-/// What the job left, which the controls after it judge: its result, the output of each of
-/// the script's tool calls (by step) and its network log, with the run's world and servers.
-#[derive(Clone, Copy)]
-pub(super) struct JobEvidence<'a> {
-    pub(super) world: &'a World,
-    pub(super) server: &'a ModelServer,
-    pub(super) cfg: &'a SuiteConfig,
-    pub(super) result: &'a JobResult,
-    pub(super) outputs: &'a std::collections::BTreeMap<usize, String>,
-    pub(super) net_log: &'a [String],
-}
 
 impl SuiteRun<'_> {
     /// Every control judged from what the job left, in the order the report lists them. The

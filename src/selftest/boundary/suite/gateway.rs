@@ -1,7 +1,7 @@
 //! The model gateway's controls: the job's requests reached the model only through it, and
 //! its tokens stop working when the job ends.
 
-use super::after_job::JobEvidence;
+use super::evidence::JobEvidence;
 use super::report::ControlReport;
 use crate::config::Config;
 use crate::selftest::boundary::world::World;

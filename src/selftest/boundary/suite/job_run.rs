@@ -48,7 +48,7 @@ impl SuiteRun<'_> {
             let (root, stop) = (job_root.clone(), stop.clone());
             tokio::task::spawn_blocking(move || watch_agent(&secrets, &root, &stop))
         };
-        let store_before = super::push::store_names();
+        let store_before = super::store_paths::store_names();
         let result = self
             .runner
             .run(self.job, std::future::pending::<Cancel>())
@@ -57,7 +57,7 @@ impl SuiteRun<'_> {
         let (mut findings, agents) = watcher.await.unwrap_or_default();
         let push_findings = findings.pop().unwrap_or_default();
         let findings = (findings.pop().unwrap_or_default(), agents);
-        let new_store_paths = super::push::new_store_paths(&store_before);
+        let new_store_paths = super::store_paths::new_store_paths(&store_before);
         // The job's `rotate-secrets` replaced the account's key: what follows (the secret
         // search's control links the account's file and looks for the key) needs the one the
         // world names.

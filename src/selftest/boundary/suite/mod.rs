@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 mod after_job;
 mod company;
 mod controls;
+mod evidence;
 mod gateway;
 mod job_run;
 mod project_config;
@@ -24,6 +25,7 @@ mod report;
 mod script;
 mod setup;
 mod stage;
+mod store_paths;
 mod verdicts;
 mod watch;
 

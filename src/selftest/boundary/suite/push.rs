@@ -19,8 +19,6 @@ use crate::selftest::boundary::secret_search::{
     search_data, search_process, search_tree, Findings,
 };
 use crate::selftest::boundary::world::World;
-use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -128,22 +126,6 @@ impl Forge {
             untrusted: true,
         }
     }
-}
-
-/// The names in the Nix store now (none without one).
-pub(super) fn store_names() -> BTreeSet<OsString> {
-    std::fs::read_dir("/nix/store")
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default()
-}
-
-/// The store paths that are not in `before`.
-pub(super) fn new_store_paths(before: &BTreeSet<OsString>) -> Vec<PathBuf> {
-    store_names()
-        .difference(before)
-        .filter(|n| !n.to_string_lossy().starts_with('.'))
-        .map(|n| Path::new("/nix/store").join(n))
-        .collect()
 }
 
 /// Every object of the repository at `git_dir`, uncompressed: a secret committed or stored
