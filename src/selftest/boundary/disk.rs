@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attempts::Rule;
-use super::suite::{AttemptReport, ControlReport};
+use super::report::{AttemptReport, ControlReport};
 use super::world::World;
 use crate::config::Config;
 use crate::disk::{DiskLimits, Reserve};
@@ -34,7 +34,8 @@ use crate::selftest::model_server::{ModelServer, Step};
 use crate::state::StateDir;
 use crate::util::text::clip;
 
-pub const ID: &str = "disk-fill";
+/// The disk pair's attempt, which the disk-limit mutation must let escape.
+pub use super::mutation::DISK_FILL as ID;
 pub const INODES_ID: &str = "disk-fill-inodes";
 /// The pair's file system: large enough that a filler going flat out (~2 GB/s here) is
 /// stopped well before it is full, small enough to fill in a second when nothing stops it.

@@ -17,12 +17,10 @@
 
 pub mod attempts;
 pub mod disk;
-mod git_attacks;
 pub mod host_config;
-mod hostile;
 pub mod mutation;
+pub mod report;
 pub mod secret_search;
-mod shell_attacks;
 pub mod suite;
 pub mod world;
 

@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::sandbox::SandboxPolicy;
 
+/// The disk pair's attempt ([`super::disk`]): the one the disk-limit mutation lets escape.
+pub const DISK_FILL: &str = "disk-fill";
+
 /// One weakened rule, and the attempt that must escape because of it (a mutation run makes
 /// only that attempt, after the permitted command).
 ///
@@ -110,7 +113,7 @@ impl Mutation {
             Mutation::RegistryWrites => &["npm-publish"],
             Mutation::SharedCloneWritable => &["loose-object"],
             Mutation::AdminPointersWritable => &["commondir-redirect"],
-            Mutation::NoDiskLimit => &[super::disk::ID],
+            Mutation::NoDiskLimit => &[DISK_FILL],
             Mutation::PrivateByName | Mutation::PrivateRealDirOnly => &["rotate-secrets"],
         }
     }

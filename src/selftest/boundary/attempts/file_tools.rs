@@ -5,8 +5,7 @@ use serde_json::json;
 
 use super::{tool, Attempt, Detect, Rule, Targets};
 use crate::job::AgentKind;
-use crate::selftest::boundary::hostile::LINK_OUT;
-use crate::selftest::boundary::world::{home_victim, World, VICTIM_TEXT};
+use crate::selftest::boundary::world::{home_victim, World, LINK_OUT, VICTIM_TEXT};
 use crate::selftest::model_server::Step;
 
 /// The agent's file tools, by the names and arguments each agent knows them by.

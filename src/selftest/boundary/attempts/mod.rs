@@ -9,10 +9,12 @@
 mod devshell;
 mod file_tools;
 mod gateway;
+pub(crate) mod git_attacks;
 mod permitted;
 mod planted;
 mod registry;
 mod rotation;
+pub(crate) mod shell_attacks;
 mod table;
 
 pub use permitted::{

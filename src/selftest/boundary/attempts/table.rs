@@ -25,8 +25,8 @@ pub fn all(world: &World, t: &Targets) -> Vec<Attempt> {
     list.extend(gateway_attempts(t, token));
     list.extend(planted_attempts(world));
     list.extend(cgroup_attempts());
-    list.extend(crate::selftest::boundary::git_attacks::attempts(world, t));
-    list.extend(crate::selftest::boundary::shell_attacks::attempts(world, t));
+    list.extend(super::git_attacks::attempts(world, t));
+    list.extend(super::shell_attacks::attempts(world, t));
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.

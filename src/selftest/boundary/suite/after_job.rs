@@ -7,13 +7,13 @@ use super::controls::{rotation_control, shellhook_control};
 use super::evidence::JobEvidence;
 use super::gateway::gateway_controls;
 use super::job_run::JobRun;
-use super::report::{AttemptReport, ControlReport};
 use super::verdicts::{clip, decided, detect, https_forwarded, job_temp_dirs, offered_tools, Seen};
 use super::SuiteRun;
 use crate::gateway::JobGrant;
 use crate::job::{AgentKind, Trust};
 use crate::run::Outcome;
 use crate::selftest::boundary::attempts::{self, Detect};
+use crate::selftest::boundary::report::{AttemptReport, ControlReport};
 use crate::selftest::boundary::world::Rotator;
 use crate::selftest::npm_registry::{NpmRegistry, PACKAGE, VERSION};
 use crate::state::StateDir;
@@ -125,7 +125,7 @@ impl JobEvidence<'_> {
             .collect();
         vec![
             ControlReport::new(
-                super::report::ATTEMPTS_RAN,
+                crate::selftest::boundary::report::ATTEMPTS_RAN,
                 not_ran.is_empty(),
                 if not_ran.is_empty() {
                     format!("{} attempts", reports.len())

@@ -2,7 +2,7 @@
 //! front, the host's package-manager configuration planted for the agent, and the controls
 //! that prove the package managers read through the runner's decider.
 
-use super::report::ControlReport;
+use crate::selftest::boundary::report::ControlReport;
 use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;

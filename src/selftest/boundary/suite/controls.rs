@@ -2,14 +2,14 @@
 //! nothing confines it, or its refusal inside the sandbox proves nothing; and the controls
 //! that run a job's own files on the host side (shellHook, rotation).
 
-use super::report::ControlReport;
 use super::setup::control_checkout;
 use super::verdicts::{detect, Seen};
 use crate::job::AgentKind;
 use crate::lockfile::LockFile;
 use crate::run::JobResult;
+use crate::selftest::boundary::attempts::git_attacks::ControlUndo;
 use crate::selftest::boundary::attempts::{Attempt, Targets};
-use crate::selftest::boundary::git_attacks::ControlUndo;
+use crate::selftest::boundary::report::ControlReport;
 use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use crate::selftest::npm_registry::NpmRegistry;
@@ -40,9 +40,11 @@ pub(super) fn run_controls(
     let worktree = ControlWorktree::open(setup)?;
     // What the attempts on opencode's executor aim at unconfined (the job's is not up yet).
     let _executor = match setup.targets.agent {
-        AgentKind::Opencode => {
-            Some(crate::selftest::boundary::shell_attacks::ControlExecutor::start(setup.world)?)
-        }
+        AgentKind::Opencode => Some(
+            crate::selftest::boundary::attempts::shell_attacks::ControlExecutor::start(
+                setup.world,
+            )?,
+        ),
         AgentKind::Claude => None,
     };
     let mut all_escaped = true;

@@ -2,8 +2,8 @@
 //! its tokens stop working when the job ends.
 
 use super::evidence::JobEvidence;
-use super::report::ControlReport;
 use crate::config::Config;
+use crate::selftest::boundary::report::ControlReport;
 use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::{Exchange, ModelServer};
 use std::path::Path;

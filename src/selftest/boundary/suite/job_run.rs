@@ -1,12 +1,12 @@
 //! The job itself, run through the runner while the suite searches its agent for the
 //! account's secret from outside; then the verdict of every attempt from what it left.
 
-use super::report::{AttemptReport, ControlReport};
 use super::verdicts::{clip, decided, detect, network_log, refused_by_runner, tool_outputs, Seen};
 use super::watch::{secret_search_report, watch_agent};
 use super::SuiteRun;
 use crate::run::{Cancel, JobResult};
 use crate::selftest::boundary::attempts::Rule;
+use crate::selftest::boundary::report::{AttemptReport, ControlReport};
 use crate::selftest::boundary::secret_search::Findings;
 use crate::selftest::model_server::Exchange;
 use std::collections::BTreeMap;

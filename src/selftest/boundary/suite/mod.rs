@@ -21,7 +21,6 @@ mod gateway;
 mod job_run;
 mod project_config;
 mod push;
-mod report;
 mod script;
 mod setup;
 mod stage;
@@ -29,13 +28,14 @@ mod store_paths;
 mod verdicts;
 mod watch;
 
+pub use crate::selftest::boundary::report::{AttemptReport, ControlReport, SuiteReport};
+pub(crate) use crate::selftest::boundary::world::write_scripted_account;
 use controls::{run_controls, ControlSetup};
 use gateway::open_control_grant;
 use project_config::project_config_control;
-pub use report::{AttemptReport, ControlReport, SuiteReport};
 use script::Plan;
 use setup::control_checkout;
-pub(crate) use setup::{scripted_config, write_scripted_account};
+pub(crate) use setup::scripted_config;
 use stage::Stage;
 pub(crate) use verdicts::network_log;
 

@@ -3,9 +3,9 @@
 //! ran" would prove nothing.
 
 use super::agent_binary;
-use super::report::ControlReport;
 use crate::job::AgentKind;
 use crate::selftest::boundary::attempts;
+use crate::selftest::boundary::report::ControlReport;
 use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::ModelServer;
 use std::path::{Path, PathBuf};

@@ -12,9 +12,9 @@
 //! TLS or SSH server the suite does not run (tests/suite/deliver.rs covers the helper's refusals).
 
 use super::job_run::JobRun;
-use super::report::{AttemptReport, ControlReport};
 use crate::config::PushConfig;
 use crate::selftest::boundary::attempts::Rule;
+use crate::selftest::boundary::report::{AttemptReport, ControlReport};
 use crate::selftest::boundary::secret_search::{
     search_data, search_process, search_tree, Findings,
 };

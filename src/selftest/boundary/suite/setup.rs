@@ -22,7 +22,7 @@ pub(super) fn suite_config(
 }
 
 /// A runner config with one account, `main`, for `agent`, whose model is the scripted one
-/// and whose credential is `account_file` (see [`write_scripted_account`]).
+/// and whose credential is `account_file` (see [`crate::selftest::boundary::world::write_scripted_account`]).
 pub(crate) fn scripted_config(
     agent: AgentKind,
     account_file: &std::path::Path,
@@ -58,25 +58,6 @@ pub(crate) fn scripted_config(
     };
     config.accounts.insert("main".into(), account);
     config
-}
-
-/// Writes the scripted model's credential for `agent` at `path`: Claude Code's key file, or
-/// opencode's `auth.json`.
-pub(crate) fn write_scripted_account(
-    agent: AgentKind,
-    path: &std::path::Path,
-    key: &str,
-) -> std::io::Result<()> {
-    let text = match agent {
-        AgentKind::Claude => key.to_string(),
-        AgentKind::Opencode => {
-            serde_json::json!({"scripted": {"type": "api", "key": key}}).to_string()
-        }
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(path, text)
 }
 
 /// Where the unconfined controls run: a worktree of the same bare clone.

@@ -50,7 +50,7 @@ pub(super) fn detect(d: &Detect, output: &str, seen: Seen<'_>, world: &World) ->
         Detect::RegistryGot(prefix) => seen.registry.iter().any(|r| r.starts_with(prefix.as_str())),
         Detect::OutputHas(text) => output.contains(text.as_str()),
         Detect::LaterJobSees { file, text } => {
-            match crate::selftest::boundary::git_attacks::later_job_view(world, file) {
+            match crate::selftest::boundary::attempts::git_attacks::later_job_view(world, file) {
                 Ok(content) => content.contains(text.as_str()),
                 Err(e) => {
                     tracing::warn!("{e}");

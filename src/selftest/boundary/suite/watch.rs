@@ -1,8 +1,8 @@
 //! The secret search: while the job runs, the suite looks for the account's secret in the
 //! agent's processes from outside.
 
-use super::report::AttemptReport;
 use crate::selftest::boundary::attempts;
+use crate::selftest::boundary::report::AttemptReport;
 use crate::selftest::boundary::world::World;
 use std::collections::BTreeSet;
 use std::process::Command;

@@ -11,21 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::attempts::{shell, Attempt, Detect, Rule, Targets};
-use super::world::World;
+use super::{shell, Attempt, Detect, Rule, Targets};
 use crate::job::{AgentKind, Job, Trust};
+use crate::selftest::boundary::world::{World, LOOSE_VICTIM, REPLACE_VICTIM};
 use crate::state::StateDir;
 use crate::workspace::Workspace;
-
-/// Files of the hostile revision whose blobs the attempts rewrite in the shared clone, each
-/// with content of its own (one blob each), so the two cannot mask each other.
-pub const LOOSE_VICTIM: &str = "notes/loose.md";
-pub const REPLACE_VICTIM: &str = "notes/replace.md";
-
-/// A victim's content in the revision.
-pub fn victim_text(file: &str) -> String {
-    format!("{file}: the revision's own text\n")
-}
 
 /// The status command the runner ran on a job's worktree before it kept job and host git
 /// apart: it followed the admin dir's `commondir` and recursed into submodules.

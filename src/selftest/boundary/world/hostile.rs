@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::world::World;
+use super::World;
 use crate::selftest::fixture_git as git;
 
 /// Creates the repository at `world.repo` and returns its revision: the directory its
@@ -96,7 +96,7 @@ fn repo_files(
         "instructions": ["leak"],
     });
 
-    use super::git_attacks::{victim_text, LOOSE_VICTIM, REPLACE_VICTIM};
+    use super::{victim_text, LOOSE_VICTIM, REPLACE_VICTIM};
     [
         ("flake.nix", flake),
         ("flake.lock", bash.lock_file()),

@@ -16,10 +16,10 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::attempts::{ran, shell, Attempt, Detect, Rule, Targets};
-use super::world::World;
+use super::{ran, shell, Attempt, Detect, Rule, Targets};
 use crate::job::AgentKind;
 use crate::jobshell::{client, executor};
+use crate::selftest::boundary::world::World;
 use crate::selftest::model_server::Step;
 
 /// Where the controls' executor listens.

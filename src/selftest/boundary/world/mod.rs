@@ -7,6 +7,12 @@
 //! and on drop a world removes only what it created — a parent directory (`/run/secrets` on a
 //! host without one) only if it made it and nothing else is in it by then.
 
+mod hostile;
+mod victims;
+pub use hostile::LINK_OUT;
+pub(crate) use victims::write_scripted_account;
+pub use victims::{victim_text, LOOSE_VICTIM, REPLACE_VICTIM};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -223,11 +229,7 @@ impl Rotation {
     fn rotate(&self, n: usize) -> std::io::Result<()> {
         let dir = self.account_file.parent().unwrap_or(Path::new("/"));
         let fresh = dir.join(format!(".rotating-{n}"));
-        super::suite::write_scripted_account(
-            self.agent,
-            &fresh,
-            &format!("{}-{n}", self.rotated_account),
-        )?;
+        write_scripted_account(self.agent, &fresh, &format!("{}-{n}", self.rotated_account))?;
         std::fs::rename(&fresh, &self.account_file)?;
 
         let current: serde_json::Value =
@@ -409,7 +411,7 @@ impl World {
             repo: canonical.join("repo"),
             rev: String::new(),
         };
-        world.rev = super::hostile::make_repo(&world, &canonical)?;
+        world.rev = hostile::make_repo(&world, &canonical)?;
         Ok(world)
     }
 
@@ -418,7 +420,7 @@ impl World {
         let r = &self.rotation;
         let dir = r.account_file.parent().unwrap_or(Path::new("/"));
         let fresh = dir.join(".restoring");
-        super::suite::write_scripted_account(r.agent, &fresh, &self.secrets.account)?;
+        write_scripted_account(r.agent, &fresh, &self.secrets.account)?;
         std::fs::rename(&fresh, &r.account_file)
     }
 
@@ -487,7 +489,7 @@ fn plant_private_files(
         AgentKind::Claude => secrets_dir.join("anthropic-key"),
         AgentKind::Opencode => secrets_dir.join("auth.json"),
     };
-    super::suite::write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
+    write_scripted_account(agent, &account_file, &secrets.account).map_err(io)?;
     let push_credential = secrets_dir.join("push-token");
     std::fs::write(&push_credential, format!("{}\n", secrets.push)).map_err(io)?;
     let rotation = Rotation {
