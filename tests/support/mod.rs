@@ -341,6 +341,31 @@ pub fn processes_with(token: &str) -> Vec<u32> {
         .collect()
 }
 
+/// How long a test waits for a stopped build's processes to be gone (see
+/// [`survivors_after`]).
+pub const BUILD_REAPED: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits up to `limit` for every process whose command line holds `token` to end, and
+/// returns the survivors' command lines (empty when all ended). The bound is generous on
+/// purpose: a loaded host (the whole suite on two cores) takes seconds to reap a killed
+/// build, and what a test proves is that the build stopped long before its 300 s ran out.
+pub fn survivors_after(token: &str, limit: std::time::Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + limit;
+    while !processes_with(token).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    processes_with(token)
+        .into_iter()
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some(format!(
+                "{pid}: {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ))
+        })
+        .collect()
+}
+
 /// Nix build directories (and fetcher checkouts) named with `token` that are still on disk:
 /// in /tmp itself, or in the private TMPDIR the runner gives each nix run (`quest-nix-*`).
 pub fn nix_scratch_left(token: &str) -> Vec<PathBuf> {
