@@ -41,6 +41,8 @@
         fileset = lib.fileset.unions [
           ./Cargo.toml
           ./Cargo.lock
+          ./core/Cargo.toml
+          ./selftest
           ./src
           ./tests
           ./benches
@@ -52,7 +54,7 @@
         ];
       };
 
-      # Every .nix file nixfmt checks and formats. src/selftest/sample-flake.nix is left out:
+      # Every .nix file nixfmt checks and formats. selftest/src/sample-flake.nix is left out:
       # it is a template, Nix only once quest-runner substitutes its @SYSTEM@.
       nixFiles = map (path: lib.removePrefix "${toString ./.}/" (toString path)) (
         lib.fileset.toList (

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use quest_runner::gateway::{
     account::SecretSource, upstream::UpstreamUrl, Gateway, GatewayOptions, JobSpec,
 };
-use quest_runner::selftest::model_server::ModelServer;
+use quest_runner_selftest::model_server::ModelServer;
 
 const ROUNDS: usize = 3;
 const PER_ROUND: usize = 200;

@@ -30,8 +30,8 @@ use quest_runner::config::{Account, OpencodeAccount};
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::jobshell::host::Prepared;
 use quest_runner::sandbox::{self, Platform, PolicyInputs};
-use quest_runner::selftest::model_server::{ModelServer, Served, Step};
 use quest_runner::workspace::WorkspacePaths;
+use quest_runner_selftest::model_server::{ModelServer, Served, Step};
 
 mod support;
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quest_runner::selftest::model_server::ModelServer;
+use quest_runner_selftest::model_server::ModelServer;
 
 mod support;
 

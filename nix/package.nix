@@ -69,7 +69,7 @@ let
     "--set-default QUEST_RUNNER_BWRAP ${bubblewrap}/bin/bwrap"
     "--set-default QUEST_RUNNER_SOCAT ${socat}/bin/socat"
     # The builder of the selftest's own devShells, run by Nix's build sandbox with nothing
-    # of the host: statically linked (src/selftest/static_bash.rs).
+    # of the host: statically linked (selftest/src/static_bash.rs).
     "--set-default QUEST_RUNNER_BASH_STATIC ${pkgsStatic.bash}/bin/bash"
   ]
   ++ [
@@ -84,8 +84,9 @@ assert lib.assertMsg (drifted == { }) (
   )
 );
 rustPlatform.buildRustPackage {
+  # The binary's package; the version is the workspace's, which its three packages share.
   pname = cargo.package.name;
-  inherit (cargo.package) version;
+  inherit (cargo.workspace.package) version;
   inherit src;
 
   cargoLock.lockFile = ../Cargo.lock;
@@ -95,7 +96,8 @@ rustPlatform.buildRustPackage {
     installShellFiles
   ];
 
-  # Only the unit tests (--lib) and the suite's deploy and flake parts (tests/suite/deploy.rs,
+  # Only the unit tests (--lib: of the core and of the boundary suite's crate, the workspace's
+  # default members) and the suite's deploy and flake parts (tests/suite/deploy.rs,
   # tests/suite/flake.rs) run inside the Nix build sandbox: those two evaluate the Nix files and
   # modules with this nix and nixpkgs' lib, so `nix flake check` catches what CI does. The other
   # parts of the one test binary (tests/all.rs) are filtered out because the sandbox has none

@@ -32,7 +32,6 @@ pub mod procfs;
 pub mod remove;
 pub mod run;
 pub mod sandbox;
-pub mod selftest;
 pub mod serve;
 pub mod state;
 pub mod store_path;

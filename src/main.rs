@@ -1,3 +1,7 @@
+//! The `quest-runner` binary: the runner's core (`quest_runner`, src/lib.rs, its own package
+//! in core/) and the boundary suite `selftest` runs (`quest_runner_selftest`, selftest/),
+//! linked into one executable.
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -9,5 +13,5 @@ fn main() -> ExitCode {
     if let Some(code) = quest_runner::agentnet::dispatch() {
         return code;
     }
-    quest_runner::cli::main()
+    quest_runner::cli::main(quest_runner_selftest::command::run)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use quest_runner::selftest::static_bash::{BuilderInput, BUILDER};
+use quest_runner_selftest::static_bash::{BuilderInput, BUILDER};
 
 /// A repository whose every commit has a devShell of its own (the commit's label is in the
 /// derivation), so each new revision is a real miss; with a bare clone of it beside.

@@ -22,7 +22,7 @@ pub(super) fn env(ctx: &Context, args: EnvArgs) -> Result<(), Failure> {
     print_shell(&shell, args.format)
 }
 
-pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failure> {
+pub fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failure> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     let written = match format {
@@ -36,7 +36,7 @@ pub(crate) fn print_shell(shell: &DevShell, format: Format) -> Result<(), Failur
     written.map_err(super::stdout_failure)
 }
 
-pub(crate) fn shell_json(shell: &DevShell) -> serde_json::Value {
+pub fn shell_json(shell: &DevShell) -> serde_json::Value {
     let env = shell.env.as_ref();
     serde_json::json!({
         "cache": shell.cache,

@@ -19,13 +19,13 @@ mod deploy;
 mod doctor;
 mod env;
 mod events;
+pub mod extension;
 mod logs;
 mod policy;
 mod queue;
 mod ran;
 mod run;
 mod runtime;
-mod selftest;
 mod shell_files;
 
 const EXIT_CODES: &str = "\
@@ -129,8 +129,8 @@ impl Color {
             Color::Always => true,
             Color::Never => false,
             Color::Auto => {
-                std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
-                    && std::env::var_os("TERM").map_or(true, |t| t != "dumb")
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
                     && std::io::stderr().is_terminal()
             }
         }
@@ -266,7 +266,7 @@ struct EnvArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
-pub(crate) enum Format {
+pub enum Format {
     /// The bash script itself.
     Script,
     /// One JSON object: cache, key, script, gcroot, store_path, ...
@@ -296,7 +296,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub(crate) fn new(code: Exit, message: impl std::fmt::Display) -> Failure {
+    pub fn new(code: Exit, message: impl std::fmt::Display) -> Failure {
         Failure {
             code,
             message: message.to_string(),
@@ -349,7 +349,9 @@ impl From<DevShellError> for Failure {
     }
 }
 
-pub fn main() -> ExitCode {
+/// Runs the command line. `selftest` is answered by `selftest`, the handler of the crate
+/// that holds the boundary suite (see [`extension`]).
+pub fn main(selftest: extension::Selftest) -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if subcommand_of(&args) == Some("env") {
         if let Ok(EnvOnlyCli {
@@ -363,7 +365,7 @@ pub fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(args);
     init_logging(&cli.globals);
-    exit(run(cli))
+    exit(run(cli, selftest))
 }
 
 /// The first word of `args` that is not a global option or its value.
@@ -383,7 +385,7 @@ fn subcommand_of(args: &[std::ffi::OsString]) -> Option<&str> {
 
 /// Writes `text` and a newline to stdout. Every command's data goes through here, not
 /// `println!`, which panics when stdout cannot be written (a full disk, a closed pipe).
-pub(crate) fn out(text: impl std::fmt::Display) -> Result<(), Failure> {
+pub fn out(text: impl std::fmt::Display) -> Result<(), Failure> {
     out_raw(format_args!("{text}\n"))
 }
 
@@ -465,7 +467,7 @@ fn context(cli: &Globals, check_owner: bool) -> Result<Context, Failure> {
     })
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn run(cli: Cli, selftest: extension::Selftest) -> Result<(), Failure> {
     let ctx = match &cli.command {
         // Deployment files need neither the state directory nor the configuration.
         Command::SystemdUnit(args) => return deploy::systemd_unit_command(args),
@@ -492,9 +494,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     ))
                 }
             };
-            selftest::run(
+            selftest(
                 &ctx,
-                &selftest::SelftestOptions {
+                &extension::SelftestOptions {
                     agents,
                     untrusted: args.untrusted,
                     mutations: args.mutations,
@@ -565,7 +567,7 @@ fn job_from(args: JobArgs, ctx: &Context) -> Result<crate::job::Job, Failure> {
 /// Runs `work` on a single-threaded runtime until it finishes or the process gets SIGINT or
 /// SIGTERM. On a signal the work is dropped first — which stops its children and removes
 /// its temporary files — and only then does the runner exit with 130 or 143.
-pub(crate) fn block_on_interruptible<T>(
+pub fn block_on_interruptible<T>(
     work: impl std::future::Future<Output = Result<T, Failure>>,
 ) -> Result<T, Failure> {
     runtime::runtime(None)?.block_on(async {

@@ -8,7 +8,7 @@ use super::Failure;
 use crate::exit::Exit;
 
 /// A runtime with `threads` workers, or on the calling thread alone when `None`.
-pub(crate) fn runtime(threads: Option<usize>) -> Result<Runtime, Failure> {
+pub fn runtime(threads: Option<usize>) -> Result<Runtime, Failure> {
     let mut builder = match threads {
         None => tokio::runtime::Builder::new_current_thread(),
         Some(n) => {

@@ -36,7 +36,7 @@ impl Transport {
         }
         // scp-like `[user@]host:path`: a colon before any slash.
         match (url.find(':'), url.find('/')) {
-            (Some(c), slash) if c > 0 && slash.map_or(true, |s| c < s) && !url.contains("::") => {
+            (Some(c), slash) if c > 0 && slash.is_none_or(|s| c < s) && !url.contains("::") => {
                 Some(Transport::Ssh)
             }
             _ => None,

@@ -107,8 +107,9 @@ impl Runner {
         self
     }
 
-    /// The boundary suite's seams.
-    pub(crate) fn with_hooks(mut self, hooks: RunHooks) -> Runner {
+    /// The boundary suite's seams (quest-runner-selftest, and the tests): empty in every run
+    /// the CLI and `serve` make.
+    pub fn with_hooks(mut self, hooks: RunHooks) -> Runner {
         self.hooks = hooks;
         self
     }
@@ -116,7 +117,7 @@ impl Runner {
     /// Agents start from `env` (after the policy's filter) and commands must not read
     /// `operator_home`, rather than the process's own environment and `HOME`: the boundary
     /// suite plants secrets in both.
-    pub(crate) fn with_environment(
+    pub fn with_environment(
         mut self,
         env: Vec<(String, String)>,
         operator_home: PathBuf,
@@ -147,11 +148,11 @@ impl Runner {
         &self.disk
     }
 
-    pub(crate) fn hooks(&self) -> &RunHooks {
+    pub fn hooks(&self) -> &RunHooks {
         &self.hooks
     }
 
-    pub(crate) fn env_source(&self) -> &[(String, String)] {
+    pub fn env_source(&self) -> &[(String, String)] {
         &self.env_source
     }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use quest_runner::selftest::model_server::{ModelServer, Served, Step, DONE_TEXT};
+use quest_runner_selftest::model_server::{ModelServer, Served, Step, DONE_TEXT};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -3,7 +3,7 @@
 
 use crate::support;
 use quest_runner::job::{AgentKind, Trust};
-use quest_runner::selftest::boundary::{self, Mutation, SuiteConfig, SuiteReport};
+use quest_runner_selftest::boundary::{self, Mutation, SuiteConfig, SuiteReport};
 
 fn print(report: &SuiteReport) {
     for line in report.lines() {

@@ -29,7 +29,7 @@ fn stderr(out: &Output) -> String {
 
 /// Templates among the .nix files: not Nix until quest-runner substitutes a placeholder.
 const TEMPLATES: &[(&str, &str, &str)] =
-    &[("src/selftest/sample-flake.nix", "@SYSTEM@", "x86_64-linux")];
+    &[("selftest/src/sample-flake.nix", "@SYSTEM@", "x86_64-linux")];
 
 fn nix_files(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -33,20 +33,20 @@ const BOTH: [Trust; 2] = [Trust::Trusted, Trust::Untrusted];
 
 const WRONG: &str = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
-/// A runner's world: its state dir (a secret directory and another repository's clone in
+/// A runner's fixture: its state dir (a secret directory and another repository's clone in
 /// it), an account's key file in a directory of its own, and the job's policy.
-struct World {
+struct Fixture {
     _dir: tempfile::TempDir,
     state: PathBuf,
     key_file: PathBuf,
     policy: SandboxPolicy,
 }
 
-fn world() -> World {
+fn fixture() -> Fixture {
     world_of(Trust::Trusted)
 }
 
-fn world_of(trust: Trust) -> World {
+fn world_of(trust: Trust) -> Fixture {
     let dir = tempfile::Builder::new()
         .prefix("qr-n23-")
         .tempdir()
@@ -87,7 +87,7 @@ fn world_of(trust: Trust) -> World {
             private,
         },
     );
-    World {
+    Fixture {
         _dir: dir,
         state,
         key_file,
@@ -186,8 +186,8 @@ fn config() -> Config {
     config
 }
 
-/// The world's devShell cache, and a request for `rev` of `repo`.
-fn shells_and_request(w: &World, repo: &Repo, rev: &str) -> (Arc<DevShells>, Request) {
+/// The fixture's devShell cache, and a request for `rev` of `repo`.
+fn shells_and_request(w: &Fixture, repo: &Repo, rev: &str) -> (Arc<DevShells>, Request) {
     let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config()));
     let req = Request {
         repo: repo.bare(),
@@ -198,8 +198,8 @@ fn shells_and_request(w: &World, repo: &Repo, rev: &str) -> (Arc<DevShells>, Req
     (shells, req)
 }
 
-/// Builds the revision's devShell, confined to the world's policy or not.
-fn build(w: &World, repo: &Repo, rev: &str, confined: bool) -> Result<String, DevShellError> {
+/// Builds the revision's devShell, confined to the fixture's policy or not.
+fn build(w: &Fixture, repo: &Repo, rev: &str, confined: bool) -> Result<String, DevShellError> {
     let (shells, req) = shells_and_request(w, repo, rev);
     let policy = Arc::new(w.policy.clone());
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -221,7 +221,7 @@ struct Seen {
     leaked: Option<PathBuf>,
 }
 
-fn attempt(w: &World, repo: &Repo, rev: &str, secret: &str, confined: bool) -> Seen {
+fn attempt(w: &Fixture, repo: &Repo, rev: &str, secret: &str, confined: bool) -> Seen {
     let before = store_names();
     let answer = build(w, repo, rev, confined);
     let mut leaked = store_gained(&before, secret);
@@ -273,7 +273,7 @@ fn assert_refused(id: &str, control: Seen, confined: Seen, secret: &str) {
     println!("refused-after {id}: {}", first_line(&err));
 }
 
-fn secret_dir(w: &World, secret: &str) -> PathBuf {
+fn secret_dir(w: &Fixture, secret: &str) -> PathBuf {
     let dir = w.state.join(format!(
         "secret-{}",
         secret.len() + secret.as_bytes()[secret.len() - 1] as usize
@@ -534,7 +534,7 @@ fn fod_rev(repo: &Repo, port: u16, tag: &str) -> String {
 /// the boundary does not reach, so the build is refused before it starts.
 #[test]
 fn fixed_output_builder_aimed_at_a_loopback_service() {
-    let w = world();
+    let w = fixture();
     let repo = Repo::new();
     let svc = service();
     let seen = |tag: &str, on: bool| {
@@ -586,7 +586,7 @@ fn untrusted_revisions_get_their_devshell_without_fixed_output_builds() {
 /// Confinement changes nothing for a plain revision: its devShell builds and is a hit after.
 #[test]
 fn a_plain_revision_builds_confined() {
-    let w = world();
+    let w = fixture();
     let repo = Repo::new();
     let rev = repo.commit(&[("flake.nix", &flake(r#"GREETING = "confined";"#))]);
     let script = build(&w, &repo, &rev, true).unwrap();
@@ -599,7 +599,7 @@ fn a_plain_revision_builds_confined() {
 /// lock or staged entry; the cache then builds the next revision as before.
 #[test]
 fn a_dropped_confined_build_leaves_nothing() {
-    let w = world();
+    let w = fixture();
     let repo = Repo::new();
     let slow = SlowBuild::new();
     let rev = repo.commit(&[("flake.nix", &flake(&slow.extra))]);
@@ -646,7 +646,7 @@ struct JobNetwork {
     rt: tokio::runtime::Runtime,
 }
 
-fn job_network(w: &World, allowed: &str) -> JobNetwork {
+fn job_network(w: &Fixture, allowed: &str) -> JobNetwork {
     let mut policy = w.policy.clone();
     policy.allowed_hosts.push(allowed.to_string());
     let job_dir = w.state.join("jobs/n23");
@@ -691,7 +691,7 @@ fn job_network(w: &World, allowed: &str) -> JobNetwork {
 }
 
 impl JobNetwork {
-    fn build(&self, w: &World, repo: &Repo, rev: &str) -> Result<String, DevShellError> {
+    fn build(&self, w: &Fixture, repo: &Repo, rev: &str) -> Result<String, DevShellError> {
         let (shells, req) = shells_and_request(w, repo, rev);
         let (policy, net) = (Arc::new(self.policy.clone()), Some(self.net.clone()));
         self.rt
@@ -730,7 +730,7 @@ fn tarball_rev(repo: &Repo, port: u16, tag: &str) -> String {
 /// namespace: the one address in it is the proxy.
 #[test]
 fn inputs_are_fetched_through_the_job_proxy() {
-    let w = world();
+    let w = fixture();
     let repo = Repo::new();
     let (allowed, other) = (service(), service());
     let job = job_network(&w, &format!("127.0.0.1:{}", allowed.port));
@@ -771,7 +771,7 @@ fn inputs_are_fetched_through_the_job_proxy() {
 }
 
 /// `nix-store --add` of a directory holding `secret`: a store path as any user can make one.
-fn store_add(w: &World, name: &str, secret: &str) -> PathBuf {
+fn store_add(w: &Fixture, name: &str, secret: &str) -> PathBuf {
     let dir = w.state.join(format!("add-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("file"), secret).unwrap();
@@ -791,7 +791,7 @@ fn store_add(w: &World, name: &str, secret: &str) -> PathBuf {
 #[test]
 fn the_job_sees_its_devshell_closure_not_the_whole_store() {
     use quest_runner::sandbox::boundary::{plan, Identity, OwnFiles, Tools};
-    let w = world();
+    let w = fixture();
     let (needed, other) = (token(), token());
     let (needed_path, other_path) = (
         store_add(&w, "needed", &needed),

@@ -1,4 +1,5 @@
-//! The documentation names what exists: every `src/…` and `tests/…` path in README.md,
+//! The documentation names what exists: every `src/…`, `selftest/src/…` and `tests/…` path
+//! in README.md,
 //! CONTRIBUTING.md, ARCHITECTURE.md and docs/*.md (and in the comments of the Nix files, the
 //! unit's settings, which `systemd-unit` prints for the operator, and the scripts) is a file or
 //! directory of this tree, and every
@@ -30,11 +31,11 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
-/// Every `src/…` and `tests/…` path in `text`, as written (trailing punctuation dropped); a
+/// Every `src/…`, `selftest/src/…` and `tests/…` path in `text`, as written (trailing punctuation dropped); a
 /// `*` in one is a glob (`tests/suite/run_*.rs`).
 fn tree_paths(text: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for prefix in ["src/", "tests/"] {
+    for prefix in ["src/", "selftest/src/", "tests/"] {
         for (i, _) in text.match_indices(prefix) {
             let before = text[..i].chars().last();
             if before.is_some_and(|c| c.is_alphanumeric() || "/_-$".contains(c)) {
@@ -165,12 +166,13 @@ fn every_source_path_and_command_the_docs_name_exists() {
 
 #[test]
 fn a_planted_stale_path_or_command_is_caught() {
-    let planted = "See `src/config.rs`, src/no_such_module/, tests/boundary.rs and \
-                   tests/run_*.rs, then run `quest-runner frobnicate`.";
+    let planted = "See `src/config.rs`, src/no_such_module/, tests/boundary.rs, \
+                   src/selftest/boundary/, selftest/src/fixture/ and tests/run_*.rs, then run \
+                   `quest-runner frobnicate`.";
     let problems = problems_in(Path::new("planted.md"), planted);
-    assert_eq!(problems.len(), 5, "{problems:?}");
-    let fine = "See src/config/, tests/suite/boundary.rs, tests/suite/run_*.rs, $src/lib and \
-                `quest-runner logs <id> --follow`.";
+    assert_eq!(problems.len(), 7, "{problems:?}");
+    let fine = "See src/config/, selftest/src/boundary/, tests/suite/boundary.rs, \
+                tests/suite/run_*.rs, $src/lib and `quest-runner logs <id> --follow`.";
     assert!(problems_in(Path::new("fine.md"), fine).is_empty());
 }
 

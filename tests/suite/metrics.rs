@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use quest_runner::selftest::model_server::ModelServer;
+use quest_runner_selftest::model_server::ModelServer;
 use serde_json::Value;
 use support::serve::{claude_binary, Serve};
 use support::*;

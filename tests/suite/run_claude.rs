@@ -6,7 +6,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use quest_runner::selftest::model_server::{ModelServer, Step};
+use quest_runner_selftest::model_server::{ModelServer, Step};
 use serde_json::Value;
 use support::*;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use quest_runner::selftest::model_server::{ModelServer, Step};
+use quest_runner_selftest::model_server::{ModelServer, Step};
 use serde_json::Value;
 use support::serve::{claude_binary, Serve};
 use support::*;

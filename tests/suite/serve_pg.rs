@@ -13,7 +13,7 @@ use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use postgres::Postgres;
-use quest_runner::selftest::model_server::{ModelServer, Step};
+use quest_runner_selftest::model_server::{ModelServer, Step};
 use serde_json::{json, Value};
 use support::*;
 

@@ -1,5 +1,6 @@
-//! The structure rules of issue 16, checked by scanning `src/` (run with `--nocapture` to see
-//! the reports; `scripts/check-structure` does that):
+//! The structure rules of issue 16, checked by scanning the source of each crate of the
+//! workspace, the runner's core (`src/`) and the boundary suite (`selftest/src/`), each on its
+//! own (run with `--nocapture` to see the reports; `scripts/check-structure` does that):
 //!
 //! - Sizes: no non-test source file over 600 lines and no function over 80 lines, so that a
 //!   newcomer can hold a file, and a function, in their head. Asserted for all of `src/`: a
@@ -31,6 +32,27 @@ use std::path::{Path, PathBuf};
 const MAX_FILE_LINES: usize = 600;
 /// The longest function, in lines.
 const MAX_FN_LINES: usize = 80;
+/// The crates the rules hold for, by the directory that holds their `src/`: the runner's core
+/// (src/) and the boundary suite (selftest/src/). The binary's src/main.rs is the core's
+/// neighbour and is scanned with it.
+const CRATES: &[&str] = &["", "selftest/"];
+
+/// The non-test and test source files of the crate in `base` (see [`CRATES`]), sorted.
+fn crate_files(root: &Path, base: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(&root.join(base).join("src"), &mut files);
+    files.sort();
+    files
+}
+
+/// `file` relative to the crate's directory (`selftest/src/wheel.rs` → `src/wheel.rs`), as
+/// the module scans read it.
+fn in_crate(root: &Path, base: &str, file: &Path) -> String {
+    file.strip_prefix(root.join(base))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
 
 #[derive(Debug)]
 struct Offence {
@@ -41,9 +63,7 @@ struct Offence {
 #[test]
 fn files_and_functions_stay_small() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    files.sort();
+    let files: Vec<PathBuf> = CRATES.iter().flat_map(|b| crate_files(root, b)).collect();
     assert!(!files.is_empty(), "no source files found under src/");
 
     let mut offences = Vec::new();
@@ -62,7 +82,7 @@ fn files_and_functions_stay_small() {
 
     assert!(
         offences.is_empty(),
-        "files over {MAX_FILE_LINES} lines or functions over {MAX_FN_LINES} lines in src/ \
+        "files over {MAX_FILE_LINES} lines or functions over {MAX_FN_LINES} lines in src/ or selftest/src/ \
          (split them along their concerns, into named steps):\n{}",
         offences
             .iter()
@@ -71,7 +91,7 @@ fn files_and_functions_stay_small() {
             .join("\n")
     );
     println!(
-        "structure: {} file(s) of src/ within {MAX_FILE_LINES} lines, no function over {MAX_FN_LINES}",
+        "structure: {} file(s) of src/ and selftest/src/ within {MAX_FILE_LINES} lines, no function over {MAX_FN_LINES}",
         files.iter().filter(|f| !is_test_file(f)).count()
     );
 }
@@ -201,7 +221,7 @@ fn mask(text: &str) -> Vec<u8> {
         } else if let Some(hashes) = raw_string_start(b, i) {
             let open = i + rest.iter().position(|&c| c == b'"').unwrap_or(0) + 1;
             let close: Vec<u8> = std::iter::once(b'"')
-                .chain(std::iter::repeat(b'#').take(hashes))
+                .chain(std::iter::repeat_n(b'#', hashes))
                 .collect();
             let end = b[open..]
                 .windows(close.len())
@@ -459,12 +479,10 @@ fn super_refs(text: &str) -> Vec<(String, usize)> {
     out
 }
 
-/// Every import between two different top-level modules of `src/` (test code left out):
-/// (from, to) → the `file:line` sites that make it.
-fn import_graph(root: &Path) -> std::collections::BTreeMap<(String, String), Vec<String>> {
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    files.sort();
+/// Every import between two different top-level modules of the crate in `base` (test code
+/// left out): (from, to) → the `file:line` sites that make it.
+fn import_graph(root: &Path, base: &str) -> Graph {
+    let files = crate_files(root, base);
     let mut edges = std::collections::BTreeMap::<(String, String), Vec<String>>::new();
     for file in &files {
         let rel = file
@@ -472,7 +490,7 @@ fn import_graph(root: &Path) -> std::collections::BTreeMap<(String, String), Vec
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        let Some(from) = top_module(&rel) else {
+        let Some(from) = top_module(&in_crate(root, base, file)) else {
             continue;
         };
         if is_test_file(file) {
@@ -493,7 +511,7 @@ fn import_graph(root: &Path) -> std::collections::BTreeMap<(String, String), Vec
 
 /// The cycles of a graph: its strongly connected groups of more than one node, each sorted,
 /// in order of their first node.
-fn cycles(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> Vec<Vec<String>> {
+fn cycles(edges: &Graph) -> Vec<Vec<String>> {
     use std::collections::{BTreeMap, BTreeSet};
     let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (from, to) in edges.keys() {
@@ -537,44 +555,50 @@ fn cycles(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> 
 #[test]
 fn imports_flow_one_way() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let edges = import_graph(root);
-    let found = cycles(&edges);
-    println!(
-        "imports: {} cycle(s) among the top-level modules of src/",
-        found.len()
-    );
-    for group in &found {
-        println!("  cycle of {} modules: {}", group.len(), group.join(", "));
-        for ((from, to), sites) in &edges {
-            if group.contains(from) && group.contains(to) {
-                println!("    {from} -> {to}: {}", sites.join(" "));
+    let mut found = Vec::new();
+    for base in CRATES {
+        let edges = import_graph(root, base);
+        let cycles = cycles(&edges);
+        println!(
+            "imports: {} cycle(s) among the top-level modules of {base}src/",
+            cycles.len()
+        );
+        for group in &cycles {
+            println!("  cycle of {} modules: {}", group.len(), group.join(", "));
+            for ((from, to), sites) in &edges {
+                if group.contains(from) && group.contains(to) {
+                    println!("    {from} -> {to}: {}", sites.join(" "));
+                }
+            }
+            found.push(format!("{base}src/: {}", group.join(", ")));
+        }
+        if cycles.is_empty() {
+            for (depth, modules) in layers(&edges).iter().enumerate() {
+                println!("  layer {depth}: {}", modules.join(", "));
             }
         }
-    }
-    if found.is_empty() {
-        for (depth, modules) in layers(&edges).iter().enumerate() {
-            println!("  layer {depth}: {}", modules.join(", "));
+        if base.is_empty() {
+            let from_util: Vec<_> = edges
+                .iter()
+                .filter(|((from, _), _)| from == "util")
+                .collect();
+            assert!(
+                from_util.is_empty(),
+                "util holds the leaves and imports nothing else of the crate: {from_util:?}"
+            );
         }
     }
-    let from_util: Vec<_> = edges
-        .iter()
-        .filter(|((from, _), _)| from == "util")
-        .collect();
-    assert!(
-        from_util.is_empty(),
-        "util holds the leaves and imports nothing else of the crate: {from_util:?}"
-    );
     assert!(
         found.is_empty(),
-        "imports must flow one way (cli -> stages -> leaves): {} cycle(s) among src/'s \
-         top-level modules, printed above with the imports to cut (run with --nocapture)",
-        found.len()
+        "imports must flow one way (cli -> stages -> leaves): cycles among a crate's \
+         top-level modules, printed above with the imports to cut (run with --nocapture): \
+         {found:?}"
     );
 }
 
 /// The modules by how far they are from the leaves: layer 0 imports nothing of the crate,
 /// layer n imports only modules of layers below n. Only for a graph without cycles.
-fn layers(edges: &std::collections::BTreeMap<(String, String), Vec<String>>) -> Vec<Vec<String>> {
+fn layers(edges: &Graph) -> Vec<Vec<String>> {
     use std::collections::BTreeMap;
     let mut modules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (from, to) in edges.keys() {
@@ -624,18 +648,19 @@ type Graph = std::collections::BTreeMap<(String, String), Vec<String>>;
 /// The imports between sibling modules below the top level, by their parent: a
 /// `crate::a::b::x::…` path in `a::b::y` (through `crate::` or `super::`) is an edge `y → x`
 /// of `a::b`. The top level is [`import_graph`]'s.
-fn nested_import_graphs(root: &Path) -> std::collections::BTreeMap<String, Graph> {
+fn nested_import_graphs(root: &Path, base: &str) -> std::collections::BTreeMap<String, Graph> {
     use std::collections::BTreeSet;
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    let mut files = crate_files(root, base);
     files.retain(|f| !is_test_file(f));
-    files.sort();
     let rel = |f: &PathBuf| f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(&rel(f))).collect();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|f| module_path(&in_crate(root, base, f)))
+        .collect();
     let mut graphs = std::collections::BTreeMap::<String, Graph>::new();
     for file in &files {
         let rel = rel(file);
-        let from = module_path(&rel);
+        let from = module_path(&in_crate(root, base, file));
         let text = std::fs::read_to_string(file).unwrap();
         let mut targets: Vec<(Vec<String>, usize)> = crate_paths(&text)
             .into_iter()
@@ -680,7 +705,12 @@ fn nested_import_graphs(root: &Path) -> std::collections::BTreeMap<String, Graph
 fn submodule_imports_flow_one_way() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = Vec::new();
-    for (parent, edges) in nested_import_graphs(root) {
+    let graphs = CRATES.iter().flat_map(|base| {
+        nested_import_graphs(root, base)
+            .into_iter()
+            .map(move |(parent, edges)| (format!("{base}src/ {parent}"), edges))
+    });
+    for (parent, edges) in graphs {
         for group in cycles(&edges) {
             println!("cycle in {parent}: {}", group.join(", "));
             for ((from, to), sites) in &edges {

@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use quest_runner::selftest::static_bash::BuilderInput;
+use quest_runner_selftest::static_bash::BuilderInput;
 
 pub fn system() -> String {
     format!("{}-linux", std::env::consts::ARCH)
@@ -43,7 +43,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// The static bash every fixture flake builds with (see `quest_runner::selftest::static_bash`),
+/// The static bash every fixture flake builds with (see `quest_runner_selftest::static_bash`),
 /// one copy per bash binary under Cargo's `target/tmp` (or `QUEST_RUNNER_TEST_SCRATCH`, for a
 /// user who may not write there: scripts/test-daemon): shared by the tests of a checkout and
 /// named by the binary's hash, so a run against another bash (the Debian 13 rootfs's) never
@@ -70,7 +70,7 @@ pub fn fixture_bash() -> &'static BuilderInput {
 }
 
 /// The builder of fixture derivations: in scope inside [`flake`]'s `outputs`.
-pub const BUILDER: &str = quest_runner::selftest::static_bash::BUILDER;
+pub const BUILDER: &str = quest_runner_selftest::static_bash::BUILDER;
 
 /// A shell command for a fixture's builder that waits `secs` seconds. The build sandbox has
 /// no `sleep`: the static bash waits on a pipe nobody writes (`read -t`), a pipe it holds
@@ -501,12 +501,12 @@ pub struct Hanging {
     pub token: String,
     pub repo: Repo,
     pub rev: String,
-    pub server: quest_runner::selftest::model_server::ModelServer,
+    pub server: quest_runner_selftest::model_server::ModelServer,
 }
 
 impl Hanging {
     pub fn new() -> Hanging {
-        use quest_runner::selftest::model_server::{ModelServer, Step};
+        use quest_runner_selftest::model_server::{ModelServer, Step};
         let token = unique_token();
         let repo = Repo::new();
         let rev = repo.commit(&[("README.md", "x")]);
