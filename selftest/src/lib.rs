@@ -13,6 +13,7 @@ pub mod command;
 pub mod model_server;
 pub mod npm_registry;
 pub mod registries;
+pub mod scripts;
 pub mod static_bash;
 pub mod stub_http;
 pub mod tls_front;

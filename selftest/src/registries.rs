@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model_server::{ModelServer, Step};
+use crate::scripts;
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::run::{Cancel, JobResult, RunHooks, Runner};
 use quest_runner::state::StateDir;
@@ -66,24 +67,32 @@ struct Read {
     command: String,
 }
 
-/// The shell function every step starts with: `qr CLIENT WHAT COMMAND...` runs the command
-/// bounded, and prints one `QR` line: `ok WHAT -> <its last line of output> (N ms)`, or
-/// `FAILED WHAT: exit N after N ms: <its last lines of errors>`. `qr_refused` expects a
-/// failure and says how fast and with what message it came.
-fn prelude() -> String {
-    format!(
-        r#"qr_run() {{ t0=$(date +%s%N); out=$(timeout {COMMAND_TIMEOUT_S} "$@" 2>"$TMPDIR/qr.err"); rc=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 )); err=$({{ grep -v '^[[:space:]]*at ' "$TMPDIR/qr.err"; [ -s "$TMPDIR/qr.err" ] || printf '%s\n' "$out"; }} | tail -n 4 | tr '\n' ' ' | cut -c1-400); last=$(printf '%s\n' "$out" | tail -n 1 | cut -c1-200); }}
-qr() {{ c=$1; what=$2; shift 2; qr_run "$@"; if [ $rc = 0 ]; then echo "QR $c ok $what -> $last ($ms ms)"; else echo "QR $c FAILED $what: exit $rc after $ms ms: $err"; fi; return $rc; }}
-qr_refused() {{ c=$1; what=$2; shift 2; qr_run "$@"; if [ $rc = 0 ]; then echo "QR $c NOT-REFUSED $what ($ms ms)"; else echo "QR $c refused $what: exit $rc after $ms ms: $err"; fi; }}
-mkdir -p "$TMPDIR/qr" && cd "$TMPDIR/qr" || exit 1
-"#
-    )
-}
-
-fn read(registry: Option<Registry>, body: &str) -> Read {
+/// The shell function every step starts with (scripts/registry-prelude.sh): `qr CLIENT WHAT
+/// COMMAND...` runs the command bounded, and prints one `QR` line: `ok WHAT -> <its last line
+/// of output> (N ms)`, or `FAILED WHAT: exit N after N ms: <its last lines of errors>`.
+/// `qr_refused` expects a failure and says how fast and with what message it came.
+fn read(registry: Option<Registry>, script: &str) -> Read {
+    let timeout = COMMAND_TIMEOUT_S.to_string();
+    let ix = sparse_index_dir(CRATE);
+    let values = [
+        ("TIMEOUT_S", timeout.as_str()),
+        ("NPM_FLAGS", NPM_FLAGS),
+        ("NP", NPM_PACKAGE),
+        ("NV", NPM_VERSION),
+        ("PP", PYPI_PACKAGE),
+        ("PV", PYPI_VERSION),
+        ("CR", CRATE),
+        ("CV", CRATE_VERSION),
+        ("IX", ix.as_str()),
+        ("UNLISTED", UNLISTED),
+    ];
     Read {
         registry,
-        command: format!("{}{body}", prelude()),
+        command: format!(
+            "{}\n{}",
+            scripts::fill(scripts::REGISTRY_PRELUDE, &values),
+            scripts::fill(script, &values)
+        ),
     }
 }
 
@@ -92,7 +101,7 @@ fn read(registry: Option<Registry>, body: &str) -> Read {
 fn reads(reachable: &[Registry]) -> Vec<Read> {
     let mut out = main_client_reads();
     out.extend(other_client_reads());
-    out.push(refusal_probes());
+    out.push(read(None, scripts::REGISTRY_REFUSAL_PROBES));
     out.retain(|r| r.registry.is_none_or(|reg| reachable.contains(&reg)));
     out
 }
@@ -100,119 +109,30 @@ fn reads(reachable: &[Registry]) -> Vec<Read> {
 /// npm's flags for reads: nothing but the read itself reaches the registry.
 const NPM_FLAGS: &str = "--no-audit --no-fund --no-update-notifier --ignore-scripts";
 
-/// npm, pip and cargo (or curl): each registry read by its own client.
+/// npm (the packument, then the tarball), pip (the simple index page, then the wheel) and
+/// crates.io: cargo when it runs in the sandbox (a devShell's usually does), else the same two
+/// reads with curl, the sparse index entry and the crate file.
 fn main_client_reads() -> Vec<Read> {
-    let (np, nv) = (NPM_PACKAGE, NPM_VERSION);
-    let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
-    let (cr, cv) = (CRATE, CRATE_VERSION);
-    let npm_flags = NPM_FLAGS;
     vec![
-        // npm: the packument, then the tarball.
-        read(
-            Some(Registry::Npm),
-            &format!("qr npm 'view {np}@{nv} version' npm view {npm_flags} {np}@{nv} version"),
-        ),
-        read(
-            Some(Registry::Npm),
-            &format!(
-                "mkdir -p npm && cd npm && echo '{{}}' > package.json && qr npm 'install {np}@{nv}' npm install {npm_flags} --no-package-lock {np}@{nv} && qr npm 'installed package' node -p \"'node_modules/{np} ' + require('./node_modules/{np}/package.json').version\""
-            ),
-        ),
-        // pip: the simple index page, then the wheel.
-        read(
-            Some(Registry::Pypi),
-            &format!(
-                "qr pip 'download {pp}=={pv}' python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check --progress-bar off -q -d pip {pp}=={pv} && qr pip 'downloaded file' sh -c 'stat -c \"%n %s bytes\" pip/*'"
-            ),
-        ),
-        // crates.io: cargo when it runs in the sandbox (a devShell's usually does), else the
-        // same two reads with curl: the sparse index entry and the crate file.
-        read(
-            Some(Registry::Crates),
-            &format!(
-                r#"if cargo --version >/dev/null 2>&1; then
-  mkdir -p cargo/src && cd cargo && : > src/lib.rs && printf '[package]\nname = "qr-fetch"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n{cr} = "={cv}"\n' > Cargo.toml && export CARGO_HOME="$TMPDIR/qr/cargo-home" && qr cargo 'fetch {cr} {cv}' cargo fetch --quiet && qr cargo 'fetched crate' sh -c 'stat -c "%n %s bytes" "$CARGO_HOME"/registry/cache/*/{cr}-{cv}.crate'
-else
-  echo "QR cargo skipped: no cargo runs in the sandbox here ($(command -v cargo || echo 'not on PATH')); crates.io read with curl"
-  qr curl 'crates.io index entry of {cr}' sh -c 'curl -fsS --max-time 60 https://index.crates.io/{ix}/{cr} | grep -cE "\"vers\": ?\"{cv}\""' && qr curl 'crate file {cr}-{cv}' sh -c 'curl -fsSL --max-time 60 -o {cr}.crate https://static.crates.io/crates/{cr}/{cr}-{cv}.crate && stat -c "%n %s bytes" {cr}.crate'
-fi"#,
-                ix = sparse_index_dir(cr),
-            ),
-        ),
+        read(Some(Registry::Npm), scripts::REGISTRY_NPM_VIEW),
+        read(Some(Registry::Npm), scripts::REGISTRY_NPM_INSTALL),
+        read(Some(Registry::Pypi), scripts::REGISTRY_PIP_DOWNLOAD),
+        read(Some(Registry::Crates), scripts::REGISTRY_CARGO_FETCH),
     ]
 }
 
-/// Other package managers, when the host has them.
+/// Other package managers, when the host has them. Yarn 2+ answers to `yarn` too; a host
+/// with both names the second yarn-berry.
 fn other_client_reads() -> Vec<Read> {
-    let (np, nv) = (NPM_PACKAGE, NPM_VERSION);
-    let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
     vec![
-        read(
-            Some(Registry::Npm),
-            &format!(
-                r#"if command -v yarn >/dev/null && yarn --version 2>/dev/null | grep -q '^1\.'; then mkdir -p yarn && cd yarn && echo '{{"name":"qr","version":"0.0.0"}}' > package.json && qr yarn 'add {np}@{nv} (classic)' yarn add --ignore-scripts --no-lockfile --non-interactive {np}@{nv} && qr yarn 'installed package' node -p "require('./node_modules/{np}/package.json').version"; else echo 'QR yarn skipped: no yarn classic on PATH'; fi"#
-            ),
-        ),
-        // Yarn 2+ answers to `yarn` too; a host with both names the second yarn-berry.
-        read(
-            Some(Registry::Npm),
-            &format!(
-                r#"y=$(command -v yarn-berry || command -v yarn); if [ -n "$y" ] && ! "$y" --version 2>/dev/null | grep -q '^1\.'; then mkdir -p berry && cd berry && echo '{{"name":"qr","version":"0.0.0"}}' > package.json && : > yarn.lock && qr yarn-berry "npm info {np}@{nv} (yarn $("$y" --version))" "$y" npm info {np}@{nv} --fields version --json; else echo 'QR yarn-berry skipped: no yarn 2+ on PATH'; fi"#
-            ),
-        ),
-        read(
-            Some(Registry::Npm),
-            &format!(
-                "if command -v pnpm >/dev/null; then mkdir -p pnpm && cd pnpm && echo '{{\"name\":\"qr\",\"version\":\"0.0.0\"}}' > package.json && qr pnpm 'add {np}@{nv}' pnpm add --ignore-scripts {np}@{nv} && qr pnpm 'installed package' node -p \"require('./node_modules/{np}/package.json').version\"; else echo 'QR pnpm skipped: not installed'; fi"
-            ),
-        ),
-        read(
-            Some(Registry::Npm),
-            &format!(
-                "if command -v bun >/dev/null; then mkdir -p bun && cd bun && echo '{{\"name\":\"qr\",\"version\":\"0.0.0\"}}' > package.json && qr bun 'add {np}@{nv}' bun add --ignore-scripts --no-save {np}@{nv} && qr bun 'installed package' sh -c \"grep -o '\\\"version\\\": *\\\"[^\\\"]*\\\"' node_modules/{np}/package.json\"; else echo 'QR bun skipped: not installed'; fi"
-            ),
-        ),
-        read(
-            Some(Registry::Npm),
-            &format!(
-                "if command -v deno >/dev/null; then export DENO_DIR=\"$TMPDIR/qr/deno\" && qr deno 'cache npm:{np}@{nv}' deno cache --quiet npm:{np}@{nv} && qr deno 'cached package' sh -c 'ls -d \"$DENO_DIR\"/npm/registry.npmjs.org/{np}/*'; else echo 'QR deno skipped: not installed'; fi"
-            ),
-        ),
-        read(
-            Some(Registry::Pypi),
-            &format!(
-                "if command -v uv >/dev/null; then export UV_CACHE_DIR=\"$TMPDIR/qr/uv-cache\" && qr uv 'pip install --target {pp}=={pv}' uv pip install --quiet --no-deps --python python3 --target uv {pp}=={pv} && qr uv 'installed module' sh -c 'ls uv | grep -m1 {pp}'; else echo 'QR uv skipped: not installed'; fi"
-            ),
-        ),
-        read(
-            Some(Registry::Npm),
-            &format!(
-                r#"if command -v java >/dev/null; then cat > Fetch.java <<'EOF'
-public class Fetch {{
-  public static void main(String[] a) throws Exception {{
-    var c = (java.net.HttpURLConnection) new java.net.URL(a[0]).openConnection();
-    var body = c.getInputStream().readAllBytes();
-    System.out.println(c.getResponseCode() + " " + body.length + " bytes");
-  }}
-}}
-EOF
-qr java 'GET /{np}/{nv} (HttpsURLConnection)' java -Xshare:auto Fetch.java https://registry.npmjs.org/{np}/{nv}; else echo 'QR java skipped: not installed'; fi"#
-            ),
-        ),
+        read(Some(Registry::Npm), scripts::REGISTRY_YARN),
+        read(Some(Registry::Npm), scripts::REGISTRY_YARN_BERRY),
+        read(Some(Registry::Npm), scripts::REGISTRY_PNPM),
+        read(Some(Registry::Npm), scripts::REGISTRY_BUN),
+        read(Some(Registry::Npm), scripts::REGISTRY_DENO),
+        read(Some(Registry::Pypi), scripts::REGISTRY_UV),
+        read(Some(Registry::Npm), scripts::REGISTRY_JAVA),
     ]
-}
-
-/// Refused requests must fail fast, with a message that says so.
-fn refusal_probes() -> Read {
-    let np = NPM_PACKAGE;
-    let (pp, pv) = (PYPI_PACKAGE, PYPI_VERSION);
-    let npm_flags = NPM_FLAGS;
-    read(
-        None,
-        &format!(
-            "qr_refused npm 'view from an unlisted host' npm view {npm_flags} {np} version --registry https://{UNLISTED}/ ; qr_refused pip 'download from an unlisted index' python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d pip-refused --index-url https://{UNLISTED}/simple {pp}=={pv} ; qr_refused curl 'GET an unlisted host' curl -fsS --max-time 60 https://{UNLISTED}/"
-        ),
-    )
 }
 
 /// The directory of a crate's entry in a sparse index (crate names of 4 or more characters:

@@ -7,14 +7,14 @@
 //! keeping its place. No agent runs here: tests/suite/serve_pg.rs runs real ones.
 
 use crate::support::postgres;
+use crate::support::queue_jobs::{pg_config, pg_target, spec, REV};
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres::Postgres;
-use quest_runner::config::{Config, QueueConfig};
-use quest_runner::job::JobSpec;
+use quest_runner::config::QueueConfig;
 use quest_runner::run::{Cancel, JobResult, Outcome};
 use quest_runner::serve::pg::{admin, schema, target::PgTarget, PgQueue};
 use quest_runner::serve::{Interruption, JobSource};
@@ -25,35 +25,8 @@ use serde_json::{json, Value};
 /// and two reconnection waits (a quarter of it each), and a margin.
 const GRACE_1S: Duration = Duration::from_millis(1800);
 
-const REV: &str = "0123456789abcdef0123456789abcdef01234567";
-
-fn config(pg: &Postgres) -> Config {
-    let mut config: Config = serde_json::from_value(json!({
-        "accounts": {"main": {"agent": "claude", "api_key_file": "/run/k"}}
-    }))
-    .unwrap();
-    config.queue = Some(QueueConfig {
-        postgres: pg.conninfo(),
-        password_file: None,
-        lease: None,
-    });
-    config
-}
-
-fn target(pg: &Postgres) -> PgTarget {
-    PgTarget::from_config(config(pg).queue.as_ref().unwrap()).unwrap()
-}
-
-fn spec(id: &str) -> JobSpec {
-    serde_json::from_value(json!({
-        "id": id, "repo": "https://example.invalid/r.git", "rev": REV, "trust": "trusted",
-        "agent": "claude", "account": "main", "prompt": "p",
-    }))
-    .unwrap()
-}
-
 async fn client(pg: &Postgres) -> tokio_postgres::Client {
-    admin::connect(&target(pg)).await.unwrap()
+    admin::connect(&pg_target(pg)).await.unwrap()
 }
 
 async fn open_at(
@@ -62,9 +35,9 @@ async fn open_at(
     lease: Duration,
 ) -> Result<PgQueue, quest_runner::serve::pg::PgError> {
     PgQueue::open(
-        target(pg),
+        pg_target(pg),
         &StateDir::at(state),
-        &config(pg),
+        &pg_config(pg),
         lease,
         Duration::from_secs(600),
     )
@@ -75,9 +48,9 @@ async fn open_at(
 async fn runner(pg: &Postgres, lease: Duration) -> (tempfile::TempDir, PgQueue) {
     let dir = tempfile::tempdir().unwrap();
     let q = PgQueue::open(
-        target(pg),
+        pg_target(pg),
         &StateDir::at(dir.path()),
-        &config(pg),
+        &pg_config(pg),
         lease,
         Duration::from_secs(600),
     )
@@ -107,7 +80,7 @@ async fn show(pg: &Postgres, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_are_applied_once_when_many_runners_start_at_once() {
     let pg = Postgres::start();
-    let t = target(&pg);
+    let t = pg_target(&pg);
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let t = t.clone();
@@ -153,7 +126,7 @@ async fn each_job_is_claimed_by_exactly_one_of_many_runners() {
         admin::submit(
             &c,
             spec(&format!("j{i}")),
-            &config(&pg),
+            &pg_config(&pg),
             Duration::from_secs(60),
         )
         .await
@@ -206,7 +179,7 @@ async fn expired_leases_requeue_up_to_max_attempts_recording_every_attempt() {
     let pg = Postgres::start();
     let lease = Duration::from_secs(1);
     let c = client(&pg).await;
-    admin::submit(&c, spec("l"), &config(&pg), Duration::from_secs(60))
+    admin::submit(&c, spec("l"), &pg_config(&pg), Duration::from_secs(60))
         .await
         .unwrap();
     let (_d1, dying) = runner(&pg, lease).await;
@@ -265,7 +238,7 @@ async fn a_restarted_runner_takes_back_its_own_jobs_at_once_and_a_live_lease_is_
     let pg = Postgres::start();
     let c = client(&pg).await;
     for id in ["own", "peer"] {
-        admin::submit(&c, spec(id), &config(&pg), Duration::from_secs(60))
+        admin::submit(&c, spec(id), &pg_config(&pg), Duration::from_secs(60))
             .await
             .unwrap();
     }
@@ -360,7 +333,7 @@ async fn malformed_rows_are_moved_aside_with_their_reason() {
 async fn bad_submits_are_refused_naming_what_is_wrong() {
     let pg = Postgres::start();
     let c = client(&pg).await;
-    let cfg = config(&pg);
+    let cfg = pg_config(&pg);
     let t = Duration::from_secs(60);
     admin::submit(&c, spec("dup"), &cfg, t).await.unwrap();
     let err = admin::submit(&c, spec("dup"), &cfg, t).await.unwrap_err();
@@ -401,7 +374,7 @@ async fn bad_submits_are_refused_naming_what_is_wrong() {
 async fn cancel_reaches_the_running_jobs_runner_through_notify() {
     let pg = Postgres::start();
     let c = client(&pg).await;
-    admin::submit(&c, spec("c"), &config(&pg), Duration::from_secs(60))
+    admin::submit(&c, spec("c"), &pg_config(&pg), Duration::from_secs(60))
         .await
         .unwrap();
     // A long lease: renewals (which also carry cancels) come every 20 s, so only the
@@ -440,7 +413,7 @@ async fn cancel_reaches_the_running_jobs_runner_through_notify() {
     assert!(err.is_bad_input(), "{err}");
 
     // A job given back (SIGTERM) while its cancel was pending ends cancelled, not queued.
-    admin::submit(&c, spec("c2"), &config(&pg), Duration::from_secs(60))
+    admin::submit(&c, spec("c2"), &pg_config(&pg), Duration::from_secs(60))
         .await
         .unwrap();
     let claimed = q.claim().await.unwrap().unwrap();
@@ -456,7 +429,7 @@ async fn cancel_reaches_the_running_jobs_runner_through_notify() {
     let v = show(&pg, "c2").await;
     assert_eq!(v["state"], "cancelled", "{v}");
     // A queued job is cancelled at once.
-    admin::submit(&c, spec("c3"), &config(&pg), Duration::from_secs(60))
+    admin::submit(&c, spec("c3"), &pg_config(&pg), Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(
@@ -492,7 +465,7 @@ async fn claims_prefer_warm_jobs_without_starving_cold_ones() {
     let clone = quest_runner::workspace::bare_clone_path(&state, "https://example.invalid/b.git");
     std::fs::create_dir_all(&clone).unwrap();
     cached_devshell(dir.path(), warm_rev);
-    let cfg = config(&pg);
+    let cfg = pg_config(&pg);
     let t = Duration::from_secs(60);
     for s in [
         with("cold", "https://example.invalid/a.git", REV),
@@ -582,7 +555,7 @@ async fn a_database_outage_loses_no_end_even_across_a_runner_restart() {
     let mut pg = Postgres::start();
     let c = client(&pg).await;
     for id in ["o1", "o2"] {
-        admin::submit(&c, spec(id), &config(&pg), Duration::from_secs(60))
+        admin::submit(&c, spec(id), &pg_config(&pg), Duration::from_secs(60))
             .await
             .unwrap();
     }
@@ -705,7 +678,7 @@ async fn an_end_recorded_after_an_outage_keeps_the_time_the_job_ended() {
     let mut pg = Postgres::start();
     let c = client(&pg).await;
     for id in ["t1", "t2"] {
-        admin::submit(&c, spec(id), &config(&pg), Duration::from_secs(60))
+        admin::submit(&c, spec(id), &pg_config(&pg), Duration::from_secs(60))
             .await
             .unwrap();
     }
@@ -772,7 +745,7 @@ async fn a_requeued_job_keeps_its_place_in_the_queue() {
     let pg = Postgres::start();
     let c = client(&pg).await;
     let submit = |id: &'static str| {
-        let (c, config) = (&c, config(&pg));
+        let (c, config) = (&c, pg_config(&pg));
         async move {
             admin::submit(c, spec(id), &config, Duration::from_secs(60))
                 .await
@@ -832,7 +805,7 @@ async fn the_queue_depth_counts_every_hosts_queued_jobs() {
     assert_eq!(empty.queued, 0);
     for i in 0..3 {
         let id = format!("d{i}");
-        admin::submit(&c, spec(&id), &config(&pg), Duration::from_secs(60))
+        admin::submit(&c, spec(&id), &pg_config(&pg), Duration::from_secs(60))
             .await
             .unwrap();
     }

@@ -16,6 +16,7 @@
 //! Ignored by default (about 40 s); scripts/test runs them and prints the figures.
 
 use crate::support::postgres;
+use crate::support::queue_jobs::{config, pg_config, pg_target, spec};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,52 +25,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use postgres::Postgres;
-use quest_runner::config::{Config, QueueConfig};
-use quest_runner::job::JobSpec;
 use quest_runner::run::{Cancel, JobResult, Outcome};
-use quest_runner::serve::pg::{admin, target::PgTarget, PgQueue, Ticket};
+use quest_runner::serve::pg::{admin, PgQueue, Ticket};
 use quest_runner::serve::{Claimed, Interruption, JobSource};
 use quest_runner::state::StateDir;
-use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-const REV: &str = "0123456789abcdef0123456789abcdef01234567";
 const LEASE: Duration = Duration::from_secs(2);
 const MAX_ATTEMPTS: u32 = 5;
 /// How long a stopped runner waits for its jobs' ends to be recorded.
 const GRACE: Duration = Duration::from_secs(3);
 
-fn config(pg: &Postgres) -> Config {
-    let mut config: Config = serde_json::from_value(json!({
-        "accounts": {"main": {"agent": "claude", "api_key_file": "/run/k"}}
-    }))
-    .unwrap();
-    config.queue = Some(QueueConfig {
-        postgres: pg.conninfo(),
-        password_file: None,
-        lease: None,
-    });
-    config
-}
-
-fn target(pg: &Postgres) -> PgTarget {
-    PgTarget::from_config(config(pg).queue.as_ref().unwrap()).unwrap()
-}
-
-fn spec(id: &str) -> JobSpec {
-    serde_json::from_value(json!({
-        "id": id, "repo": "https://example.invalid/r.git", "rev": REV, "trust": "trusted",
-        "agent": "claude", "account": "main", "prompt": "p",
-    }))
-    .unwrap()
-}
-
 async fn submit_wave(pg: &Postgres, from: usize, count: usize) {
-    let c = admin::connect(&target(pg)).await.unwrap();
+    let c = admin::connect(&pg_target(pg)).await.unwrap();
     for n in from..from + count {
         let id = format!("s{n:03}");
-        admin::submit(&c, spec(&id), &config(pg), Duration::from_secs(60))
+        admin::submit(&c, spec(&id), &pg_config(pg), Duration::from_secs(60))
             .await
             .unwrap();
     }
@@ -164,9 +136,9 @@ impl Runner {
     async fn start(pg: &Postgres, dir: &Path, tally: &Arc<Tally>) -> Runner {
         let q = loop {
             let opened = PgQueue::open(
-                target(pg),
+                pg_target(pg),
                 &StateDir::at(dir),
-                &config(pg),
+                &pg_config(pg),
                 LEASE,
                 Duration::from_secs(600),
             )
@@ -261,7 +233,7 @@ fn pending_ends(dirs: &[PathBuf]) -> usize {
 }
 
 async fn cancel(pg: &Postgres, id: &str) -> bool {
-    let Ok(c) = admin::connect(&target(pg)).await else {
+    let Ok(c) = admin::connect(&pg_target(pg)).await else {
         return false;
     };
     admin::cancel(&c, id).await.is_ok()
@@ -424,10 +396,7 @@ fn the_directory_queue_soaked_with_faults_loses_nothing_and_runs_nothing_twice()
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::at(dir.path());
     let open = || FsQueue::open(&state, Duration::from_secs(60)).unwrap();
-    let config: Config = serde_json::from_value(json!({
-        "accounts": {"main": {"agent": "claude", "api_key_file": "/run/k"}}
-    }))
-    .unwrap();
+    let config = config();
     let submitter = open();
     for n in 0..60 {
         submitter

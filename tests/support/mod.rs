@@ -5,6 +5,7 @@
 
 pub mod nix_eval;
 pub mod postgres;
+pub mod queue_jobs;
 pub mod serve;
 pub mod upstream;
 

@@ -169,10 +169,7 @@ fn home_git_config(fixture: &Fixture) -> Attempt {
          the host would read"
             .into(),
         Rule::HostGit,
-        format!(
-            "mkdir -p \"$HOME/.config/git\" && printf '[core]\\n\\tfsmonitor = touch {hook}; false\\n\\tpager = touch {hook}; cat\\n[filter \"qrh\"]\\n\\tclean = touch {hook}; cat\\n[diff]\\n\\texternal = touch {hook}; true\\n' > \"$HOME/.config/git/config\" && \
-             echo '* filter=qrh' > \"$HOME/.config/git/attributes\" && touch -d 2099-01-01 README.md && echo HOME-GIT-CONFIG-WRITTEN"
-        ),
+        crate::scripts::fill(crate::scripts::BOUNDARY_HOME_GIT_CONFIG, &[("HOOK", &hook)]),
         Detect::Any(vec![
             Detect::OutputHas("HOME-GIT-CONFIG-WRITTEN".into()),
             Detect::HostPath(fixture.marker("agent-git-config")),

@@ -4,6 +4,7 @@
 
 use super::Targets;
 use crate::model_server::Step;
+use crate::scripts;
 
 /// The shell command that commands run first: writes the checkout and `$TMPDIR`, sees the
 /// devShell (an untrusted revision's too: built inside the job's boundary). If it fails,
@@ -29,19 +30,21 @@ pub fn permitted_network() -> Step {
 /// The npm config the registry commands use: the stand-in as the registry, with a token
 /// (what a publish needs), written into the command's own temp dir.
 pub(super) fn npmrc(port: u16) -> String {
-    format!(
-        "printf 'registry=http://127.0.0.1:{port}/\\n//127.0.0.1:{port}/:_authToken=qr-token\\naudit=false\\nfund=false\\nupdate-notifier=false\\n' > \"$TMPDIR/qr-npmrc\" && export NPM_CONFIG_USERCONFIG=\"$TMPDIR/qr-npmrc\" NO_PROXY= no_proxy="
-    )
+    scripts::fill(scripts::BOUNDARY_NPMRC, &[("PORT", &port.to_string())])
 }
 
 /// For trusted revisions: reads from a registry go through the runner's decider: `npm view`,
 /// `npm install` (packument and tarball) and a plain `GET` of the stand-in registry. If they
 /// failed, the refusals of the writes below would be vacuous.
 pub fn permitted_registry_reads(port: u16, token: &str) -> Step {
-    let pkg = crate::npm_registry::PACKAGE;
-    Step::bash(format!(
-        "{npmrc} && cd \"$TMPDIR\" && echo \"VIEW=$(npm view {pkg} version)\" && mkdir -p qr-install && cd qr-install && npm install --no-save {pkg} >/dev/null 2>&1 && grep -q '\"name\":\"{pkg}\"' node_modules/{pkg}/package.json && echo INSTALL-OK ; curl -sS -m 10 -o /dev/null -w 'get-status=%{{http_code}}' http://127.0.0.1:{port}/qr-get-{token} ; echo READS-RAN",
-        npmrc = npmrc(port),
+    Step::bash(scripts::fill(
+        scripts::BOUNDARY_REGISTRY_READS,
+        &[
+            ("NPMRC", &npmrc(port)),
+            ("PKG", crate::npm_registry::PACKAGE),
+            ("PORT", &port.to_string()),
+            ("TOKEN", token),
+        ],
     ))
 }
 
@@ -64,33 +67,16 @@ pub fn permitted_package_manager_reads(
     npmrc: &std::path::Path,
     token: &str,
 ) -> Step {
-    let pkg = crate::npm_registry::PACKAGE;
-    let ver = crate::npm_registry::VERSION;
     let npmrc = quest_runner::util::shell::quote(&npmrc.to_string_lossy());
-    let mark = format!("boundary suite {token}");
-    Step::bash(format!(
-        r#"export NO_PROXY= no_proxy= npm_config_update_notifier=false npm_config_audit=false npm_config_fund=false
-R=https://localhost:{tls_port}
-cd "$TMPDIR" && mkdir -p qr-pm && cd qr-pm || exit 1
-rd() {{ c=$1; shift; out=$(timeout 60 "$@" 2>&1); rc=$?; if [ $rc = 0 ]; then echo "READ $c ok $(printf '%s\n' "$out" | tail -n 1 | cut -c1-100)"; else echo "READ $c FAILED exit $rc: $(printf '%s\n' "$out" | grep -v '^[[:space:]]*at ' | tail -n 4 | tr '\n' ' ' | cut -c1-600)"; fi; }}
-pkgjson() {{ mkdir -p "$1" && echo '{{"name":"qr","version":"0.0.0"}}' > "$1/package.json"; }}
-grep -q '{mark}' {npmrc} && echo PLANTED-NPMRC
-grep -q '{mark}' /etc/pip.conf && echo PLANTED-PIPCONF
-echo "WITHOUT npm: $(env -u npm_config_cafile timeout 60 npm view --registry "$R/" --fetch-retries=0 {pkg} version 2>&1 | grep -m1 -o 'code [A-Z_]*')"
-echo "WITHOUT pip: $(env -u PIP_CERT -u REQUESTS_CA_BUNDLE -u CURL_CA_BUNDLE timeout 60 python3 -m pip download --retries 0 --no-deps --no-cache-dir --disable-pip-version-check -d pip-without --index-url "$R/simple" {pkg}=={ver} 2>&1 | grep -m1 -o -i 'certificate verify failed')"
-rd npm npm view --cache "$PWD/npm-cache" --registry "$R/" {pkg}@{ver} version
-pkgjson npm && (cd npm && rd npm-install npm install --cache "$PWD/../npm-cache" --registry "$R/" --ignore-scripts --no-package-lock {pkg}@{ver})
-rd pip python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -d pip --index-url "$R/simple" {pkg}=={ver}
-if command -v uv >/dev/null; then rd uv env UV_CACHE_DIR="$PWD/uv-cache" uv pip install --no-deps --python python3 --target uv --index-url "$R/simple" {pkg}=={ver}; else echo 'READ uv skipped: not installed'; fi
-if command -v yarn >/dev/null && yarn --version 2>/dev/null | grep -q '^1\.'; then pkgjson yarn && (cd yarn && rd yarn yarn add --registry "$R/" --ignore-scripts --no-lockfile --non-interactive {pkg}@{ver}); else echo 'READ yarn skipped: no yarn classic'; fi
-y=$(command -v yarn-berry || command -v yarn); if [ -n "$y" ] && ! "$y" --version 2>/dev/null | grep -q '^1\.'; then pkgjson berry && : > berry/yarn.lock && (cd berry && rd yarn-berry env YARN_NPM_REGISTRY_SERVER="$R" "$y" npm info {pkg}@{ver} --fields version --json); else echo 'READ yarn-berry skipped: no yarn 2+'; fi
-if command -v pnpm >/dev/null; then pkgjson pnpm && (cd pnpm && rd pnpm pnpm add --registry "$R/" --ignore-scripts {pkg}@{ver}); else echo 'READ pnpm skipped: not installed'; fi
-if command -v bun >/dev/null; then pkgjson bun && (cd bun && rd bun bun add --registry "$R/" --ignore-scripts {pkg}@{ver}); else echo 'READ bun skipped: not installed'; fi
-if command -v deno >/dev/null; then rd deno env NPM_CONFIG_REGISTRY="$R/" DENO_DIR="$PWD/deno" deno cache --quiet npm:{pkg}@{ver}; else echo 'READ deno skipped: not installed'; fi
-rd curl curl -fsS -o /dev/null -w '%{{http_code}}' "$R/{pkg}"
-if command -v java >/dev/null; then printf 'public class Fetch {{ public static void main(String[] a) throws Exception {{ var c = (java.net.HttpURLConnection) new java.net.URL(a[0]).openConnection(); System.out.println(c.getResponseCode() + " " + c.getInputStream().readAllBytes().length + " bytes"); }} }}
-' > Fetch.java && rd java java -Dhttp.nonProxyHosts= Fetch.java "$R/{pkg}"; else echo 'READ java skipped: not installed'; fi
-echo PM-READS-RAN"#
+    Step::bash(scripts::fill(
+        scripts::BOUNDARY_PACKAGE_MANAGER_READS,
+        &[
+            ("TLS_PORT", &tls_port.to_string()),
+            ("NPMRC", &npmrc),
+            ("MARK", &format!("boundary suite {token}")),
+            ("PKG", crate::npm_registry::PACKAGE),
+            ("VER", crate::npm_registry::VERSION),
+        ],
     ))
 }
 

@@ -1,0 +1,1 @@
+mkdir -p "$HOME/.config/git" && printf '[core]\n\tfsmonitor = touch @HOOK@; false\n\tpager = touch @HOOK@; cat\n[filter "qrh"]\n\tclean = touch @HOOK@; cat\n[diff]\n\texternal = touch @HOOK@; true\n' > "$HOME/.config/git/config" && echo '* filter=qrh' > "$HOME/.config/git/attributes" && touch -d 2099-01-01 README.md && echo HOME-GIT-CONFIG-WRITTEN

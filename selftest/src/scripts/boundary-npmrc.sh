@@ -1,0 +1,1 @@
+printf 'registry=http://127.0.0.1:@PORT@/\n//127.0.0.1:@PORT@/:_authToken=qr-token\naudit=false\nfund=false\nupdate-notifier=false\n' > "$TMPDIR/qr-npmrc" && export NPM_CONFIG_USERCONFIG="$TMPDIR/qr-npmrc" NO_PROXY= no_proxy=

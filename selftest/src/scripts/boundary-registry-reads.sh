@@ -1,0 +1,1 @@
+@NPMRC@ && cd "$TMPDIR" && echo "VIEW=$(npm view @PKG@ version)" && mkdir -p qr-install && cd qr-install && npm install --no-save @PKG@ >/dev/null 2>&1 && grep -q '"name":"@PKG@"' node_modules/@PKG@/package.json && echo INSTALL-OK ; curl -sS -m 10 -o /dev/null -w 'get-status=%{http_code}' http://127.0.0.1:@PORT@/qr-get-@TOKEN@ ; echo READS-RAN

@@ -1,0 +1,1 @@
+if command -v bun >/dev/null; then mkdir -p bun && cd bun && echo '{"name":"qr","version":"0.0.0"}' > package.json && qr bun 'add @NP@@@NV@' bun add --ignore-scripts --no-save @NP@@@NV@ && qr bun 'installed package' sh -c "grep -o '\"version\": *\"[^\"]*\"' node_modules/@NP@/package.json"; else echo 'QR bun skipped: not installed'; fi

@@ -1,0 +1,1 @@
+if command -v deno >/dev/null; then export DENO_DIR="$TMPDIR/qr/deno" && qr deno 'cache npm:@NP@@@NV@' deno cache --quiet npm:@NP@@@NV@ && qr deno 'cached package' sh -c 'ls -d "$DENO_DIR"/npm/registry.npmjs.org/@NP@/*'; else echo 'QR deno skipped: not installed'; fi

@@ -1,0 +1,1 @@
+mkdir -p npm && cd npm && echo '{}' > package.json && qr npm 'install @NP@@@NV@' npm install @NPM_FLAGS@ --no-package-lock @NP@@@NV@ && qr npm 'installed package' node -p "'node_modules/@NP@ ' + require('./node_modules/@NP@/package.json').version"

@@ -1,0 +1,1 @@
+qr pip 'download @PP@==@PV@' python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check --progress-bar off -q -d pip @PP@==@PV@ && qr pip 'downloaded file' sh -c 'stat -c "%n %s bytes" pip/*'

@@ -1,0 +1,1 @@
+if command -v pnpm >/dev/null; then mkdir -p pnpm && cd pnpm && echo '{"name":"qr","version":"0.0.0"}' > package.json && qr pnpm 'add @NP@@@NV@' pnpm add --ignore-scripts @NP@@@NV@ && qr pnpm 'installed package' node -p "require('./node_modules/@NP@/package.json').version"; else echo 'QR pnpm skipped: not installed'; fi

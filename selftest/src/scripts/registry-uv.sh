@@ -1,0 +1,1 @@
+if command -v uv >/dev/null; then export UV_CACHE_DIR="$TMPDIR/qr/uv-cache" && qr uv 'pip install --target @PP@==@PV@' uv pip install --quiet --no-deps --python python3 --target uv @PP@==@PV@ && qr uv 'installed module' sh -c 'ls uv | grep -m1 @PP@'; else echo 'QR uv skipped: not installed'; fi
