@@ -342,6 +342,31 @@ pub fn processes_with(token: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The account's key never reached the model in a request body, yet every request the model
+/// saw carried `key`: the runner's gateway put it there, the agent held only the job's token.
+/// `marker` is a part of the key that no other text has.
+pub fn assert_only_the_gateway_sent_the_key(
+    server: &quest_runner_selftest::model_server::ModelServer,
+    marker: &str,
+    key: &str,
+) {
+    for body in server.requests() {
+        assert!(
+            !body.to_string().contains(marker),
+            "the key reached the model"
+        );
+    }
+    let exchanges = server.exchanges();
+    assert!(
+        exchanges.iter().all(|e| e.key.as_deref() == Some(key)),
+        "a request without the account's key: {:?}",
+        exchanges
+            .iter()
+            .map(|e| (&e.path, &e.key))
+            .collect::<Vec<_>>()
+    );
+}
+
 /// How long a test waits for a stopped build's processes to be gone (see
 /// [`survivors_after`]).
 pub const BUILD_REAPED: std::time::Duration = std::time::Duration::from_secs(30);
