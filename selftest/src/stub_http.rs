@@ -1,17 +1,14 @@
 //! HTTP/1.1 on hyper for the suite's stand-in servers (the scripted model, the package
 //! registry): each request's body read whole (bounded), answered by a handler with one whole
-//! response. Keep-alive, chunked bodies and `Expect: 100-continue` are hyper's. The server
-//! and every connection stop when the task running [`serve`] is aborted.
+//! response, through the core's one accept loop. The server and every connection stop when
+//! the task running [`serve`] is aborted.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
 /// A request, its body read whole.
 pub struct StubRequest {
@@ -38,36 +35,17 @@ pub struct StubResponse {
 }
 
 /// Serves every connection `listener` accepts with `handler`, until the task running it is
-/// aborted. A body over `max_body` bytes is answered 413 without reaching the handler.
+/// aborted (`quest_runner::util::http1`, the gateway's loop). A body over `max_body` bytes is
+/// answered 413 without reaching the handler.
 pub async fn serve<F>(listener: TcpListener, max_body: usize, handler: Arc<F>)
 where
     F: Fn(StubRequest) -> StubResponse + Send + Sync + 'static,
 {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let handler = handler.clone();
-                    let service = hyper::service::service_fn(move |req| {
-                        let handler = handler.clone();
-                        async move { Ok::<_, Infallible>(answer(req, max_body, &*handler).await) }
-                    });
-                    conns.spawn(async move {
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .keep_alive(true)
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(e) => {
-                    eprintln!("stand-in server: accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    quest_runner::util::http1::serve_http1(listener, "stand-in server", None, move |req| {
+        let handler = handler.clone();
+        async move { answer(req, max_body, &*handler).await }
+    })
+    .await
 }
 
 async fn answer<F>(

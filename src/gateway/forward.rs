@@ -1,6 +1,5 @@
 //! One request through the gateway: token, route, caps, credential, forward, meter, log.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +12,6 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use super::credentials::AuthForm;
 use super::meter::{Meter, Metered};
@@ -21,29 +19,14 @@ use super::{lock, Inner, JobGate};
 
 type OutResponse = Response<BoxBody<Bytes, hyper::Error>>;
 
+/// Serves the gateway's listener until the gateway is dropped (which aborts this task, and
+/// with it every connection).
 pub(super) async fn accept_loop(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!("model gateway: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    crate::util::http1::serve_http1(listener, "model gateway", None, move |req| {
         let inner = inner.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let inner = inner.clone();
-                async move { Ok::<_, Infallible>(handle(&inner, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        async move { handle(&inner, req).await }
+    })
+    .await
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 7.6.1), plus those the

@@ -3,7 +3,6 @@
 //! why not). Every answer is read from what the serve loop already knows, so a scrape costs
 //! the loop nothing and a slow scraper holds nothing of it.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use super::metrics::Metrics;
 
@@ -56,28 +54,14 @@ pub async fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr
     Ok(bound)
 }
 
+/// A client that sends nothing is dropped after a minute rather than kept forever.
 async fn accept_loop(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!("metrics: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(answer(&metrics, &req)) }
-            });
-            // A client that sends nothing is dropped rather than kept forever.
-            let served = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(Duration::from_secs(60), served).await;
-        });
-    }
+    let limit = Some(Duration::from_secs(60));
+    crate::util::http1::serve_http1(listener, "metrics", limit, move |req| {
+        let answered = answer(&metrics, &req);
+        std::future::ready(answered)
+    })
+    .await
 }
 
 fn answer<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {

@@ -6,6 +6,7 @@ pub mod fd;
 pub mod fs;
 pub mod git_names;
 pub mod hex;
+pub mod http1;
 pub mod io;
 pub mod json_path;
 pub mod mount_ns;
