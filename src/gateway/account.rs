@@ -62,16 +62,24 @@ pub fn route(
         Account::Claude(a) => claude(name, a),
         Account::Opencode(a) => opencode(name, a, auth_json),
     }
-    .map_err(AccountError)
 }
 
-fn claude(name: &str, a: &ClaudeAccount) -> Result<Route, String> {
-    let upstream = UpstreamUrl::parse(a.base_url.as_deref().unwrap_or(ANTHROPIC_API))
-        .map_err(|e| format!("accounts.{name}.base_url: {e}"))?;
+fn claude(name: &str, a: &ClaudeAccount) -> Result<Route, AccountError> {
+    let upstream =
+        UpstreamUrl::parse(a.base_url.as_deref().unwrap_or(ANTHROPIC_API)).map_err(|source| {
+            AccountError::BaseUrl {
+                account: name.to_string(),
+                source,
+            }
+        })?;
     let secret = match (&a.api_key_file, &a.credentials_file) {
         (Some(key), _) => SecretSource::File(key.clone()),
         (None, Some(login)) => SecretSource::ClaudeLogin(login.clone()),
-        (None, None) => return Err(format!("account {name} has no credentials configured")),
+        (None, None) => {
+            return Err(AccountError::NoCredentials {
+                account: name.to_string(),
+            })
+        }
     };
     Ok(Route::Gateway {
         upstream,
@@ -80,18 +88,22 @@ fn claude(name: &str, a: &ClaudeAccount) -> Result<Route, String> {
     })
 }
 
-fn opencode(name: &str, a: &OpencodeAccount, auth_json: Option<&Value>) -> Result<Route, String> {
+fn opencode(
+    name: &str,
+    a: &OpencodeAccount,
+    auth_json: Option<&Value>,
+) -> Result<Route, AccountError> {
+    let account = || name.to_string();
     let model = a
         .model
         .as_deref()
         .or_else(|| config_str(a, &["model"]))
-        .ok_or_else(|| {
-            format!("accounts.{name}: opencode accounts name their model (`provider/model`)")
-        })?;
+        .ok_or_else(|| AccountError::NoModel { account: account() })?;
     let Some((provider, _)) = model.split_once('/') else {
-        return Err(format!(
-            "accounts.{name}.model {model:?} is not `provider/model`"
-        ));
+        return Err(AccountError::ModelWithoutProvider {
+            account: account(),
+            model: model.to_string(),
+        });
     };
     let options = |key: &str| config_str(a, &["provider", provider, "options", key]);
     let entry = auth_json.and_then(|v| v.get(provider));
@@ -100,10 +112,10 @@ fn opencode(name: &str, a: &OpencodeAccount, auth_json: Option<&Value>) -> Resul
         (Some(key), _, _) => match key.strip_prefix("{file:").and_then(|k| k.strip_suffix('}')) {
             Some(path) if path.starts_with('/') => SecretSource::File(PathBuf::from(path)),
             _ => {
-                return Err(format!(
-                    "accounts.{name}.config: provider.{provider}.options.apiKey must be a \
-                     {{file:/absolute/path}} reference (the key itself never belongs in the config)"
-                ))
+                return Err(AccountError::KeyNotAFileReference {
+                    account: account(),
+                    provider: provider.to_string(),
+                })
             }
         },
         (None, Some("api"), Some(file)) => SecretSource::AuthJson {
@@ -119,10 +131,10 @@ fn opencode(name: &str, a: &OpencodeAccount, auth_json: Option<&Value>) -> Resul
             })
         }
         (None, None, _) => {
-            return Err(format!(
-                "account {name}: no key for provider {provider} (an auth.json entry of type api, \
-                 or provider.{provider}.options.apiKey as {{file:...}})"
-            ))
+            return Err(AccountError::NoKey {
+                account: account(),
+                provider: provider.to_string(),
+            })
         }
     };
     let url = options("baseURL")
@@ -133,14 +145,15 @@ fn opencode(name: &str, a: &OpencodeAccount, auth_json: Option<&Value>) -> Resul
                 .find(|(p, _)| *p == provider)
                 .map(|(_, u)| u.to_string())
         })
-        .ok_or_else(|| {
-            format!(
-                "accounts.{name}.config: set provider.{provider}.options.baseURL: the gateway \
-                 must know where {provider}'s API is"
-            )
+        .ok_or_else(|| AccountError::NoBaseUrl {
+            account: account(),
+            provider: provider.to_string(),
         })?;
-    let upstream = UpstreamUrl::parse(&url)
-        .map_err(|e| format!("accounts.{name}: provider.{provider}.options.baseURL: {e}"))?;
+    let upstream = UpstreamUrl::parse(&url).map_err(|source| AccountError::ProviderBaseUrl {
+        account: account(),
+        provider: provider.to_string(),
+        source,
+    })?;
     Ok(Route::Gateway {
         upstream,
         secret,
@@ -231,14 +244,22 @@ mod tests {
     #[test]
     fn opencode_mistakes_are_named() {
         let literal = json!({"provider": {"p": {"options": {"baseURL": "http://x/v1", "apiKey": "sk-live"}}}});
-        let e = route("o", &oc(Some(literal), "p/m"), None).unwrap_err().0;
+        let e = route("o", &oc(Some(literal), "p/m"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("{file:"), "{e}");
         let auth = json!({"p": {"type": "api", "key": "k"}});
-        let e = route("o", &oc(None, "p/m"), Some(&auth)).unwrap_err().0;
+        let e = route("o", &oc(None, "p/m"), Some(&auth))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("baseURL"), "{e}");
-        let e = route("o", &oc(None, "nomodel"), Some(&auth)).unwrap_err().0;
+        let e = route("o", &oc(None, "nomodel"), Some(&auth))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("provider/model"), "{e}");
-        let e = route("o", &oc(None, "q/m"), Some(&auth)).unwrap_err().0;
+        let e = route("o", &oc(None, "q/m"), Some(&auth))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no key for provider q"), "{e}");
     }
 }

@@ -47,7 +47,7 @@ pub fn check(name: &str, account: &Account) -> Result<String, String> {
         }
         Account::Claude(_) => None,
     };
-    let route = route(name, account, auth_json.as_ref()).map_err(|e| e.0)?;
+    let route = route(name, account, auth_json.as_ref()).map_err(|e| e.to_string())?;
     let Route::Gateway {
         upstream, secret, ..
     } = route

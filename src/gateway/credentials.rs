@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use zeroize::Zeroizing;
 
 use super::upstream::HttpClient;
-use super::CredentialError;
+use super::{ApplyError, CredentialError, RefreshProblem};
 use crate::lockfile::LockFile;
 
 /// Claude Code's OAuth client and token endpoint (Claude Code 2.1: `CLIENT_ID`, `TOKEN_URL`).
@@ -55,8 +55,8 @@ impl std::fmt::Debug for Credential {
     }
 }
 
-fn header(value: &str) -> Result<HeaderValue, String> {
-    let mut v = HeaderValue::from_str(value).map_err(|_| "the credential is not a header value")?;
+fn header(value: &str) -> Result<HeaderValue, ApplyError> {
+    let mut v = HeaderValue::from_str(value).map_err(|_| ApplyError::NotAHeaderValue)?;
     v.set_sensitive(true);
     Ok(v)
 }
@@ -68,7 +68,7 @@ impl Credential {
         headers: &mut http::HeaderMap,
         form: AuthForm,
         client: &HttpClient,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApplyError> {
         match self {
             Credential::Key(key) => {
                 match form {
@@ -91,7 +91,7 @@ impl Credential {
                 };
                 headers.insert(
                     "anthropic-beta",
-                    HeaderValue::from_str(&beta).map_err(|e| e.to_string())?,
+                    HeaderValue::from_str(&beta).map_err(|_| ApplyError::NotAHeaderValue)?,
                 );
                 Ok(())
             }
@@ -232,32 +232,35 @@ impl ClaudeLogin {
     }
 
     /// A valid access token, refreshed first if it expires within five minutes.
-    pub async fn access_token(&self, client: &HttpClient) -> Result<Zeroizing<String>, String> {
+    pub async fn access_token(&self, client: &HttpClient) -> Result<Zeroizing<String>, ApplyError> {
         let mut held = self.held.lock().await;
         if let Some(t) = held.as_ref().filter(|t| t.fresh()) {
             return Ok(t.access.clone());
         }
         // Someone (another runner, an operator's new /login) may have renewed it already.
-        let (_, t) = self.read().map_err(|e| e.to_string())?;
+        let (_, t) = self.read()?;
         if t.fresh() {
             let access = t.access.clone();
             *held = Some(t);
             return Ok(access);
         }
         if let Some(dir) = self.lock.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| ApplyError::LockDir {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
         }
         let _lock = tokio::time::timeout(REFRESH_TIMEOUT, LockFile::acquire(&self.lock))
             .await
-            .map_err(|_| {
-                format!(
-                    "another runner held the login refresh lock {} for {}s",
-                    self.lock.display(),
-                    REFRESH_TIMEOUT.as_secs()
-                )
+            .map_err(|_| ApplyError::LockHeld {
+                lock: self.lock.clone(),
+                secs: REFRESH_TIMEOUT.as_secs(),
             })?
-            .map_err(|e| format!("locking {}: {e}", self.lock.display()))?;
-        let (mut file, t) = self.read().map_err(|e| e.to_string())?;
+            .map_err(|source| ApplyError::Lock {
+                lock: self.lock.clone(),
+                source,
+            })?;
+        let (mut file, t) = self.read()?;
         if t.fresh() {
             let access = t.access.clone();
             *held = Some(t);
@@ -265,13 +268,14 @@ impl ClaudeLogin {
         }
         let renewed = tokio::time::timeout(REFRESH_TIMEOUT, self.refresh(client, &t))
             .await
-            .map_err(|_| {
-                format!(
-                    "refreshing the login of {}: no answer in {}s",
-                    self.file.display(),
-                    REFRESH_TIMEOUT.as_secs()
-                )
-            })??;
+            .map_err(|_| ApplyError::RefreshTimeout {
+                file: self.file.clone(),
+                secs: REFRESH_TIMEOUT.as_secs(),
+            })?
+            .map_err(|problem| ApplyError::Refresh {
+                file: self.file.clone(),
+                problem,
+            })?;
         self.refreshes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         file["claudeAiOauth"]["accessToken"] = json!(&*renewed.access);
@@ -282,11 +286,11 @@ impl ClaudeLogin {
         let dir = self.file.parent().unwrap_or(Path::new("/"));
         // The new refresh token replaces the old one, which the provider may have revoked:
         // losing this write would lose the login, so it fails the request loudly.
-        crate::util::fs::write_atomically(dir, &self.file, &data).map_err(|e| {
-            format!(
-                "writing the refreshed login to {}: {e}",
-                self.file.display()
-            )
+        crate::util::fs::write_atomically(dir, &self.file, &data).map_err(|source| {
+            ApplyError::Write {
+                file: self.file.clone(),
+                source,
+            }
         })?;
         tracing::info!(file = %self.file.display(), "refreshed the Claude login");
         let access = renewed.access.clone();
@@ -294,8 +298,8 @@ impl ClaudeLogin {
         Ok(access)
     }
 
-    async fn refresh(&self, client: &HttpClient, t: &OAuth) -> Result<OAuth, String> {
-        let fail = |m: String| format!("refreshing the login of {}: {m}", self.file.display());
+    async fn refresh(&self, client: &HttpClient, t: &OAuth) -> Result<OAuth, RefreshProblem> {
+        let fail = |e: &dyn std::fmt::Display| RefreshProblem::Request(e.to_string());
         let mut body = json!({
             "grant_type": "refresh_token",
             "refresh_token": &*t.refresh,
@@ -312,32 +316,26 @@ impl ClaudeLogin {
                     .map_err(|never| match never {})
                     .boxed(),
             )
-            .map_err(|e| fail(e.to_string()))?;
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(&e))?;
+        let response = client.request(request).await.map_err(|e| fail(&e))?;
         let status = response.status();
         let bytes = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| fail(&e))?
             .to_bytes();
         if !status.is_success() {
             // The body names the error (invalid_grant, ...), never a token.
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
-            return Err(fail(format!(
-                "the token endpoint answered {status}: {text}"
-            )));
+            return Err(RefreshProblem::Status { status, text });
         }
-        let v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| fail(format!("the token endpoint's answer is not JSON: {e}")))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(RefreshProblem::NotJson)?;
         let access = v
             .get("access_token")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| fail("the answer has no access_token".into()))?;
+            .ok_or(RefreshProblem::NoAccessToken)?;
         let expires_in = v.get("expires_in").and_then(Value::as_u64).unwrap_or(3600);
         Ok(OAuth {
             access: Zeroizing::new(access.to_string()),

@@ -46,8 +46,90 @@ pub enum CredentialError {
     MissingField { path: PathBuf, field: &'static str },
 }
 
+/// Why a request got no credential: a key that is no header value, or a Claude `/login` that
+/// could not be read, locked or refreshed. The gateway answers the request 502 with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("the credential is not a header value")]
+    NotAHeaderValue,
+    #[error(transparent)]
+    Read(#[from] CredentialError),
+    #[error("creating {}: {source}", dir.display())]
+    LockDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("another runner held the login refresh lock {} for {secs}s", lock.display())]
+    LockHeld { lock: PathBuf, secs: u64 },
+    #[error("locking {}: {source}", lock.display())]
+    Lock {
+        lock: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("refreshing the login of {}: no answer in {secs}s", file.display())]
+    RefreshTimeout { file: PathBuf, secs: u64 },
+    #[error("refreshing the login of {}: {problem}", file.display())]
+    Refresh {
+        file: PathBuf,
+        problem: RefreshProblem,
+    },
+    #[error("writing the refreshed login to {}: {source}", file.display())]
+    Write {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What went wrong asking the token endpoint for a new access token.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshProblem {
+    #[error("{0}")]
+    Request(String),
+    #[error("the token endpoint answered {status}: {text}")]
+    Status {
+        status: http::StatusCode,
+        text: String,
+    },
+    #[error("the token endpoint's answer is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the answer has no access_token")]
+    NoAccessToken,
+}
+
 /// An account the gateway cannot route: what in its config to set or change (the text
 /// names the setting, `accounts.<name>.…`).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct AccountError(pub String);
+pub enum AccountError {
+    #[error("accounts.{account}.base_url: {source}")]
+    BaseUrl {
+        account: String,
+        source: super::upstream::UpstreamUrlError,
+    },
+    #[error("account {account} has no credentials configured")]
+    NoCredentials { account: String },
+    #[error("accounts.{account}: opencode accounts name their model (`provider/model`)")]
+    NoModel { account: String },
+    #[error("accounts.{account}.model {model:?} is not `provider/model`")]
+    ModelWithoutProvider { account: String, model: String },
+    #[error(
+        "accounts.{account}.config: provider.{provider}.options.apiKey must be a \
+         {{file:/absolute/path}} reference (the key itself never belongs in the config)"
+    )]
+    KeyNotAFileReference { account: String, provider: String },
+    #[error(
+        "account {account}: no key for provider {provider} (an auth.json entry of type api, \
+         or provider.{provider}.options.apiKey as {{file:...}})"
+    )]
+    NoKey { account: String, provider: String },
+    #[error(
+        "accounts.{account}.config: set provider.{provider}.options.baseURL: the gateway \
+         must know where {provider}'s API is"
+    )]
+    NoBaseUrl { account: String, provider: String },
+    #[error("accounts.{account}: provider.{provider}.options.baseURL: {source}")]
+    ProviderBaseUrl {
+        account: String,
+        provider: String,
+        source: super::upstream::UpstreamUrlError,
+    },
+}

@@ -17,6 +17,29 @@ pub type OutBody = BoxBody<Bytes, hyper::Error>;
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, OutBody>;
 
+/// A base URL the gateway cannot send a model's requests to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{url:?}{why}")]
+pub struct UpstreamUrlError {
+    pub url: String,
+    pub why: UrlProblem,
+}
+
+/// What is wrong with an [`UpstreamUrlError`]'s URL (its text follows the URL).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlProblem {
+    #[error(" is not a URL: {0}")]
+    NotAUrl(String),
+    #[error(": only http and https URLs reach a model")]
+    Scheme,
+    #[error(" names no host")]
+    NoHost,
+    #[error(": credentials in the URL are not taken")]
+    Credentials,
+    #[error(": a base URL takes no query")]
+    Query,
+}
+
 /// Where a job's model requests go: `scheme://authority` and the path every endpoint is
 /// under (`/v1` for an OpenAI-compatible base URL, empty for Anthropic's).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,24 +50,28 @@ pub struct UpstreamUrl {
 }
 
 impl UpstreamUrl {
-    pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
+    pub fn parse(url: &str) -> Result<UpstreamUrl, UpstreamUrlError> {
+        let bad = |why| UpstreamUrlError {
+            url: url.to_string(),
+            why,
+        };
         let uri: http::Uri = url
             .parse()
-            .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+            .map_err(|e: http::uri::InvalidUri| bad(UrlProblem::NotAUrl(e.to_string())))?;
         let scheme = uri
             .scheme()
             .cloned()
             .filter(|s| *s == http::uri::Scheme::HTTP || *s == http::uri::Scheme::HTTPS)
-            .ok_or_else(|| format!("{url:?}: only http and https URLs reach a model"))?;
+            .ok_or_else(|| bad(UrlProblem::Scheme))?;
         let authority = uri
             .authority()
             .cloned()
-            .ok_or_else(|| format!("{url:?} names no host"))?;
+            .ok_or_else(|| bad(UrlProblem::NoHost))?;
         if authority.as_str().contains('@') {
-            return Err(format!("{url:?}: credentials in the URL are not taken"));
+            return Err(bad(UrlProblem::Credentials));
         }
         if uri.query().is_some() {
-            return Err(format!("{url:?}: a base URL takes no query"));
+            return Err(bad(UrlProblem::Query));
         }
         let base_path = uri.path().trim_end_matches('/').to_string();
         Ok(UpstreamUrl {
