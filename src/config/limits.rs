@@ -116,30 +116,35 @@ fn count_field(n: Option<u64>) -> Count {
 
 impl LimitsFile {
     /// From the config's `limits.disk`, `limits.disk_files` and their reserves (each a size or
-    /// a count, or `"off"`); an error starts with the field's name.
-    pub fn disk_limits(&self) -> Result<DiskLimits, String> {
+    /// a count, or `"off"`); an error names the field.
+    pub fn disk_limits(&self) -> Result<DiskLimits, FieldError> {
         let limit = match &self.disk {
             None => Some(DEFAULT_LIMIT),
             Some(size) if size.is_off() => None,
-            Some(size) => Some(size.bytes().map_err(|e| format!("limits.disk: {e}"))?),
+            Some(size) => Some(
+                size.bytes()
+                    .map_err(|e| FieldError::new("limits.disk", e))?,
+            ),
         };
         let reserve = match &self.disk_reserve {
             None => Reserve::Default,
             Some(size) if size.is_off() => Reserve::Off,
             Some(size) => Reserve::Amount(
                 size.bytes()
-                    .map_err(|e| format!("limits.disk_reserve: {e}"))?,
+                    .map_err(|e| FieldError::new("limits.disk_reserve", e))?,
             ),
         };
         let files = match &self.disk_files {
             None => Some(DEFAULT_FILES),
-            Some(n) => n.limit().map_err(|e| format!("limits.disk_files: {e}"))?,
+            Some(n) => n
+                .limit()
+                .map_err(|e| FieldError::new("limits.disk_files", e))?,
         };
         let reserve_files = match &self.disk_reserve_files {
             None => Reserve::Default,
             Some(n) => n
                 .limit()
-                .map_err(|e| format!("limits.disk_reserve_files: {e}"))?
+                .map_err(|e| FieldError::new("limits.disk_reserve_files", e))?
                 .map_or(Reserve::Off, Reserve::Amount),
         };
         Ok(DiskLimits {
@@ -161,10 +166,7 @@ impl LimitsFile {
             .as_ref()
             .map(|m| m.bytes().map_err(|m| FieldError::new("limits.memory", m)))
             .transpose()?;
-        let disk = self.disk_limits().map_err(|m| {
-            let (name, message) = m.split_once(": ").unwrap_or(("limits.disk", &m));
-            FieldError::new(name, message)
-        })?;
+        let disk = self.disk_limits()?;
         if self.tokens == Some(0) {
             return Err(FieldError::new("limits.tokens", "must be at least 1"));
         }

@@ -43,7 +43,7 @@ fn limits_come_from_the_config_default_on() {
     assert_eq!(parsed.disk_limits().unwrap(), set);
     config.disk = Some(Size::Text("lots".into()));
     let err = config.disk_limits().unwrap_err();
-    assert!(err.starts_with("limits.disk:"), "{err}");
+    assert_eq!(err.field, "limits.disk", "{err}");
 }
 
 /// A wrong `limits.disk_files` or `limits.disk_reserve_files` names its field, in the JSON
