@@ -165,7 +165,7 @@ fn disk_check(ctx: &Context) -> Check {
         room.is_ok(),
         match &room {
             Ok(()) => runner.disk().summary(),
-            Err(why) => why.clone(),
+            Err(why) => why.to_string(),
         },
         room.is_err().then(|| {
             "free space (or remove files, for inodes) on that file system, or lower \

@@ -38,7 +38,7 @@ pub mod space;
 pub mod usage;
 pub mod watch;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `limits.disk` when the config names none.
 pub const DEFAULT_LIMIT: u64 = 10 << 30;
@@ -154,10 +154,39 @@ impl DiskLimits {
     }
 }
 
+/// A file system a job writes that has less free than the runner keeps in reserve: no job
+/// starts until there is room again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRoom {
+    #[error(
+        "not enough disk space to start a job: the file system of {} has {} free, below the \
+         runner's reserve of {} (bytes, limits.disk_reserve); free some space or lower the \
+         reserve",
+        dir.display(), human(*free), human(*reserve)
+    )]
+    Bytes {
+        dir: PathBuf,
+        free: u64,
+        reserve: u64,
+    },
+    #[error(
+        "not enough disk space to start a job: the file system of {} has {} inodes free of \
+         {}, below the runner's reserve of {} (inodes, limits.disk_reserve_files); remove \
+         files there or lower the reserve",
+        dir.display(), count(*free), count(*total), count(*reserve)
+    )]
+    Inodes {
+        dir: PathBuf,
+        free: u64,
+        total: u64,
+        reserve: u64,
+    },
+}
+
 /// Refuses to start a job while the file system of one of `dirs` has less than the reserve
 /// free, of bytes or of inodes: the message names it, the resource, what is free and the
 /// reserve.
-pub fn room_to_start(dirs: &[&Path], limits: &DiskLimits) -> Result<(), String> {
+pub fn room_to_start(dirs: &[&Path], limits: &DiskLimits) -> Result<(), NoRoom> {
     if limits.reserve == Reserve::Off && limits.reserve_files == Reserve::Off {
         return Ok(());
     }
@@ -172,26 +201,20 @@ pub fn room_to_start(dirs: &[&Path], limits: &DiskLimits) -> Result<(), String> 
         seen.push(room.dev);
         let keep = limits.reserve.bytes(room.size);
         if room.free < keep {
-            return Err(format!(
-                "not enough disk space to start a job: the file system of {} has {} free, \
-                 below the runner's reserve of {} (bytes, limits.disk_reserve); free some \
-                 space or lower the reserve",
-                dir.display(),
-                human(room.free),
-                human(keep)
-            ));
+            return Err(NoRoom::Bytes {
+                dir: dir.to_path_buf(),
+                free: room.free,
+                reserve: keep,
+            });
         }
         let keep = limits.reserve_files.files(room.files);
         if room.files_free < keep {
-            return Err(format!(
-                "not enough disk space to start a job: the file system of {} has {} inodes \
-                 free of {}, below the runner's reserve of {} (inodes, \
-                 limits.disk_reserve_files); remove files there or lower the reserve",
-                dir.display(),
-                count(room.files_free),
-                count(room.files),
-                count(keep)
-            ));
+            return Err(NoRoom::Inodes {
+                dir: dir.to_path_buf(),
+                free: room.files_free,
+                total: room.files,
+                reserve: keep,
+            });
         }
     }
     Ok(())

@@ -104,7 +104,7 @@ fn a_job_does_not_start_below_the_reserve() {
     let off = reserve(Reserve::Off, Reserve::Off);
     assert_eq!(room_to_start(&[dir.path()], &off), Ok(()));
     let huge = reserve(Reserve::Amount(u64::MAX / 2), Reserve::Off);
-    let err = room_to_start(&[dir.path()], &huge).unwrap_err();
+    let err = room_to_start(&[dir.path()], &huge).unwrap_err().to_string();
     assert!(
         err.contains(&dir.path().display().to_string())
             && err.contains("below the runner's reserve")
@@ -152,7 +152,9 @@ fn a_job_does_not_start_below_the_inode_reserve() {
     }
     let room = space::space(&mnt).unwrap();
     assert!(room.free > 40 << 20, "bytes to spare: {room:?}");
-    let err = room_to_start(&[dir.path(), &mnt], &limits).unwrap_err();
+    let err = room_to_start(&[dir.path(), &mnt], &limits)
+        .unwrap_err()
+        .to_string();
     eprintln!("after {made} empty files: {err}");
     assert!(
         err.contains(&format!("the file system of {} has ", mnt.display()))

@@ -45,7 +45,8 @@ impl Runner {
         if let Some(missing) = preflight::refusal(&checks) {
             return Err(Stop::refused(format!("host not ready: {missing}")));
         }
-        self.room_to_start().map_err(Stop::refused)?;
+        self.room_to_start()
+            .map_err(|e| Stop::refused(e.to_string()))?;
         Ok(account)
     }
 }

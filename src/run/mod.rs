@@ -334,7 +334,7 @@ impl Runner {
 
     /// Whether the file systems jobs write (the state dir's, the temp dirs') have the
     /// reserve free; the error says which has not.
-    pub fn room_to_start(&self) -> Result<(), String> {
+    pub fn room_to_start(&self) -> Result<(), crate::disk::NoRoom> {
         let dirs = [self.state.root(), self.temp_parent.path.as_path()];
         crate::disk::room_to_start(&dirs, &self.disk)
     }

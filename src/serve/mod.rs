@@ -270,7 +270,7 @@ impl<S: JobSource> Serving<S> {
             return;
         }
         let room = self.runner.room_to_start();
-        self.set_check("disk", room.clone());
+        self.set_check("disk", room.clone().map_err(|e| e.to_string()));
         match room {
             Err(why) if !self.no_room || self.no_room_logged.elapsed() >= NO_ROOM_LOG_EVERY => {
                 tracing::warn!("not starting jobs: {why}");
