@@ -89,7 +89,7 @@ impl TryFrom<ConfigFile> for Config {
             .queue
             .map(QueueFile::parse)
             .transpose()
-            .map_err(|m| FieldError::new("queue", m))?;
+            .map_err(|e| FieldError::new(&format!("queue.{}", e.field), e.message))?;
         super::push::check_all(&file.push)?;
         file.metrics.check()?;
         file.events.check()?;

@@ -19,6 +19,8 @@ use tokio_postgres::{Client, Config, NoTls, Socket};
 
 use serde::{Deserialize, Serialize};
 
+use super::field::FieldError;
+
 /// The shared job queue (`queue` in the config): a PostgreSQL database.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueConfig {
@@ -57,15 +59,15 @@ pub struct QueueFile {
 }
 
 impl QueueFile {
-    /// The typed setting, checked as [`PgTarget::from_config`] checks it: the message names
-    /// what is wrong.
-    pub fn parse(self) -> Result<QueueConfig, String> {
+    /// The typed setting, checked as [`PgTarget::from_config`] checks it: the error names
+    /// the field (within `queue`) and what is wrong.
+    pub fn parse(self) -> Result<QueueConfig, FieldError> {
         let lease = self
             .lease
             .as_deref()
             .map(humantime::parse_duration)
             .transpose()
-            .map_err(|e| format!("lease: {e}"));
+            .map_err(|e| FieldError::new("lease", e.to_string()));
         let queue = QueueConfig {
             postgres: self.postgres,
             password_file: self.password_file,
@@ -142,51 +144,55 @@ impl ConnectError {
     }
 }
 
-/// Checks a `queue` setting as `Config::load` does: the message names what is wrong.
-pub fn check(queue: &QueueConfig) -> Result<(), String> {
+/// Checks a `queue` setting as `Config::load` does: the error names the field (within
+/// `queue`) and what is wrong.
+pub fn check(queue: &QueueConfig) -> Result<(), FieldError> {
     PgTarget::from_config(queue).map(|_| ())
 }
 
 impl PgTarget {
-    pub fn from_config(queue: &QueueConfig) -> Result<PgTarget, String> {
+    pub fn from_config(queue: &QueueConfig) -> Result<PgTarget, FieldError> {
         let text = queue.postgres.trim();
         let mut config = if text.starts_with('/') {
             socket_config(Path::new(text))?
         } else {
             Config::from_str(text).map_err(|e| {
-                format!(
-                    "postgres: not a connection string (key=value ...), postgresql:// URL or \
-                     socket path: {}",
-                    error_text(&e)
+                FieldError::new(
+                    "postgres",
+                    format!(
+                        "not a connection string (key=value ...), postgresql:// URL or socket \
+                         path: {}",
+                        error_text(&e)
+                    ),
                 )
             })?
         };
         if config.get_password().is_some() {
-            return Err(
-                "postgres: the connection string holds a password; put it in a file \
-                        named by password_file instead (the config is no place for secrets)"
-                    .into(),
-            );
+            return Err(FieldError::new(
+                "postgres",
+                "the connection string holds a password; put it in a file named by \
+                 password_file instead (the config is no place for secrets)",
+            ));
         }
         if config.get_ssl_mode() == SslMode::Require {
-            return Err(
-                "postgres: sslmode=require, but this runner connects without TLS; \
-                        reach a remote server through a socket, an SSH tunnel or a VPN"
-                    .into(),
-            );
+            return Err(FieldError::new(
+                "postgres",
+                "sslmode=require, but this runner connects without TLS; reach a remote server \
+                 through a socket, an SSH tunnel or a VPN",
+            ));
         }
         if let Some(path) = &queue.password_file {
             if !path.is_absolute() {
-                return Err(format!(
-                    "password_file: {} is not an absolute path",
-                    path.display()
+                return Err(FieldError::new(
+                    "password_file",
+                    format!("{} is not an absolute path", path.display()),
                 ));
             }
         }
         if let Some(lease) = queue.lease.filter(|l| *l < MIN_LEASE) {
-            return Err(format!(
-                "lease: {} is shorter than 1s",
-                humantime::format_duration(lease)
+            return Err(FieldError::new(
+                "lease",
+                format!("{} is shorter than 1s", humantime::format_duration(lease)),
             ));
         }
         if config.get_hosts().is_empty() {
@@ -265,15 +271,18 @@ impl PgTarget {
 }
 
 /// A socket path: the directory holding `.s.PGSQL.<port>`, or that socket itself.
-fn socket_config(path: &Path) -> Result<Config, String> {
+fn socket_config(path: &Path) -> Result<Config, FieldError> {
     let mut config = Config::new();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     match name.strip_prefix(".s.PGSQL.") {
         Some(port) => {
             let port: u16 = port.parse().map_err(|_| {
-                format!(
-                    "postgres: {} is not a PostgreSQL socket (.s.PGSQL.<port>)",
-                    path.display()
+                FieldError::new(
+                    "postgres",
+                    format!(
+                        "{} is not a PostgreSQL socket (.s.PGSQL.<port>)",
+                        path.display()
+                    ),
                 )
             })?;
             let dir = path.parent().unwrap_or(Path::new("/"));

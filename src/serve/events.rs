@@ -53,6 +53,35 @@ pub enum EventsError {
     Client(#[source] crate::gateway::GatewayError),
 }
 
+/// Why one try at a receiver failed: logged, and counted once a webhook's tries run out.
+#[derive(Debug, thiserror::Error)]
+enum Undelivered {
+    #[error("the request: {0}")]
+    Request(#[source] http::Error),
+    #[error("sending: {0}")]
+    Send(#[source] hyper_util::client::legacy::Error),
+    #[error("the receiver answered {0}")]
+    Status(http::StatusCode),
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    #[error("no command")]
+    NoCommand,
+    #[error("starting {program}: {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no stdin")]
+    NoStdin,
+    #[error("it exited with {0}")]
+    Exited(std::process::ExitStatus),
+    #[error("waiting for it: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("it ran longer than {0:?}; killed")]
+    Killed(Duration),
+}
+
 /// What happened to a job.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -346,7 +375,7 @@ impl WebhookTask {
                 let why = match tried.await {
                     Ok(Ok(())) => break,
                     Ok(Err(why)) => why,
-                    Err(_) => format!("no answer within {ATTEMPT_TIMEOUT:?}"),
+                    Err(_) => Undelivered::NoAnswer(ATTEMPT_TIMEOUT),
                 };
                 if attempt == ATTEMPTS {
                     tracing::warn!(url = %self.hook.url, "job event not delivered after {ATTEMPTS} tries: {why}");
@@ -361,25 +390,25 @@ impl WebhookTask {
     }
 
     /// One POST; a 2xx answer is delivery.
-    async fn post(&self, body: &Bytes, signature: &str) -> Result<(), String> {
+    async fn post(&self, body: &Bytes, signature: &str) -> Result<(), Undelivered> {
         let request = http::Request::post(&self.hook.url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::USER_AGENT, "quest-runner")
             .header(SIGNATURE_HEADER, signature)
             .body(Full::new(body.clone()).map_err(|e| match e {}).boxed())
-            .map_err(|e| format!("the request: {e}"))?;
+            .map_err(Undelivered::Request)?;
         let answer = self
             .client
             .request(request)
             .await
-            .map_err(|e| format!("sending: {e}"))?;
+            .map_err(Undelivered::Send)?;
         let status = answer.status();
         // Read to the end, so the connection can be used again.
         let _ = answer.into_body().collect().await;
         if status.is_success() {
             Ok(())
         } else {
-            Err(format!("the receiver answered {status}"))
+            Err(Undelivered::Status(status))
         }
     }
 }
@@ -401,16 +430,19 @@ impl CommandTask {
     }
 
     /// Runs the command with `body` on stdin, killing it at the timeout.
-    async fn run_once(&self, body: &[u8]) -> Result<(), String> {
-        let (program, args) = self.argv.split_first().ok_or("no command")?;
+    async fn run_once(&self, body: &[u8]) -> Result<(), Undelivered> {
+        let (program, args) = self.argv.split_first().ok_or(Undelivered::NoCommand)?;
         let mut child = tokio::process::Command::new(program)
             .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("starting {program}: {e}"))?;
-        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+            .map_err(|source| Undelivered::Start {
+                program: program.clone(),
+                source,
+            })?;
+        let mut stdin = child.stdin.take().ok_or(Undelivered::NoStdin)?;
         let run = async {
             // A command that does not read its stdin still gets its exit judged.
             let _ = stdin.write_all(body).await;
@@ -419,9 +451,9 @@ impl CommandTask {
         };
         match tokio::time::timeout(self.timeout, run).await {
             Ok(Ok(status)) if status.success() => Ok(()),
-            Ok(Ok(status)) => Err(format!("it exited with {status}")),
-            Ok(Err(e)) => Err(format!("waiting for it: {e}")),
-            Err(_) => Err(format!("it ran longer than {:?}; killed", self.timeout)),
+            Ok(Ok(status)) => Err(Undelivered::Exited(status)),
+            Ok(Err(e)) => Err(Undelivered::Wait(e)),
+            Err(_) => Err(Undelivered::Killed(self.timeout)),
         }
     }
 }

@@ -25,6 +25,7 @@ mod job;
 pub mod limits;
 pub mod live;
 pub mod metrics;
+pub mod not_a_job;
 pub mod notify;
 pub mod pg;
 pub mod procs;

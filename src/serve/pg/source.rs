@@ -15,26 +15,26 @@ use super::spool::End;
 use super::{claim, ends, logship, Held, PgError, PgQueue, Shared, Ticket, LOOK_AGAIN};
 use crate::job::{check_id, Job, JobSpec};
 use crate::run::{JobResult, Outcome};
+use crate::serve::not_a_job::NotAJob;
 use crate::serve::source::made_up_result;
 use crate::serve::source::{result_json, Claimed, Interruption, JobSource, Recovered};
 
 impl Shared {
-    /// Checks a claimed row; the message says why it is not a job.
-    pub(super) fn admit(&self, row: &claim::Row0) -> Result<Job, String> {
-        check_id(&row.id).map_err(|e| e.to_string())?;
-        let spec = JobSpec::from_json(&row.spec).map_err(|e| e.to_string())?;
+    /// Checks a claimed row; the error says why it is not a job.
+    pub(super) fn admit(&self, row: &claim::Row0) -> Result<Job, NotAJob> {
+        check_id(&row.id)?;
+        let spec = JobSpec::from_json(&row.spec)?;
         if let Some(inner) = &spec.id {
             if inner != &row.id {
-                return Err(format!(
-                    "invalid job field \"id\": {inner:?} differs from the row's id {:?}",
-                    row.id
-                ));
+                return Err(NotAJob::IdDiffers {
+                    inner: inner.clone(),
+                    named: format!("the row's id {:?}", row.id),
+                });
             }
         }
         let mut spec = spec;
         spec.id = Some(row.id.clone());
-        spec.validate(self.default_timeout())
-            .map_err(|e| e.to_string())
+        Ok(spec.validate(self.default_timeout())?)
     }
 }
 
@@ -144,6 +144,7 @@ impl JobSource for PgQueue {
                 Ok(job) => job,
                 Err(reason) => {
                     tracing::warn!(job = %row.id, "rejected: {reason}");
+                    let reason = reason.to_string();
                     if let Err(e) = claim::reject(&shared.session, &row, &reason).await {
                         tracing::error!(job = %row.id, "rejecting it: {e} (its lease will expire)");
                     }

@@ -13,6 +13,7 @@ use super::{now_rfc3339, Attempt, Entry, FsQueue, JobState, QueueError, Ticket};
 use crate::job::{check_id, Job, JobSpec};
 use crate::lockfile::LockFile;
 use crate::run::Outcome;
+use crate::serve::not_a_job::NotAJob;
 use crate::serve::source::Claimed;
 use crate::util::io::{IoContext, IoError};
 
@@ -42,15 +43,12 @@ impl FsQueue {
     pub fn claim_now(&self) -> Result<Option<Claimed<Ticket>>, QueueError> {
         for file in self.queued_files()? {
             let Some(id) = file.id.as_deref() else {
-                let why = format!(
-                    "the file name \"{}\" is not UTF-8, so it names no job",
-                    file.shown_name()
-                );
+                let why = NotAJob::NameNotUtf8(file.shown_name());
                 self.reject(&file.path, &file.name, &why);
                 continue;
             };
             if let Err(e) = check_id(id) {
-                self.reject(&file.path, &file.name, &e.to_string());
+                self.reject(&file.path, &file.name, &e.into());
                 continue;
             }
             if let Some(claimed) = self.try_claim(&file, id)? {
@@ -76,8 +74,8 @@ impl FsQueue {
         }
         let (job, mut entry) = match self.admit(id, &running) {
             Ok(admitted) => admitted,
-            Err(ReadError::Refused(message)) => {
-                self.reject(&running, &file.name, &message);
+            Err(ReadError::Refused(reason)) => {
+                self.reject(&running, &file.name, &reason);
                 return Ok(None);
             }
             Err(ReadError::Io(e)) => {
@@ -130,17 +128,16 @@ impl FsQueue {
     /// Reads and validates a claimed file; the message says why it is not a job.
     fn admit(&self, id: &str, path: &Path) -> Result<(Job, Entry), ReadError> {
         let text = read_bounded(path)?;
-        self.admit_text(id, &text).map_err(ReadError::Refused)
+        Ok(self.admit_text(id, &text)?)
     }
 
-    /// Validates a claimed file's `text`; the message says why it is not a job.
-    fn admit_text(&self, id: &str, text: &str) -> Result<(Job, Entry), String> {
-        let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid job: {e}"))?;
+    /// Validates a claimed file's `text`; the error says why it is not a job.
+    fn admit_text(&self, id: &str, text: &str) -> Result<(Job, Entry), NotAJob> {
+        let value: Value = serde_json::from_str(text).map_err(NotAJob::NotJson)?;
         let mut entry = if value.get("job").is_some() {
-            serde_json::from_value::<Entry>(value)
-                .map_err(|e| format!("invalid queue entry: {e}"))?
+            serde_json::from_value::<Entry>(value).map_err(NotAJob::NotAnEntry)?
         } else {
-            let spec = JobSpec::from_json(text).map_err(|e| e.to_string())?;
+            let spec = JobSpec::from_json(text)?;
             Entry {
                 job: spec,
                 submitted_at: now_rfc3339(),
@@ -151,9 +148,10 @@ impl FsQueue {
         match &entry.job.id {
             None => entry.job.id = Some(id.to_string()),
             Some(inner) if inner != id => {
-                return Err(format!(
-                    "invalid job field \"id\": {inner:?} differs from the file name {id}.json"
-                ))
+                return Err(NotAJob::IdDiffers {
+                    inner: inner.clone(),
+                    named: format!("the file name {id}.json"),
+                })
             }
             Some(_) => {}
         }
@@ -166,24 +164,20 @@ impl FsQueue {
                 .map(|s| self.path(*s, id))
                 .chain([crate::workspace::job_root(&self.state, id)])
                 .find(|p| p.exists());
-            if let Some(p) = taken {
-                return Err(format!(
-                    "job id {id:?} is already taken (by {})",
-                    p.display()
-                ));
+            if let Some(by) = taken {
+                return Err(NotAJob::Taken {
+                    id: id.to_string(),
+                    by,
+                });
             }
         }
-        let job = entry
-            .job
-            .clone()
-            .validate(self.default_timeout())
-            .map_err(|e| e.to_string())?;
+        let job = entry.job.clone().validate(self.default_timeout())?;
         Ok((job, entry))
     }
 
     /// Moves a file that is not a job out of the queue, with a `.reason` file beside it,
     /// and says so once. One that cannot be moved is said once, and passed over from then on.
-    pub(super) fn reject(&self, path: &Path, name: &OsStr, reason: &str) {
+    pub(super) fn reject(&self, path: &Path, name: &OsStr, reason: &NotAJob) {
         let dir = self.sub(JobState::Rejected.dir());
         let stamp = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)

@@ -10,6 +10,7 @@ use super::read::{read_bounded, ReadError};
 use super::QueueError;
 use crate::job::JobSpec;
 use crate::run::{JobResult, Outcome};
+use crate::serve::not_a_job::NotAJob;
 use crate::util::io::{IoContext, IoError};
 
 /// A job's file in the queue: the job as submitted, its attempts, and (when finished) its
@@ -118,10 +119,10 @@ pub(super) fn read_entry_text(path: &Path) -> Result<(String, Entry), QueueError
     let text = match read_bounded(path) {
         Ok(text) => text,
         Err(ReadError::Io(e)) => return Err(IoError::at("reading", path, e).into()),
-        Err(ReadError::Refused(message)) => {
+        Err(ReadError::Refused(reason)) => {
             return Err(QueueError::BadEntry {
                 path: path.to_path_buf(),
-                message,
+                reason,
             })
         }
     };
@@ -131,15 +132,13 @@ pub(super) fn read_entry_text(path: &Path) -> Result<(String, Entry), QueueError
 
 /// An entry from its file's `text`.
 pub(super) fn parse_entry(path: &Path, text: &str) -> Result<Entry, QueueError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| QueueError::BadEntry {
+    let bad = |reason| QueueError::BadEntry {
         path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+        reason,
+    };
+    let value: Value = serde_json::from_str(text).map_err(|e| bad(NotAJob::NotJson(e)))?;
     if value.get("job").is_some() {
-        serde_json::from_value(value).map_err(|e| QueueError::BadEntry {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })
+        serde_json::from_value(value).map_err(|e| bad(NotAJob::NotAnEntry(e)))
     } else {
         // A bare job file another program queued, not claimed yet.
         Ok(Entry {

@@ -40,6 +40,7 @@ use serde::Serialize;
 
 use crate::job::JobError;
 use crate::lockfile::LockFile;
+use crate::serve::not_a_job::NotAJob;
 use crate::state::{StateDir, StateError};
 use crate::util::io::IoError;
 
@@ -117,8 +118,8 @@ pub enum QueueError {
     NotFound(String),
     #[error("job {id:?} is already {state}")]
     AlreadyFinished { id: String, state: &'static str },
-    #[error("{path}: {message}")]
-    BadEntry { path: PathBuf, message: String },
+    #[error("{}: {reason}", .path.display())]
+    BadEntry { path: PathBuf, reason: NotAJob },
     #[error("claiming a job: {0}")]
     Claim(String),
     #[error("cancelling: {0}")]

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
 
+use crate::serve::not_a_job::NotAJob;
+
 /// The most a job's file may hold. A job is at most [`crate::job::MAX_PROMPT_BYTES`]
 /// (256 KiB) of prompt and a few short fields; JSON's escapes can make the prompt longer,
 /// and a finished job's file adds its result (bounded by the same order). Anything larger
@@ -20,19 +22,12 @@ pub const MAX_ENTRY_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Why an entry could not be read: the file is not a job file (`Refused`, for good), or
 /// the host failed to read it (`Io`: a transient error, say too many open files).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(super) enum ReadError {
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] NotAJob),
+    #[error("unreadable: {0}")]
     Io(std::io::Error),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::Refused(why) => f.write_str(why),
-            ReadError::Io(e) => write!(f, "unreadable: {e}"),
-        }
-    }
 }
 
 /// The text of the job file at `path`: a regular file of at most [`MAX_ENTRY_BYTES`],
@@ -42,31 +37,17 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, ReadError> {
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY;
     let fd = match rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP) => {
-            return Err(ReadError::Refused(
-                "a symbolic link, not a job file (links are not followed)".into(),
-            ))
-        }
-        Err(rustix::io::Errno::NXIO) => {
-            return Err(ReadError::Refused("a socket, not a job file".into()))
-        }
-        // For good, not transient: the file stays the oldest in the queue, and putting it
-        // back would stall every job behind it (a program with a strict umask, say 077).
+        Err(rustix::io::Errno::LOOP) => return Err(NotAJob::Link.into()),
+        Err(rustix::io::Errno::NXIO) => return Err(NotAJob::Socket.into()),
         Err(e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM)) => {
-            return Err(ReadError::Refused(format!(
-                "unreadable by the runner ({e}): make it readable to the runner's user and \
-                 submit it again"
-            )))
+            return Err(NotAJob::Unreadable(e).into())
         }
         Err(e) => return Err(ReadError::Io(e.into())),
     };
     let stat = rustix::fs::fstat(&fd).map_err(|e| ReadError::Io(e.into()))?;
     let kind = FileType::from_raw_mode(stat.st_mode);
     if kind != FileType::RegularFile {
-        return Err(ReadError::Refused(format!(
-            "a {}, not a regular file",
-            kind_name(kind)
-        )));
+        return Err(NotAJob::NotRegular(kind_name(kind)).into());
     }
     let size = u64::try_from(stat.st_size).unwrap_or(0);
     if size > MAX_ENTRY_BYTES {
@@ -81,13 +62,15 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, ReadError> {
     if text.len() as u64 > MAX_ENTRY_BYTES {
         return Err(too_large(&format!("more than {MAX_ENTRY_BYTES}")));
     }
-    String::from_utf8(text).map_err(|e| ReadError::Refused(format!("invalid job: {e}")))
+    Ok(String::from_utf8(text).map_err(NotAJob::from)?)
 }
 
 fn too_large(size: &str) -> ReadError {
-    ReadError::Refused(format!(
-        "{size} bytes; a job file is at most {MAX_ENTRY_BYTES} bytes"
-    ))
+    NotAJob::TooLarge {
+        size: size.to_string(),
+        max: MAX_ENTRY_BYTES,
+    }
+    .into()
 }
 
 fn kind_name(kind: FileType) -> &'static str {

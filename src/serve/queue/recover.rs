@@ -74,12 +74,17 @@ impl FsQueue {
         max_attempts: u32,
         report: &mut Recovered,
     ) -> Result<(), QueueError> {
-        let entry = match read_entry(&path) {
-            Ok(entry) => entry,
+        let refused = match read_entry(&path) {
+            Ok(entry) => Ok(entry),
+            Err(QueueError::BadEntry { reason, .. }) => Err(reason),
+            Err(QueueError::Job(e)) => Err(e.into()),
             // The host failing to read it (not the file) is retried at the next recovery.
-            Err(e) if !e.is_bad_input() => return Err(e),
-            Err(e) => {
-                self.reject(&path, format!("{id}.json").as_ref(), &e.to_string());
+            Err(e) => return Err(e),
+        };
+        let entry = match refused {
+            Ok(entry) => entry,
+            Err(reason) => {
+                self.reject(&path, format!("{id}.json").as_ref(), &reason);
                 return Ok(());
             }
         };
@@ -89,7 +94,7 @@ impl FsQueue {
         let job = match entry.job.clone().validate(self.default_timeout()) {
             Ok(job) => job,
             Err(e) => {
-                self.reject(&path, format!("{id}.json").as_ref(), &e.to_string());
+                self.reject(&path, format!("{id}.json").as_ref(), &e.into());
                 return Ok(());
             }
         };
