@@ -103,7 +103,7 @@ fn account_checks(ctx: &Context) -> Vec<Check> {
             Check::new(
                 format!("{ACCOUNT_CHECK}{name}"),
                 checked.is_ok(),
-                checked.unwrap_or_else(|e| e),
+                checked.unwrap_or_else(|e| e.to_string()),
                 None,
             )
         })

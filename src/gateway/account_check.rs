@@ -11,12 +11,17 @@ use serde_json::Value;
 
 use super::account::{route, Route, SecretSource};
 use super::credentials::{read_auth_json_key, read_key_file, ClaudeLogin};
+use super::error::{AccountFileError, CredentialError, FileProblem};
 use crate::config::Account;
 
 /// What the account's jobs will use, in a few words; or what is wrong, naming the account,
 /// the config field and the file.
-pub fn check(name: &str, account: &Account) -> Result<String, String> {
-    let fail = |field: &str, message: String| Err(format!("account {name}: {field}: {message}"));
+pub fn check(name: &str, account: &Account) -> Result<String, AccountFileError> {
+    let fail = |field: &str, problem: FileProblem| AccountFileError::File {
+        account: name.to_string(),
+        field: field.to_string(),
+        problem,
+    };
     let field_of = |path: &Path| {
         account
             .secret_files(name)
@@ -26,28 +31,20 @@ pub fn check(name: &str, account: &Account) -> Result<String, String> {
     };
     // Every file the config names must be there, readable and not empty.
     for (field, path) in account.secret_files(name) {
-        if let Err(message) = readable(&path) {
-            return fail(&field, message);
-        }
+        readable(&path).map_err(|problem| fail(&field, problem))?;
     }
+    let auth_file = format!("accounts.{name}.auth_file");
     let auth_json = match account {
         Account::Opencode(a) => match &a.auth_file {
-            Some(file) => match json_object(file) {
-                Ok(v) => Some(v),
-                Err(message) => return fail(&format!("accounts.{name}.auth_file"), message),
-            },
+            Some(file) => Some(json_object(file).map_err(|problem| fail(&auth_file, problem))?),
             None => None,
         },
         Account::Claude(a) if a.api_key_file.is_none() && a.credentials_file.is_none() => {
-            return Err(format!(
-                "account {name} has no credential: set accounts.{name}.api_key_file (a file \
-                 holding the API key, e.g. \"/run/secrets/anthropic-key\") or \
-                 accounts.{name}.credentials_file (a /login's .credentials.json)"
-            ));
+            return Err(AccountFileError::NoCredential(name.to_string()));
         }
         Account::Claude(_) => None,
     };
-    let route = route(name, account, auth_json.as_ref()).map_err(|e| e.to_string())?;
+    let route = route(name, account, auth_json.as_ref())?;
     let Route::Gateway {
         upstream, secret, ..
     } = route
@@ -60,58 +57,63 @@ pub fn check(name: &str, account: &Account) -> Result<String, String> {
     );
     match &secret {
         SecretSource::File(path) => {
-            let key = read_key_file(path)
-                .map_err(|m| format!("account {name}: {}: {m}", field_of(path)))?;
+            let key = read_key_file(path).map_err(|e| fail(&field_of(path), e.into()))?;
             if key.chars().any(char::is_whitespace) {
-                return fail(
-                    &field_of(path),
-                    format!(
-                        "{} holds more than one word: a key file holds the key alone \
-                         (a /login's .credentials.json goes in credentials_file)",
-                        path.display()
-                    ),
-                );
+                let problem = FileProblem::MoreThanOneWord { path: path.clone() };
+                return Err(fail(&field_of(path), problem));
             }
             Ok(format!("an API key, {via}"))
         }
         SecretSource::AuthJson { file, provider } => {
-            read_auth_json_key(file, provider)
-                .map_err(|m| format!("account {name}: accounts.{name}.auth_file: {m}"))?;
+            read_auth_json_key(file, provider).map_err(|e| fail(&auth_file, e.into()))?;
             Ok(format!("auth.json's {provider} key, {via}"))
         }
         SecretSource::ClaudeLogin(file) => {
             // No I/O until checked: the lock directory and token URL are not used by `check`.
             ClaudeLogin::new(file.clone(), Path::new("/"), String::new())
                 .check()
-                .map_err(|m| format!("account {name}: accounts.{name}.credentials_file: {m}"))?;
+                .map_err(|e| fail(&format!("accounts.{name}.credentials_file"), e.into()))?;
             Ok(format!("a /login, {via}"))
         }
     }
 }
 
-fn readable(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn readable(path: &Path) -> Result<(), FileProblem> {
+    let path_buf = || path.to_path_buf();
+    let meta = std::fs::metadata(path).map_err(|source| FileProblem::Missing {
+        path: path_buf(),
+        source,
+    })?;
     if !meta.is_file() {
-        return Err(format!("{} is not a file", path.display()));
+        return Err(FileProblem::NotAFile { path: path_buf() });
     }
-    std::fs::File::open(path).map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
+    std::fs::File::open(path).map_err(|source| FileProblem::Unreadable {
+        path: path_buf(),
+        source,
+    })?;
     if meta.len() == 0 {
-        return Err(format!("{} is empty", path.display()));
+        return Err(CredentialError::Empty { path: path_buf() }.into());
     }
     Ok(())
 }
 
-fn json_object(path: &Path) -> Result<Value, String> {
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?,
-    );
+fn json_object(path: &Path) -> Result<Value, FileProblem> {
+    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
+        CredentialError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?);
     match serde_json::from_str::<Value>(&text) {
         Ok(v) if v.is_object() => Ok(v),
-        Ok(_) => Err(format!(
-            "{} is not a JSON object (opencode's auth.json: {{\"anthropic\": {{\"type\": \"api\", \"key\": \"...\"}}}})",
-            path.display()
-        )),
-        Err(e) => Err(format!("{} is not JSON: {e}", path.display())),
+        Ok(_) => Err(FileProblem::NotAnObject {
+            path: path.to_path_buf(),
+        }),
+        Err(source) => Err(CredentialError::NotJson {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into()),
     }
 }
 

@@ -18,7 +18,9 @@ fn opencode(auth: PathBuf) -> Account {
 }
 
 fn err(account: &Account) -> String {
-    check("work", account).expect_err("the account must be refused")
+    check("work", account)
+        .expect_err("the account must be refused")
+        .to_string()
 }
 
 #[test]

@@ -133,3 +133,54 @@ pub enum AccountError {
         source: super::upstream::UpstreamUrlError,
     },
 }
+
+/// What is wrong with an account's files before a job runs ([`super::account_check`]), naming
+/// the account, its config field and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountFileError {
+    #[error("account {account}: {field}: {problem}")]
+    File {
+        account: String,
+        field: String,
+        problem: FileProblem,
+    },
+    #[error(
+        "account {0} has no credential: set accounts.{0}.api_key_file (a file holding the API \
+         key, e.g. \"/run/secrets/anthropic-key\") or accounts.{0}.credentials_file (a /login's \
+         .credentials.json)"
+    )]
+    NoCredential(String),
+    #[error(transparent)]
+    Route(#[from] AccountError),
+}
+
+/// Why one of an account's files would give a job no credential.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    #[error("{}: {source}", path.display())]
+    Missing {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{}: cannot be read: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is not a JSON object (opencode's auth.json: {{\"anthropic\": {{\"type\": \"api\", \
+         \"key\": \"...\"}}}})",
+        path.display()
+    )]
+    NotAnObject { path: PathBuf },
+    #[error(
+        "{} holds more than one word: a key file holds the key alone (a /login's \
+         .credentials.json goes in credentials_file)",
+        path.display()
+    )]
+    MoreThanOneWord { path: PathBuf },
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+}

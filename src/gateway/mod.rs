@@ -31,7 +31,10 @@ use tokio::task::JoinHandle;
 
 pub use account::{Route, SecretSource};
 pub use credentials::{ClaudeLogin, Credential};
-pub use error::{AccountError, ApplyError, CredentialError, GatewayError, RefreshProblem};
+pub use error::{
+    AccountError, AccountFileError, ApplyError, CredentialError, FileProblem, GatewayError,
+    RefreshProblem,
+};
 use upstream::{HttpClient, UpstreamUrl};
 
 /// A job's model use, as its result shows it.

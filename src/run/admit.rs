@@ -38,7 +38,8 @@ impl Runner {
             return Err(Stop::refused(e.to_string()));
         }
         // Before anything is fetched or built: the files a job's open would read.
-        crate::gateway::account_check::check(&job.account, account).map_err(Stop::refused)?;
+        crate::gateway::account_check::check(&job.account, account)
+            .map_err(|e| Stop::refused(e.to_string()))?;
         // Untrusted revisions get their devShell too where Nix runs in the job's boundary.
         let needs_nix = job.trust == Trust::Trusted || cfg!(target_os = "linux");
         let checks = preflight::checks_for(job.agent, needs_nix);
