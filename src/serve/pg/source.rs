@@ -143,8 +143,8 @@ impl JobSource for PgQueue {
             let job = match shared.admit(&row) {
                 Ok(job) => job,
                 Err(reason) => {
-                    tracing::warn!(job = %row.id, "rejected: {reason}");
                     let reason = reason.to_string();
+                    tracing::warn!(job = %row.id, "rejected: {reason}");
                     if let Err(e) = claim::reject(&shared.session, &row, &reason).await {
                         tracing::error!(job = %row.id, "rejecting it: {e} (its lease will expire)");
                     }

@@ -74,19 +74,19 @@ impl FsQueue {
         max_attempts: u32,
         report: &mut Recovered,
     ) -> Result<(), QueueError> {
-        let refused = match read_entry(&path) {
-            Ok(entry) => Ok(entry),
-            Err(QueueError::BadEntry { reason, .. }) => Err(reason),
-            Err(QueueError::Job(e)) => Err(e.into()),
-            // The host failing to read it (not the file) is retried at the next recovery.
-            Err(e) => return Err(e),
-        };
-        let entry = match refused {
+        let name = format!("{id}.json");
+        let entry = match read_entry(&path) {
             Ok(entry) => entry,
-            Err(reason) => {
-                self.reject(&path, format!("{id}.json").as_ref(), &reason);
+            Err(QueueError::BadEntry { reason, .. }) => {
+                self.reject(&path, name.as_ref(), &reason);
                 return Ok(());
             }
+            Err(QueueError::Job(e)) => {
+                self.reject(&path, name.as_ref(), &e.into());
+                return Ok(());
+            }
+            // The host failing to read it (not the file) is retried at the next recovery.
+            Err(e) => return Err(e),
         };
         let attempt = entry.attempts.len() as u32;
         let pid = entry.attempts.last().map_or(0, |a| a.runner_pid);
@@ -94,7 +94,7 @@ impl FsQueue {
         let job = match entry.job.clone().validate(self.default_timeout()) {
             Ok(job) => job,
             Err(e) => {
-                self.reject(&path, format!("{id}.json").as_ref(), &e.into());
+                self.reject(&path, name.as_ref(), &e.into());
                 return Ok(());
             }
         };
