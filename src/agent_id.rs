@@ -2,7 +2,9 @@
 //! the sandbox starts the namespace as this identity, and the workspace hands it the shared
 //! revision trees a job's checkout is layered on (`workspace::overlay`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::util::io::{IoContext, IoError};
 
 /// The uid and gid the agent runs as when the runner is root: in Debian's range for
 /// identities made on demand (60000–64999) and below systemd's dynamic users (61184–65519),
@@ -51,6 +53,55 @@ pub fn chown_layer(upper: &Path, merged: &Path) -> std::io::Result<()> {
             let name = entry?.file_name();
             chown_layer(&upper.join(&name), &merged.join(&name))?;
         }
+    }
+    Ok(())
+}
+
+/// Why a path the agent's identity must reach (a bind's source) cannot be made reachable.
+#[derive(Debug, thiserror::Error)]
+pub enum TraversalError {
+    #[error(
+        "the agent's identity (uid {AGENT_ID}) cannot reach {path}, which the job's namespace \
+         binds: {blocked} is not searchable by it and is not the runner's to change; make it \
+         searchable (chmod o+x) or move the state directory"
+    )]
+    Unreachable { path: PathBuf, blocked: PathBuf },
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+/// Lets the agent's identity search (not list) the directories between `/` and `source`: the
+/// state directory and those under it are owner-only, and bubblewrap, which runs as that
+/// identity, resolves each bind's source by its path. Only the runner's own directories are
+/// changed, by group (theirs becomes the agent's, with search only); a directory outside the
+/// state directory that the identity cannot search refuses the job instead.
+pub fn grant_traversal(source: &Path, state_root: &Path) -> Result<(), TraversalError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let ancestors: Vec<&Path> = source.ancestors().skip(1).collect();
+    for dir in ancestors.into_iter().rev() {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let mode = meta.mode();
+        let searchable = mode & 0o001 != 0
+            || (meta.uid() == AGENT_ID && mode & 0o100 != 0)
+            || (meta.gid() == AGENT_ID && mode & 0o010 != 0);
+        if searchable {
+            continue;
+        }
+        if !dir.starts_with(state_root) {
+            return Err(TraversalError::Unreachable {
+                path: source.to_path_buf(),
+                blocked: dir.to_path_buf(),
+            });
+        }
+        let gid = Some(rustix::fs::Gid::from_raw(AGENT_ID));
+        rustix::fs::chown(dir, None, gid)
+            .map_err(std::io::Error::from)
+            .at("letting the agent's identity search", dir)?;
+        let mode = (mode & 0o7707) | 0o010;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .at("letting the agent's identity search", dir)?;
     }
     Ok(())
 }

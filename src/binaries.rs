@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tool {
     Nix,
+    /// The daemon a root runner serves its store to a job's nix with (`devshell::daemon`).
+    NixDaemon,
     Git,
     Bwrap,
     /// Switches a root runner to the agent's identity before the job's namespace is made
@@ -40,6 +42,7 @@ impl Tool {
     pub fn program(self) -> &'static str {
         match self {
             Tool::Nix => "nix",
+            Tool::NixDaemon => "nix-daemon",
             Tool::Git => "git",
             Tool::Bwrap => "bwrap",
             Tool::Setpriv => "setpriv",
@@ -58,6 +61,7 @@ impl Tool {
     pub fn env_var(self) -> &'static str {
         match self {
             Tool::Nix => "QUEST_RUNNER_NIX",
+            Tool::NixDaemon => "QUEST_RUNNER_NIX_DAEMON",
             Tool::Git => "QUEST_RUNNER_GIT",
             Tool::Bwrap => "QUEST_RUNNER_BWRAP",
             Tool::Setpriv => "QUEST_RUNNER_SETPRIV",

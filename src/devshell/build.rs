@@ -12,6 +12,7 @@ use super::key::FORMAT_VERSION;
 use super::{render, DevShellError, DevShells, Prepared};
 use crate::git::Git;
 use crate::process;
+use crate::sandbox::boundary::{self, ClientStore, Identity, AGENT_ID};
 use crate::store_path;
 
 /// Nix releases from 2.20 on fetch a `git+file` revision without being told its ref.
@@ -156,10 +157,11 @@ async fn requisites(p: &Prepared, store_path: &Path) -> Result<Vec<PathBuf>, Dev
     }
 }
 
-/// Runs `nix print-dev-env --json --profile <root> <installable>` and returns its output: no
+/// Runs `nix print-dev-env --json --profile <link> <installable>` and returns its output: no
 /// flake config accepted, a scratch TMPDIR, no replace refs read. First, where the job's
 /// boundary cannot hold the fixed-output builds, refuses those it would have to build
-/// ([`super::fixed_output`]).
+/// ([`super::fixed_output`]). The profile link nix makes is in its scratch directory (the
+/// only place a confined nix writes); the runner then roots the same store path at `root`.
 async fn print_dev_env(
     shells: &DevShells,
     p: &Prepared,
@@ -170,21 +172,22 @@ async fn print_dev_env(
     if p.refuse_fixed_output {
         super::fixed_output::refuse_unconfinable(shells, p, installable).await?;
     }
+    // Removed when this returns, however nix ended (see `scratch`).
+    let scratch = super::scratch::Scratch::create()
+        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
+    let link = scratch.path().join("profile");
     let tail = [
         "print-dev-env",
         "--json",
         "--no-update-lock-file",
         "--profile",
-        &root.to_string_lossy(),
+        &link.to_string_lossy(),
         installable,
     ];
-    // Removed when this returns, however nix ended (see `scratch`).
-    let scratch = super::scratch::Scratch::create()
-        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    // `_bridge`, the job's network for nix, lives until nix has ended.
-    let (cmd, _bridge) = nix_command(shells, p, &tail, scratch.path()).await?;
+    // The run holds the job's network for nix, and setup (a)'s daemon, until nix has ended.
+    let run = nix_command(shells, p, &tail, scratch.path()).await?;
     tracing::info!(%installable, "nix print-dev-env");
-    let out = process::run_captured(cmd, "nix")
+    let out = process::run_captured(run.cmd, "nix")
         .await
         .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
     if !out.status.success() {
@@ -198,69 +201,166 @@ async fn print_dev_env(
             message: super::network::without_network_hint(p, out.error_message()),
         });
     }
+    // Rooted at its final place before the scratch link (a root too, through nix's indirect
+    // root) goes with the scratch directory.
+    let store_path = profile_store_path(&link, what.to_string())?;
+    add_root(shells, p, &store_path, root).await?;
     Ok(out.stdout)
 }
 
-/// `nix <the runner's options> <tail>`, inside the job's boundary when the request has one,
-/// with `scratch` as its TMPDIR; and the runner's side of the bridge to the job's proxy when
-/// nix reaches it ([`super::network`]), to be kept until nix ends.
+/// Roots `store_path` (a path nix just built, nothing the revision chose) at `root`, as the
+/// runner, outside the boundary.
+async fn add_root(
+    shells: &DevShells,
+    p: &Prepared,
+    store_path: &Path,
+    root: &Path,
+) -> Result<(), DevShellError> {
+    let mut cmd = Command::new(&p.nix.path);
+    cmd.args(["--extra-experimental-features", "nix-command"])
+        .args(super::environment::option_args(&shells.nix_options))
+        .arg("build")
+        .arg("--out-link")
+        .arg(root)
+        .arg(store_path);
+    let out = process::run_captured(cmd, "nix")
+        .await
+        .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(DevShellError::Nix {
+            what: format!("rooting {} at {}", store_path.display(), root.display()),
+            message: out.error_message(),
+        }),
+    }
+}
+
+/// One nix run: its command, and what must live until it ends.
+pub(super) struct NixRun {
+    pub cmd: Command,
+    /// The runner's side of the bridge to the job's proxy ([`super::network`]).
+    _bridge: Option<tokio::process::Child>,
+    /// Setup (a)'s daemon for the run ([`super::daemon`]).
+    _daemon: Option<super::daemon::RunnerDaemon>,
+}
+
+/// `nix <the runner's options> <tail>`, inside the job's boundary as the job's identity when
+/// the request has one, with `scratch` as its TMPDIR and HOME's parent, and an environment of
+/// nothing but what is set here ([`super::environment`]).
 pub(super) async fn nix_command(
     shells: &DevShells,
     p: &Prepared,
     tail: &[&str],
     scratch: &Path,
-) -> Result<(Command, Option<tokio::process::Child>), DevShellError> {
+) -> Result<NixRun, DevShellError> {
     let mut args: Vec<String> = ["--extra-experimental-features", "nix-command flakes"]
         // A flake's nixConfig could otherwise set substituters or hooks that run on the host.
         .into_iter()
         .chain(["--option", "accept-flake-config", "false"])
         .map(String::from)
         .collect();
-    for (name, value) in &shells.nix_options {
-        args.extend(["--option".to_string(), name.clone(), value.clone()]);
+    let Some(policy) = &p.confine else {
+        // The operator's own request (no job): the runner's nix as the runner.
+        args.extend(super::environment::option_args(&shells.nix_options));
+        args.extend(tail.iter().map(|a| a.to_string()));
+        let mut cmd = Command::new(&p.nix.path);
+        cmd.args(&args).env("TMPDIR", scratch);
+        cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
+        return Ok(NixRun {
+            cmd,
+            _bridge: None,
+            _daemon: None,
+        });
+    };
+    let identity = Identity::current();
+    let (store, daemon) =
+        super::confine::client_for(super::confine::client_store(), shells, p).await?;
+    args.extend(super::environment::option_args(&shells.nix_options));
+    if let ClientStore::Daemon { socket } = &store {
+        args.extend([
+            "--store".to_string(),
+            format!("unix://{}", socket.display()),
+        ]);
     }
     args.extend(tail.iter().map(|a| a.to_string()));
-    let mut cmd = match &p.confine {
-        Some(policy) => {
-            let roots = shells.layout().roots();
-            let plan = super::confine::plan(policy, p, &roots, scratch)?;
-            let mut cmd = Command::new(&plan.program);
-            cmd.args(plan.args(&p.nix.path, &args));
-            // Nix reads no checkout: as root it starts where none is mounted (its
-            // bubblewrap would otherwise copy every running job's; see `workspace::namespace`).
-            if rustix::process::geteuid().is_root() {
-                use crate::workspace::namespace::JobNamespace;
-                JobNamespace::new(None, None)
-                    .map_err(|e| DevShellError::Nix {
-                        what: "making nix's mount namespace".to_string(),
-                        message: e.to_string(),
-                    })?
-                    .enter(cmd.as_std_mut());
-            }
-            cmd
-        }
-        None => {
-            let mut cmd = Command::new(&p.nix.path);
-            cmd.args(&args);
-            cmd
-        }
-    };
-    cmd.env("TMPDIR", scratch);
+    let home = scratch_home(scratch, identity)?;
+    let plan = super::confine::plan(policy, p, &store, identity, scratch)?;
+    if identity == Identity::Agent {
+        reach_sources(&plan, shells.state.root())?;
+    }
+    let mut cmd = Command::new(&plan.program);
+    cmd.args(plan.args(&p.nix.path, &args));
+    // Nix reads no checkout: as root it starts where none is mounted (its bubblewrap would
+    // otherwise copy every running job's; see `workspace::namespace`).
+    if rustix::process::geteuid().is_root() {
+        use crate::workspace::namespace::JobNamespace;
+        JobNamespace::new(None, None)
+            .map_err(|e| DevShellError::Nix {
+                what: "making nix's mount namespace".to_string(),
+                message: e.to_string(),
+            })?
+            .enter(cmd.as_std_mut());
+    }
+    let git = crate::binaries::find(crate::binaries::Tool::Git)?;
+    super::environment::clear(&mut cmd, &[&p.nix.path, &git]);
+    cmd.env("HOME", &home).env("TMPDIR", scratch);
     // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
     cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
-    let net = p
-        .net
-        .as_ref()
-        .filter(|_| p.confine.is_some() && !p.host_network);
+    let net = p.net.as_ref().filter(|_| !p.host_network);
     let bridge = match net {
         Some(net) => {
             super::network::apply_env(&mut cmd, net);
-            Some(super::network::start(net).await?)
+            let owner = (identity == Identity::Agent).then_some(AGENT_ID);
+            Some(super::network::start(net, owner).await?)
         }
         None => None,
     };
-    Ok((cmd, bridge))
+    Ok(NixRun {
+        cmd,
+        _bridge: bridge,
+        _daemon: daemon,
+    })
+}
+
+/// bubblewrap, run as the agent's identity, resolves each bind's source by its path: the
+/// runner's own directories on the way are made searchable to it (`grant_traversal`).
+fn reach_sources(plan: &boundary::Confined, state_root: &Path) -> Result<(), DevShellError> {
+    for source in plan.sources() {
+        crate::agent_id::grant_traversal(&source, state_root).map_err(|e| DevShellError::Nix {
+            what: "the job's nix namespace".to_string(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+/// The confined nix's HOME in `scratch`, both handed to `identity`. Its git config lets the
+/// clone, which is the runner's and not this identity's, be read: the `git upload-pack` that
+/// nix's fetch runs in it must not refuse it as another user's, and only a global config
+/// reaches that process (git clears the command line's for the local transport's other side).
+fn scratch_home(scratch: &Path, identity: Identity) -> Result<PathBuf, DevShellError> {
+    let home = scratch.join("home");
+    std::fs::create_dir_all(&home).map_err(|e| DevShellError::io("creating", &home, e))?;
+    let gitconfig = home.join(".gitconfig");
+    std::fs::write(&gitconfig, "[safe]\n\tdirectory = *\n")
+        .map_err(|e| DevShellError::io("writing", &gitconfig, e))?;
+    if identity == Identity::Agent {
+        for dir in [scratch, home.as_path()] {
+            hand_to_agent(dir)?;
+        }
+    }
+    Ok(home)
+}
+
+/// Makes `dir` (the runner's, made for this run) the agent identity's, which writes it.
+fn hand_to_agent(dir: &Path) -> Result<(), DevShellError> {
+    let id = (
+        Some(rustix::fs::Uid::from_raw(AGENT_ID)),
+        Some(rustix::fs::Gid::from_raw(AGENT_ID)),
+    );
+    rustix::fs::chown(dir, id.0, id.1)
+        .map_err(|e| DevShellError::io("handing to the agent's identity", dir, e.into()))
 }
 
 /// Where the profile link Nix made at `root` points: a store path, or the build failed.

@@ -10,9 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::daemon::RunnerDaemon;
 use super::{DevShellError, Prepared};
 use crate::binaries::{self, Tool};
-use crate::sandbox::boundary::{self, Confined, NixStore, OwnFiles, Tools};
+use crate::sandbox::boundary::{self, ClientStore, Confined, Identity, NixStore, OwnFiles, Tools};
 use crate::sandbox::SandboxPolicy;
 
 /// Which store this process's `nix` opens, by Nix's own rule for `store = auto` (see
@@ -46,16 +47,17 @@ pub fn client_store() -> NixStore {
     NixStore::Daemon { socket }
 }
 
-/// The plan that starts `nix` for `p` inside `policy`'s boundary: it reads the repository it
-/// evaluates and writes only the devShell's GC roots and its scratch directory.
+/// The plan that starts `nix` for `p` inside `policy`'s boundary as `identity`, opening
+/// `store`: it reads the repository it evaluates and writes only its scratch directory (its
+/// TMPDIR, HOME and the profile link the runner roots afterwards).
 pub(super) fn plan(
     policy: &SandboxPolicy,
     p: &Prepared,
-    roots: &Path,
+    store: &ClientStore,
+    identity: Identity,
     scratch: &Path,
 ) -> Result<Confined, DevShellError> {
-    let store = client_store();
-    if let NixStore::LocalAsRoot { log, .. } | NixStore::LocalAsUser { log, .. } = &store {
+    if let ClientStore::Own { log, .. } = store {
         // Nix makes its log directory at its first build; in the namespace its parent is
         // read-only, so on a Nix that never built here it is made now, as Nix would (a
         // failure leaves Nix's own error to name it).
@@ -63,11 +65,10 @@ pub(super) fn plan(
     }
     let tools = Tools {
         bwrap: binaries::find(Tool::Bwrap)?,
-        setpriv: PathBuf::new(),
-    };
-    let unshare = match store {
-        NixStore::LocalAsRoot { .. } => binaries::find(Tool::Unshare)?,
-        _ => PathBuf::new(),
+        setpriv: match identity {
+            Identity::Agent => binaries::find(Tool::Setpriv)?,
+            Identity::Runner => PathBuf::new(),
+        },
     };
     let mut read = vec![p.repo.clone(), p.git_dir.clone()];
     read.extend(crate::sandbox::programs::roots(
@@ -79,10 +80,10 @@ pub(super) fn plan(
     }
     let own = OwnFiles {
         read,
-        write: vec![roots.to_path_buf(), scratch.to_path_buf()],
+        write: vec![scratch.to_path_buf()],
         read_only: Vec::new(),
     };
-    let mut plan = boundary::nix_plan(policy, &own, &store, &tools, &unshare, scratch);
+    let mut plan = boundary::nix_plan(policy, &own, store, identity, &tools, scratch);
     if p.host_network {
         plan.prefix.retain(|a| a != "--unshare-net");
     } else if let Some(net) = &p.net {
@@ -91,27 +92,52 @@ pub(super) fn plan(
     Ok(plan)
 }
 
+/// The store the job's client opens in `host`'s setup, and the daemon that serves it where the
+/// runner must start one (setup (a)), to be kept until nix ends.
+pub(super) async fn client_for(
+    host: NixStore,
+    shells: &super::DevShells,
+    p: &Prepared,
+) -> Result<(ClientStore, Option<RunnerDaemon>), DevShellError> {
+    Ok(match host {
+        NixStore::LocalAsRoot { .. } => {
+            let net = p.net.as_ref().filter(|_| !p.host_network);
+            let daemon = super::daemon::start(shells, p, net, p.host_network).await?;
+            let socket = daemon.socket().to_path_buf();
+            (ClientStore::Daemon { socket }, Some(daemon))
+        }
+        NixStore::LocalAsUser { store, state, log } => {
+            (ClientStore::Own { store, state, log }, None)
+        }
+        NixStore::Daemon { socket } => (ClientStore::Daemon { socket }, None),
+    })
+}
+
 /// What the job's boundary holds of Nix in `store`'s setup, for `policy` and `doctor`.
 pub fn describe(store: &NixStore) -> String {
-    let client = "the devShell's nix client runs in the job's boundary (the policy's denied \
-                  trees absent, its own network namespace: no host loopback or link-local \
-                  address; with nix.network \"proxy\", the default, the job's proxy bridged in, \
-                  so it fetches from the job's allowed hosts only)";
+    let client = "the devShell's nix client runs in the job's boundary as the job's identity \
+                  (never root; a user and PID namespace with a /proc of its own; an \
+                  environment of Nix's locations and the job's proxy, nothing else of the \
+                  runner's), the policy's denied trees absent, its own network namespace: no \
+                  host loopback or link-local address; with nix.network \"proxy\", the \
+                  default, the job's proxy bridged in, so it fetches from the job's allowed \
+                  hosts only";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
-            "setup (a), root with the local store: {client}, as root with its capabilities in \
-             a mount and PID namespace; its builds, fixed-output ones included, share that \
-             network namespace, so they reach the job's proxy and nothing else; untrusted \
-             revisions' fixed-output builds are refused"
+            "setup (a), root with the local store: {client}; it talks to a nix-daemon the \
+             runner starts for the one run, in a network namespace with only the job's proxy \
+             and a PID namespace whose end ends its builders; fixed-output builds share that \
+             network, so they reach the job's proxy and nothing else; untrusted revisions' \
+             fixed-output builds are refused"
         ),
         NixStore::LocalAsUser { .. } => format!(
-            "single-user Nix of this user: {client}, in a user namespace; its builds share \
-             that network namespace; untrusted revisions' fixed-output builds are refused"
+            "single-user Nix of this user: {client}; its builds share that network \
+             namespace; untrusted revisions' fixed-output builds are refused"
         ),
         NixStore::Daemon { socket } => format!(
-            "setup (b), through the nix-daemon at {}: {client}, as this user; the daemon's \
-             builds run in the daemon's network, which the boundary does not reach, so a \
-             fixed-output derivation in neither the store nor a substituter is refused",
+            "setup (b), through the nix-daemon at {}: {client}; the daemon's builds run in \
+             the daemon's network, which the boundary does not reach, so a fixed-output \
+             derivation in neither the store nor a substituter is refused",
             socket.display()
         ),
     }
@@ -150,53 +176,50 @@ mod tests {
             .any(|w| w.iter().zip(seq).all(|(a, b)| a == b))
     }
 
+    fn tools() -> Tools {
+        Tools {
+            bwrap: "/bin/bwrap".into(),
+            setpriv: "/bin/setpriv".into(),
+        }
+    }
+
     #[test]
-    fn root_keeps_root_and_gets_an_uncovered_proc() {
+    fn a_root_runners_client_is_the_agents_identity_with_its_own_proc() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("state/jobs/j/checkout")).unwrap();
         let p = policy(dir.path());
-        let tools = Tools {
-            bwrap: "/bin/bwrap".into(),
-            setpriv: PathBuf::new(),
+        let socket = dir.path().join("tmp/quest-nixd-1/socket");
+        let store = ClientStore::Daemon {
+            socket: socket.clone(),
         };
-        let store = NixStore::LocalAsRoot {
-            store: "/nix/store".into(),
-            state: "/nix/var/nix".into(),
-            log: "/nix/var/log/nix".into(),
-        };
-        let own = OwnFiles::default();
         let plan = boundary::nix_plan(
             &p,
-            &own,
+            &OwnFiles::default(),
             &store,
-            &tools,
-            Path::new("/bin/unshare"),
+            Identity::Agent,
+            &tools(),
             dir.path(),
         );
         let args = &plan.prefix;
-        assert_eq!(plan.program, PathBuf::from("/bin/unshare"));
+        let id = crate::agent_id::AGENT_ID.to_string();
+        assert_eq!(plan.program, PathBuf::from("/bin/setpriv"));
         assert!(has(
             args,
-            &[
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "--",
-                "/bin/bwrap"
-            ]
+            &["--reuid", &id, "--regid", &id, "--clear-groups"]
         ));
-        assert!(!args
-            .iter()
-            .any(|a| a == "--unshare-user" || a == "--unshare-pid" || a == "--proc"));
-        assert!(has(args, &["--cap-add", "ALL"]) && has(args, &["--unshare-net"]));
-        assert!(has(args, &["--bind", "/proc", "/proc"]));
-        assert!(has(args, &["--bind-try", "/nix/store", "/nix/store"]));
+        assert!(has(
+            args,
+            &["--", "/bin/bwrap", "--unshare-net", "--unshare-user"]
+        ));
+        assert!(has(args, &["--unshare-pid"]) && has(args, &["--proc", "/proc"]));
+        assert!(!args.iter().any(|a| a == "--cap-add"));
+        let s = socket.display().to_string();
+        assert!(has(args, &["--ro-bind-try", &s, &s]));
         // The state dir is hidden (with /tmp, where it is here), and none of the job's
         // workspace is given back to nix.
         let state = dir.path().join("state");
         assert!(p.deny_read.iter().any(|d| state.starts_with(d)));
-        assert!(has(args, &["--tmpfs", "/tmp"]) && has(args, &["--tmpfs", "/root"]));
+        assert!(has(args, &["--tmpfs", "/root"]));
         assert!(!args.iter().any(|a| a.ends_with("/checkout")));
     }
 
@@ -204,20 +227,16 @@ mod tests {
     fn the_daemon_client_is_the_runner_with_the_socket() {
         let dir = tempfile::tempdir().unwrap();
         let p = policy(dir.path());
-        let tools = Tools {
-            bwrap: "/bin/bwrap".into(),
-            setpriv: PathBuf::new(),
-        };
         let socket = dir.path().join("tmp/daemon/socket");
-        let store = NixStore::Daemon {
+        let store = ClientStore::Daemon {
             socket: socket.clone(),
         };
         let plan = boundary::nix_plan(
             &p,
             &OwnFiles::default(),
             &store,
-            &tools,
-            Path::new(""),
+            Identity::Runner,
+            &tools(),
             dir.path(),
         );
         let s = socket.display().to_string();

@@ -33,8 +33,8 @@ pub(super) async fn refuse_unconfinable(
         "--no-update-lock-file",
         installable,
     ];
-    let (cmd, _bridge) = nix_command(shells, p, &tail, scratch.path()).await?;
-    let out = process::run_captured(cmd, "nix")
+    let run = nix_command(shells, p, &tail, scratch.path()).await?;
+    let out = process::run_captured(run.cmd, "nix")
         .await
         .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
     if !out.status.success() {

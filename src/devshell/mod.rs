@@ -17,7 +17,9 @@ use crate::util::io::IoError;
 
 mod build;
 pub mod confine;
+pub mod daemon;
 pub mod entry;
+pub mod environment;
 mod fixed_output;
 pub mod key;
 mod maintenance;

@@ -105,14 +105,18 @@ pub(super) fn inside(net: &NixNet) -> Vec<String> {
 }
 
 /// Starts the bridge's runner side, which carries each connection from the socket on to the
-/// proxy; nix's fetches fail until it runs. Stopped when the returned child is dropped.
-pub(super) async fn start(net: &NixNet) -> Result<tokio::process::Child, DevShellError> {
+/// proxy; nix's fetches fail until it runs. `owner`: the uid nix runs as, when it is not the
+/// runner's. Stopped when the returned child is dropped.
+pub(super) async fn start(
+    net: &NixNet,
+    owner: Option<u32>,
+) -> Result<tokio::process::Child, DevShellError> {
     std::fs::create_dir_all(&net.socket_dir)
         .map_err(|e| DevShellError::io("creating", &net.socket_dir, e))?;
     crate::agentnet::start_outside(
         &net.runner,
         &net.socket_dir,
-        None,
+        owner,
         &[net.proxy_port],
         net.adjust.as_deref(),
     )

@@ -17,12 +17,8 @@ use crate::workspace::WorkspacePaths;
 pub enum ConfineError {
     #[error("the job's namespace needs {0}")]
     Tool(#[from] binaries::BinaryError),
-    #[error(
-        "the agent's identity (uid {AGENT_ID}) cannot reach {path}, which the job's namespace \
-         binds: {blocked} is not searchable by it and is not the runner's to change; make it \
-         searchable (chmod o+x) or move the state directory"
-    )]
-    Unreachable { path: PathBuf, blocked: PathBuf },
+    #[error(transparent)]
+    Unreachable(#[from] crate::agent_id::TraversalError),
     #[error(
         "the agent holds its account's login itself ({0}, e.g. opencode's OAuth entries), which a \
          runner that is root cannot hand to the agent's unprivileged identity (uid {AGENT_ID}): \
@@ -116,7 +112,7 @@ pub fn confine(
             .into_iter()
             .chain([launch.companion.as_ref().and_then(|h| h.confined.as_ref())]);
         for source in plans.flatten().flat_map(|plan| plan.sources()) {
-            grant_traversal(&source, state_root)?;
+            crate::agent_id::grant_traversal(&source, state_root)?;
         }
     }
     Ok(())
@@ -219,40 +215,4 @@ fn write_passwd(job_dir: &Path, home: &Path) -> Result<PathBuf, IoError> {
     let path = job_dir.join("passwd");
     std::fs::write(&path, text).at("writing", &path)?;
     Ok(path)
-}
-
-/// Lets the agent's identity search (not list) the directories between `/` and `source`: the
-/// state directory and those under it are owner-only, and bubblewrap, which runs as that
-/// identity, resolves each bind's source by its path. Only the runner's own directories are
-/// changed, by group (theirs becomes the agent's, with search only); a directory outside the
-/// state directory that the identity cannot search refuses the job instead.
-fn grant_traversal(source: &Path, state_root: &Path) -> Result<(), ConfineError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let ancestors: Vec<&Path> = source.ancestors().skip(1).collect();
-    for dir in ancestors.into_iter().rev() {
-        let Ok(meta) = std::fs::metadata(dir) else {
-            continue;
-        };
-        let mode = meta.mode();
-        let searchable = mode & 0o001 != 0
-            || (meta.uid() == AGENT_ID && mode & 0o100 != 0)
-            || (meta.gid() == AGENT_ID && mode & 0o010 != 0);
-        if searchable {
-            continue;
-        }
-        if !dir.starts_with(state_root) {
-            return Err(ConfineError::Unreachable {
-                path: source.to_path_buf(),
-                blocked: dir.to_path_buf(),
-            });
-        }
-        let gid = Some(rustix::fs::Gid::from_raw(AGENT_ID));
-        rustix::fs::chown(dir, None, gid)
-            .map_err(std::io::Error::from)
-            .at("letting the agent's identity search", dir)?;
-        let mode = (mode & 0o7707) | 0o010;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .at("letting the agent's identity search", dir)?;
-    }
-    Ok(())
 }

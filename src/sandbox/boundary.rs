@@ -132,13 +132,8 @@ pub fn plan(
     tools: &Tools,
     (cwd, net): (&Path, Option<&NetBridge>),
 ) -> Confined {
-    let mut prefix: Vec<String> = Vec::new();
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    if identity == Identity::Agent {
-        let id = AGENT_ID.to_string();
-        prefix.extend(["--reuid", &id, "--regid", &id, "--clear-groups", "--"].map(String::from));
-        prefix.push(s(&tools.bwrap));
-    }
+    let (program, mut prefix) = as_identity(identity, tools);
     prefix.extend(namespace_args(policy, own, passwd));
     if net.is_some() {
         prefix.push("--unshare-net".to_string());
@@ -148,10 +143,6 @@ pub fn plan(
         prefix.push(s(&bridge.runner));
         prefix.extend(crate::agentnet::inside_args(&bridge.dir, &bridge.ports));
     }
-    let program = match identity {
-        Identity::Agent => tools.setpriv.clone(),
-        Identity::Runner => tools.bwrap.clone(),
-    };
     Confined { program, prefix }
 }
 
@@ -223,51 +214,60 @@ pub fn namespace_args(
     out
 }
 
-/// Which store the nix client that builds a job's devShell uses, and so how it is confined
-/// ([`nix_plan`]).
+/// Which store the host's Nix opens for the runner, by Nix's own rule (`store = auto`): what
+/// `policy` and `doctor` describe, and what decides how a job's nix is served
+/// (`devshell::confine`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum NixStore {
-    /// Setup (a): the runner is root and Nix writes the local store itself, building as the
-    /// users of `build-users-group`. Nix must stay root with its capabilities (it writes the
-    /// store, switches to build users, mounts its build sandbox), and a user namespace would
-    /// map no build user: so no user namespace, the capabilities kept (`--cap-add ALL`), and
-    /// the file rules enforced by the mount namespace alone, with the store and Nix's state
-    /// directory writable.
+    /// Setup (a): the runner is root and the local store is its own. A job's nix is never
+    /// root: the runner serves the store to it through a `nix-daemon` of its own, started for
+    /// the one run in the job's network (`devshell::daemon`), and the client is
+    /// [`ClientStore::Daemon`] as the agent's identity.
     LocalAsRoot {
         store: PathBuf,
         state: PathBuf,
         log: PathBuf,
     },
-    /// Single-user Nix owned by the runner's unprivileged user: as for the daemon, with the
-    /// store and Nix's state writable (they are the user's own).
+    /// Single-user Nix owned by the runner's unprivileged user: the store and Nix's state are
+    /// the user's own, and writable to its client.
     LocalAsUser {
         store: PathBuf,
         state: PathBuf,
         log: PathBuf,
     },
-    /// Setup (b): the runner's own unprivileged user, talking to the daemon's socket; the
-    /// namespace is made as for the agent, with the socket bound in.
+    /// Setup (b): the runner's own unprivileged user, talking to the system daemon's socket.
     Daemon { socket: PathBuf },
+}
+
+/// The store a job's confined nix client opens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ClientStore {
+    /// A daemon's socket, bound into the namespace: the system's (setup (b)) or the one the
+    /// runner started for this run (setup (a)).
+    Daemon { socket: PathBuf },
+    /// The runner's own single-user store, writable (it is the user's own).
+    Own {
+        store: PathBuf,
+        state: PathBuf,
+        log: PathBuf,
+    },
 }
 
 /// The command that starts the devShell's nix client inside the job's boundary: the policy's
 /// denied trees absent ([`namespace_args`], the same rendering as the agent's, of the
 /// policy's read rules only: Nix reads none of the job's workspace), `own` (the repository it
-/// evaluates, its GC roots and scratch dir) given back, and no network namespace but its own
-/// (no host loopback, no link-local address): the fixed-output builds of a local store share
-/// it. `unshare` is the program only for [`NixStore::LocalAsRoot`].
+/// evaluates and its scratch dir) given back, no network namespace but its own (no host
+/// loopback, no link-local address), and `identity` as the agent's namespace has it.
 ///
-/// Root's PID namespace comes from `unshare --pid --mount-proc`, not from bubblewrap:
-/// bubblewrap, run by root, covers its own `/proc`'s `sys` and friends, and a covered `/proc`
-/// is one that Nix's build sandbox (a user namespace of its own) may not mount again. The
-/// `/proc` of that PID namespace is bound in uncovered; the host's, whose `<pid>/root` leads
-/// back to the host's files, is never visible.
+/// The client is never root: a root process reaches around every path rule (`/proc/1/root`
+/// of a process still in the runner's mount namespace is the host's whole tree). It gets a
+/// user namespace and a PID namespace with a `/proc` of its own, as the agent does.
 pub fn nix_plan(
     policy: &SandboxPolicy,
     own: &OwnFiles,
-    store: &NixStore,
+    store: &ClientStore,
+    identity: Identity,
     tools: &Tools,
-    unshare: &Path,
     cwd: &Path,
 ) -> Confined {
     // Nix reads and writes the whole store: the job's view of it is for the job's processes.
@@ -280,12 +280,11 @@ pub fn nix_plan(
     };
     let mut own = own.clone();
     match store {
-        NixStore::LocalAsRoot { store, state, log }
-        | NixStore::LocalAsUser { store, state, log } => {
+        ClientStore::Own { store, state, log } => {
             own.write
                 .extend([store.clone(), state.clone(), log.clone()]);
         }
-        NixStore::Daemon { socket } => own.read.push(socket.clone()),
+        ClientStore::Daemon { socket } => own.read.push(socket.clone()),
     }
     let mut args = namespace_args(&view, &own, None);
     // The hidden trees stay writable (empty, in memory, gone with the build): nix writes its
@@ -294,25 +293,31 @@ pub fn nix_plan(
         args.drain(at..at + 2);
     }
     args.insert(0, "--unshare-net".to_string());
-    let s = |p: &Path| p.to_string_lossy().into_owned();
-    let (program, mut prefix) = match store {
-        NixStore::LocalAsRoot { .. } => {
-            args.retain(|a| a != "--unshare-user" && a != "--unshare-pid");
-            if let Some(at) = args.iter().position(|a| a == "--proc") {
-                args[at] = "--bind".to_string();
-                args.insert(at + 1, "/proc".to_string());
-            }
-            args.splice(0..0, ["--cap-add".to_string(), "ALL".to_string()]);
-            let launcher = ["--pid", "--fork", "--kill-child", "--mount-proc", "--"];
-            let mut prefix: Vec<String> = launcher.map(String::from).to_vec();
-            prefix.push(s(&tools.bwrap));
-            (unshare.to_path_buf(), prefix)
-        }
-        _ => (tools.bwrap.clone(), Vec::new()),
-    };
+    let (program, mut prefix) = as_identity(identity, tools);
     prefix.extend(args);
-    prefix.extend(["--chdir".to_string(), s(cwd), "--".to_string()]);
+    prefix.extend([
+        "--chdir".to_string(),
+        cwd.to_string_lossy().into_owned(),
+        "--".to_string(),
+    ]);
     Confined { program, prefix }
+}
+
+/// The program that makes a namespace as `identity`, and the arguments before bubblewrap's
+/// own: a root runner switches to [`AGENT_ID`] first (`setpriv`), with no supplementary
+/// group of root's.
+fn as_identity(identity: Identity, tools: &Tools) -> (PathBuf, Vec<String>) {
+    match identity {
+        Identity::Agent => {
+            let id = AGENT_ID.to_string();
+            let mut prefix: Vec<String> = ["--reuid", &id, "--regid", &id, "--clear-groups", "--"]
+                .map(String::from)
+                .to_vec();
+            prefix.push(tools.bwrap.to_string_lossy().into_owned());
+            (tools.setpriv.clone(), prefix)
+        }
+        Identity::Runner => (tools.bwrap.clone(), Vec::new()),
+    }
 }
 
 /// A denied path made absent: an empty directory over a directory, an empty file over a file.

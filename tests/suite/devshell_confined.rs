@@ -422,6 +422,91 @@ fn file_input_aimed_at_the_account_key_at(trust: Trust) {
     );
 }
 
+/// Issue 38, nix as root: a `path:` input through `/proc/1/root`. A root nix whose PID 1 still
+/// sits in the runner's mount namespace reads the host's whole tree that way, around every
+/// hidden tree; a nix that is the job's identity, in a PID namespace of its own, cannot.
+#[test]
+fn path_input_through_proc_1_root() {
+    if !rustix::process::geteuid().is_root() {
+        // The control needs root: an unprivileged runner's nix never had the route.
+        println!("path-proc-root: not root, so no nix of this runner is root; nothing to try");
+        return;
+    }
+    for trust in BOTH {
+        path_input_through_proc_1_root_at(trust);
+    }
+}
+
+fn path_input_through_proc_1_root_at(trust: Trust) {
+    let w = world_of(trust);
+    let repo = Repo::new();
+    let seen = |secret: &str, through: &str, on: bool| {
+        let dir = secret_dir(&w, secret);
+        let hash = quest_runner::nar::nar_hash(&dir).unwrap();
+        let path = Path::new(through).join(dir.strip_prefix("/").unwrap());
+        let (nix, locked) = path_input(&path, &hash);
+        let rev = hostile_rev(&repo, &nix, locked, "");
+        attempt(&w, &repo, &rev, secret, on)
+    };
+    // The control reads through its own process's root: a root nix reads any process's
+    // (this host's PID 1 is not the runner's, so `/proc/1` is not the route here; it is inside
+    // a PID namespace whose first process bubblewrap's is, in the runner's mount namespace).
+    for through in ["/proc/1/root", "/proc/self/root"] {
+        let (control, confined) = (token(), token());
+        let before = seen(&control, "/proc/self/root", false);
+        assert!(
+            before.answer.is_ok(),
+            "the control: {:?}",
+            before.answer.err()
+        );
+        let after = seen(&confined, through, true);
+        assert_refused(
+            &format!("path-proc-root {through} ({trust:?})"),
+            before,
+            after,
+            &confined,
+        );
+    }
+}
+
+/// The operator's token planted in the runner's environment, as an `EnvironmentFile` puts it.
+const PLANTED: &str = "QUEST_TEST_OPERATOR_TOKEN";
+
+/// Issue 38, the runner's environment: `builtins.fetchurl` of `/proc/self/environ`. Nix copies what
+/// it fetches into the store before it compares the hash, so a nix that carries the runner's
+/// environment puts it where the next job reads it.
+#[test]
+fn file_input_at_the_clients_own_environment() {
+    static PLANT: std::sync::Once = std::sync::Once::new();
+    let secret = token();
+    // Once, before any of this test's nix runs; every nix this process starts carries it.
+    PLANT.call_once(|| std::env::set_var(PLANTED, &secret));
+    let secret = std::env::var(PLANTED).unwrap();
+    for trust in BOTH {
+        let w = world_of(trust);
+        let repo = Repo::new();
+        let harmless = repo.dir.path().join("harmless");
+        std::fs::create_dir_all(&harmless).unwrap();
+        let hash = quest_runner::nar::nar_hash(&harmless).unwrap();
+        let seen = |on: bool| {
+            let (nix, locked) = path_input(&harmless, &hash);
+            // The wrong hash: nix has copied the file into the store when it says so. A salt
+            // of its own per run: each copy is a new store path.
+            let extra = format!(
+                "ENVIRON = builtins.fetchurl {{ url = \"file:///proc/self/environ?{}\"; \
+                 sha256 = \"{}\"; }};",
+                token(),
+                "0".repeat(64)
+            );
+            let rev = hostile_rev(&repo, &nix, locked, &extra);
+            attempt(&w, &repo, &rev, &secret, on)
+        };
+        let before = seen(false);
+        let after = seen(true);
+        assert_refused(&format!("env-environ ({trust:?})"), before, after, &secret);
+    }
+}
+
 /// A loopback service for the network attempts: it records the first line of every request
 /// it gets and answers each with a small body, for at most a minute.
 struct Service {

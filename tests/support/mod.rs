@@ -91,6 +91,11 @@ impl Repo {
             .prefix("qr-repo-")
             .tempdir()
             .unwrap();
+        // Searchable, as a repository the runner reads is: a root runner's nix reads the
+        // bare clone as the agent's identity (a runner's own clones are in its state dir,
+        // which it makes searchable itself).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         std::fs::create_dir(dir.path().join("src")).unwrap();
         git(&dir.path().join("src"), &["init", "-q", "-b", "main"]);
         Repo { dir }
