@@ -148,6 +148,7 @@ fn inside(args: &[String]) -> Result<ExitCode, String> {
         let sock = socket(&dir, port);
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
+                no_delay(&conn);
                 let sock = sock.clone();
                 std::thread::spawn(move || {
                     if let Ok(out) = UnixStream::connect(&sock) {
@@ -204,6 +205,7 @@ fn outside(args: &[String]) -> Result<ExitCode, String> {
             for conn in listener.incoming().flatten() {
                 std::thread::spawn(move || {
                     if let Ok(out) = TcpStream::connect(("127.0.0.1", port)) {
+                        no_delay(&out);
                         join(conn, out);
                     }
                 });
@@ -214,6 +216,14 @@ fn outside(args: &[String]) -> Result<ExitCode, String> {
         let _ = t.join();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bridge copies whatever arrives as soon as it arrives: with Nagle's algorithm on, the
+/// tail of a request written in pieces waits for the peer's delayed ACK (40 ms on Linux, once
+/// per model request: issue 42 measured it). Best effort: a socket that refuses it still
+/// carries the bytes.
+fn no_delay(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
 }
 
 /// A stream that can be read and written from two threads, and half-closed.
