@@ -103,6 +103,7 @@ pub async fn start_outside(
     if let Some(adjust) = adjust {
         adjust(&mut cmd);
     }
+    crate::process::die_with_runner(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let mut child = cmd

@@ -136,7 +136,12 @@ pub fn plan(
     let s = |p: &Path| p.to_string_lossy().into_owned();
     if identity == Identity::Agent {
         let id = AGENT_ID.to_string();
-        prefix.extend(["--reuid", &id, "--regid", &id, "--clear-groups", "--"].map(String::from));
+        // The kernel clears a parent-death signal when the credentials change, so the one
+        // the runner set is set again as the agent's identity: a runner killed outright
+        // takes the namespace along.
+        let ids = ["--reuid", &id, "--regid", &id, "--clear-groups"];
+        prefix.extend(ids.map(String::from));
+        prefix.extend(["--pdeathsig", "KILL", "--"].map(String::from));
         prefix.push(s(&tools.bwrap));
     }
     prefix.extend(namespace_args(policy, own, passwd));

@@ -858,3 +858,69 @@ async fn a_job_refuses_a_secret_its_link_now_puts_in_a_needed_directory() {
     );
     assert!(!state.path().join("repos").exists(), "nothing was fetched");
 }
+
+/// A runner killed outright mid-job (kill -9: no handler runs) takes every helper it started
+/// along: the job's network bridge (root's, on the runner's side), its proxy, the agent and
+/// its command. Once, the bridge lived on under pid 1 for ever (issue 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_the_runner_started_outlives_its_kill_9() {
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "killed", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_CLAUDE",
+        agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+    )
+    .args(["run", "--job"])
+    .arg(&file)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    server.confine(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while processes_with(&format!("hang-{token}")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let state = runner.state().to_string_lossy().into_owned();
+    let helpers = processes_with(&state);
+    assert!(!helpers.is_empty(), "no helper names the state dir");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Bounded: a parent-death signal is immediate; a second or two for the trees to go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let left = loop {
+        let left: Vec<String> = processes_with(&state)
+            .into_iter()
+            .chain(processes_with(&format!("hang-{token}")))
+            .chain(server.confined_processes().into_iter().map(|p| p as u32))
+            .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            // A zombie (no command line) is gone but for its parent's wait.
+            .filter(|c| !c.is_empty())
+            .collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Whatever is left must not outlive the test either.
+    server.kill_confined();
+    for pid in processes_with(&format!("hang-{token}")) {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "survived the runner's kill -9: {left:#?}");
+}
