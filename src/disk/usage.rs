@@ -104,7 +104,7 @@ pub fn measure(root: &Path, seen: &mut Seen) -> Usage {
 }
 
 /// tmpfs's `f_type` (linux/magic.h).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
+const TMPFS_MAGIC: rustix::fs::FsWord = 0x0102_1994;
 /// What tmpfs charges one inode for, of extended attributes (`BOGO_INODE_SIZE`), and what it
 /// adds to each attribute's name and value (`struct simple_xattr`, rounded up).
 const TMPFS_INODE_BYTES: u64 = 1024;
@@ -112,7 +112,7 @@ const TMPFS_XATTR_OVERHEAD: u64 = 48;
 
 /// Whether the directory `dir` is on a tmpfs, which charges links and attributes as inodes.
 fn on_tmpfs(dir: &OwnedFd) -> bool {
-    rustix::fs::fstatfs(dir).is_ok_and(|st| st.f_type as i64 == TMPFS_MAGIC)
+    rustix::fs::fstatfs(dir).is_ok_and(|st| st.f_type == TMPFS_MAGIC)
 }
 
 /// The inodes tmpfs charges for the extended attributes of `name` in `dir` (not followed).

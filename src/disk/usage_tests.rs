@@ -176,7 +176,7 @@ fn on_tmpfs_links_and_attributes_count_as_the_file_system_charges_them() {
     for i in 0..40 {
         let name = format!("user.attr-{i}");
         rustix::fs::setxattr(
-            &tree.join("tagged"),
+            tree.join("tagged"),
             name.as_str(),
             &[b'x'; 3000],
             rustix::fs::XattrFlags::empty(),
