@@ -57,6 +57,20 @@ impl SocketDir {
     }
 }
 
+/// The sockets' directory of the bridge's runner side running as `pid`, if it is one: what a
+/// later `serve` finds of a dead runner's bridges.
+pub fn outside_dir(pid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    match args.as_slice() {
+        [_, flag, mode, dir, ..] if *flag == FLAG.as_bytes() && *mode == b"outside" => {
+            Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir)))
+        }
+        _ => None,
+    }
+}
+
 /// The arguments that start `program` inside the namespace through the bridge (after the
 /// runner's binary).
 pub fn inside_args(dir: &Path, ports: &[u16]) -> Vec<String> {
