@@ -317,3 +317,41 @@ fn logs_show_no_job_text_that_steers_or_reorders_the_terminal() {
     assert!(shown.contains("\\u{202e}gnp.exe"), "{shown:?}");
     clean("logs --transcript on a terminal", &shown);
 }
+
+/// An id git cannot name as the job's ref is refused before anything is made, by `run` and
+/// `submit` alike, exit 2, naming the rule (issue 40: `a..b`, `x.lock` and `x.` ran, and the
+/// agent's commits were then lost to "invalid refspec").
+#[test]
+fn an_id_git_cannot_name_is_refused_before_anything_is_made() {
+    let (runner, dir, _) = runner_with_job();
+    for (id, rule) in [
+        ("a..b", "contains `..`"),
+        ("x.lock", "ends in `.lock`"),
+        ("x.", "ends with a dot"),
+    ] {
+        let job = dir.path().join(format!("job-{id}.json"));
+        let spec = serde_json::json!({"id": id, "repo": dir.path(), "rev": REV,
+            "trust": "trusted", "agent": "claude", "account": "work", "prompt": "p"});
+        std::fs::write(&job, spec.to_string()).unwrap();
+        for args in [&["submit"][..], &["run", "--job"]] {
+            let out = runner
+                .command()
+                .args(args)
+                .arg(&job)
+                .env("QUEST_RUNNER_CLAUDE", "/bin/true")
+                .output()
+                .unwrap();
+            let err = stderr(&out);
+            assert_eq!(code(&out), 2, "{args:?} {id}: {err}");
+            assert!(err.contains(rule) && err.contains("not a job id"), "{err}");
+        }
+        assert!(
+            !runner.state().join("jobs").join(id).exists(),
+            "{id}: a job dir"
+        );
+    }
+    let queued = std::fs::read_dir(runner.state().join("queue"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0);
+    assert_eq!(queued, 0, "a refused id was queued");
+}
