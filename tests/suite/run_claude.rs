@@ -924,3 +924,63 @@ async fn nothing_the_runner_started_outlives_its_kill_9() {
     }
     assert!(left.is_empty(), "survived the runner's kill -9: {left:#?}");
 }
+
+/// An agent installed in a hidden tree brings itself into the namespace, not its neighbours:
+/// a launcher in the state dir, run as the job's agent, cannot read the runner's config or a
+/// file beside it, which it reads unconfined (issue 40: the agent's own process read
+/// `config.json` and another job's files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_installed_in_the_state_dir_does_not_bring_the_state_dir() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let secret = runner.state().join("neighbour-secret");
+    std::fs::write(&secret, "NEIGHBOUR-SECRET-40\n").unwrap();
+    let launcher = runner.state().join("claude-launcher");
+    let real = agent_binary("QUEST_RUNNER_CLAUDE", "claude");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nd=$(dirname \"$0\")\necho \"READ: $(cat \"$d/neighbour-secret\" \"$d/config.json\" 2>&1)\" >&2\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Unconfined, the launcher reads both.
+    let plain = std::process::Command::new(&launcher)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let plain = String::from_utf8_lossy(&plain.stderr).to_string();
+    assert!(
+        plain.contains("NEIGHBOUR-SECRET-40") && plain.contains("api_key_file"),
+        "{plain}"
+    );
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "launcher", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env("QUEST_RUNNER_CLAUDE", &launcher)
+        .args(["run", "--job"])
+        .arg(&file);
+    server.confine(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let log = std::fs::read_to_string(runner.state().join("jobs/launcher/runner/agent.log"))
+        .unwrap_or_default();
+    assert!(
+        log.contains("READ: "),
+        "the launcher did not run: {log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !log.contains("NEIGHBOUR-SECRET-40") && !log.contains("api_key_file"),
+        "the agent read the state dir: {log}"
+    );
+}
