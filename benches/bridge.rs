@@ -44,7 +44,10 @@ fn main() {
     let added = bridged - direct;
     let verdict = if added < 2.0 { "met" } else { "NOT met" };
     println!("  added per request              {added:>8.2} ms   target < 2 ms  {verdict}");
-    println!("  ratio                          {:>8.2}x", bridged / direct);
+    println!(
+        "  ratio                          {:>8.2}x",
+        bridged / direct
+    );
 }
 
 /// The upstream: for each connection, answers each whole request with `ANSWER` bytes.
@@ -94,7 +97,12 @@ fn through_bridge(port: u16) -> Vec<f64> {
         .spawn()
         .unwrap();
     let mut ready = [0u8; 6];
-    outside.stdout.as_mut().unwrap().read_exact(&mut ready).unwrap();
+    outside
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut ready)
+        .unwrap();
     let me = std::env::current_exe().unwrap();
     let out = Command::new("bwrap")
         .args(["--dev-bind", "/", "/", "--unshare-net", "--"])

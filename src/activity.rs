@@ -5,8 +5,10 @@
 //! lines for machines, and `--transcript` the raw stream.
 //!
 //! The stream is the agent's, which the job steers: nothing of it reaches a terminal
-//! unfiltered (control characters, and with them escape sequences, are dropped), and a line
-//! that is not an event of either agent is shown as it is, clipped, rather than lost.
+//! unescaped (control characters, and with them escape sequences, bidi controls and
+//! zero-width characters are shown as `\u{…}` in the human form and as JSON escapes in the
+//! JSON one: `crate::util::text`), and a line that is not an event of either agent is shown as
+//! it is, clipped, rather than lost.
 
 use std::io::Write;
 
@@ -202,17 +204,10 @@ fn bounded(text: &str) -> String {
     shown.join("\n")
 }
 
-/// `s` without control characters but newlines (tabs become spaces): the agent's text never
-/// steers the reader's terminal.
+/// `s` with tabs as spaces. What could steer the reader's terminal stays in the activity, so
+/// `--json` gives it as it was; each form escapes it where it is written.
 fn printable(s: &str) -> String {
-    s.chars()
-        .filter_map(|c| match c {
-            '\n' => Some('\n'),
-            '\t' => Some(' '),
-            c if c.is_control() => None,
-            c => Some(c),
-        })
-        .collect()
+    s.replace('\t', " ")
 }
 
 impl Activity {
@@ -231,6 +226,7 @@ impl Activity {
         let mut out = String::new();
         for (i, line) in text.lines().enumerate() {
             let label = if i == 0 { label } else { "" };
+            let line = crate::util::text::shown_line(line);
             out.push_str(&format!("{label:<6} {line}\n"));
         }
         out
@@ -272,7 +268,7 @@ impl<W: Write> Renderer<W> {
                 Format::Human => self.out.write_all(activity.human().as_bytes())?,
                 Format::Json => {
                     let json = serde_json::to_string(&activity).map_err(std::io::Error::other)?;
-                    writeln!(self.out, "{json}")?;
+                    writeln!(self.out, "{}", crate::util::text::json_shown(&json))?;
                 }
             }
         }

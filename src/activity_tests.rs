@@ -103,17 +103,41 @@ fn the_agents_text_cannot_steer_the_terminal() {
     let line = r#"{"type":"text","part":{"text":"hi \u001b]0;owned\u0007\u001b[2J there"}}"#;
     let got = render(line);
     assert_eq!(
-        got,
-        [Activity::Text {
-            text: "hi ]0;owned[2J there".into()
-        }]
+        got[0].human(),
+        "text   hi \\u{1b}]0;owned\\u{7}\\u{1b}[2J there\n"
     );
     assert_eq!(
-        render("not json \u{1b}[31m"),
-        [Activity::Other {
-            text: "not json [31m".into()
-        }]
+        render("not json \u{1b}[31m")[0].human(),
+        "?      not json \\u{1b}[31m\n"
     );
+}
+
+/// Bidi controls, zero-width characters, C1 controls and DEL are shown escaped in both forms:
+/// a command shown is the command that ran (issue 40).
+#[test]
+fn reordering_and_hidden_characters_are_escaped_in_both_forms() {
+    let command = "echo \u{202e}gnp.exe\u{2067} \u{200b}rm\u{feff} \u{9d}8;;x\u{9c}\u{7f}";
+    let line = serde_json::json!({"type": "tool_use", "part": {"tool": "bash",
+        "state": {"status": "completed", "input": {"command": command}, "output": "ok"}}});
+    for format in [Format::Human, Format::Json] {
+        let mut out = Renderer::new(Vec::new(), format);
+        writeln!(out, "{line}").unwrap();
+        let text = String::from_utf8(out.out).unwrap();
+        assert!(
+            !text.chars().any(crate::util::text::is_unsafe),
+            "{format:?}: {text:?}"
+        );
+        if format == Format::Json {
+            let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            assert_eq!(first["input"], command, "JSON keeps the text");
+            assert!(text.contains("\\u202e"), "{text}");
+        } else {
+            assert!(
+                text.contains("\\u{202e}") && text.contains("\\u{9d}"),
+                "{text}"
+            );
+        }
+    }
 }
 
 #[test]

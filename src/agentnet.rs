@@ -29,6 +29,48 @@ pub fn socket(dir: &Path, port: u16) -> PathBuf {
     dir.join(format!("{port}.sock"))
 }
 
+/// The directory of the bridge's sockets, held open, so that a socket is bound and reached at
+/// an address that does not grow with `dir`: the kernel takes at most 107 bytes of one, and
+/// `dir` is under the state dir and the job's id, whose lengths are the operator's and the
+/// job's (a 59-byte id under `/var/lib/quest-runner` was one too many). Both sides have a
+/// /proc of their own (the namespace mounts it), through which the open directory is named.
+struct SocketDir {
+    dir: rustix::fd::OwnedFd,
+}
+
+impl SocketDir {
+    fn open(dir: &Path) -> Result<SocketDir, String> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        rustix::fs::open(dir, flags, Mode::empty())
+            .map(|dir| SocketDir { dir })
+            .map_err(|e| format!("opening {}: {e}", dir.display()))
+    }
+
+    /// The address of the socket for `port`: at most 36 bytes, whatever the directory.
+    fn address(&self, port: u16) -> PathBuf {
+        use rustix::fd::AsRawFd;
+        PathBuf::from(format!(
+            "/proc/self/fd/{}/{port}.sock",
+            self.dir.as_raw_fd()
+        ))
+    }
+}
+
+/// The sockets' directory of the bridge's runner side running as `pid`, if it is one: what a
+/// later `serve` finds of a dead runner's bridges.
+pub fn outside_dir(pid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    match args.as_slice() {
+        [_, flag, mode, dir, ..] if *flag == FLAG.as_bytes() && *mode == b"outside" => {
+            Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir)))
+        }
+        _ => None,
+    }
+}
+
 /// The arguments that start `program` inside the namespace through the bridge (after the
 /// runner's binary).
 pub fn inside_args(dir: &Path, ports: &[u16]) -> Vec<String> {
@@ -75,6 +117,7 @@ pub async fn start_outside(
     if let Some(adjust) = adjust {
         adjust(&mut cmd);
     }
+    crate::process::die_with_runner(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let mut child = cmd
@@ -141,11 +184,12 @@ fn inside(args: &[String]) -> Result<ExitCode, String> {
     if dashes != "--" {
         return Err("inside: <dir> <ports> -- <program> [args]".into());
     }
-    let dir = PathBuf::from(dir);
+    // Held open until the program ends: each connection is made through it.
+    let dir = SocketDir::open(Path::new(dir))?;
     for port in parse_ports(ports)? {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .map_err(|e| format!("binding 127.0.0.1:{port} in the job's namespace: {e}"))?;
-        let sock = socket(&dir, port);
+        let sock = dir.address(port);
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 no_delay(&conn);
@@ -176,24 +220,27 @@ fn outside(args: &[String]) -> Result<ExitCode, String> {
     let [dir, owner, ports] = args else {
         return Err("outside: <dir> <owner|-> <ports>".into());
     };
-    let dir = PathBuf::from(dir);
+    let shown = PathBuf::from(dir);
+    let dir = SocketDir::open(&shown)?;
     let owner: Option<u32> = match owner.as_str() {
         "-" => None,
         uid => Some(uid.parse().map_err(|_| format!("bad uid {uid:?}"))?),
     };
     let mut listeners = Vec::new();
     for port in parse_ports(ports)? {
-        let sock = socket(&dir, port);
+        let sock = dir.address(port);
         let _ = std::fs::remove_file(&sock);
-        let listener =
-            UnixListener::bind(&sock).map_err(|e| format!("binding {}: {e}", sock.display()))?;
+        let listener = UnixListener::bind(&sock)
+            .map_err(|e| format!("binding {}: {e}", socket(&shown, port).display()))?;
         if let Some(uid) = owner {
             let id = (
                 Some(rustix::fs::Uid::from_raw(uid)),
                 Some(rustix::fs::Gid::from_raw(uid)),
             );
-            rustix::fs::chown(&sock, id.0, id.1)
-                .map_err(|e| format!("handing {} to uid {uid}: {e}", sock.display()))?;
+            rustix::fs::chown(&sock, id.0, id.1).map_err(|e| {
+                let shown = socket(&shown, port);
+                format!("handing {} to uid {uid}: {e}", shown.display())
+            })?;
         }
         listeners.push((listener, port));
     }

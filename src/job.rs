@@ -215,19 +215,45 @@ impl JobSpec {
     }
 }
 
-/// Job ids name directories under the state dir, so they are plain names: no `/`, no `..`,
-/// no leading dot, bounded length.
+/// Job ids name directories under the state dir and the job's ref in its repository's shared
+/// clone (`refs/quest/jobs/<id>`), so an id must be a plain file name and a ref name at once:
+/// one git refuses (`a..b`, `x.lock`, `x.`) would let the job run and then lose its commits.
+/// What else the runner derives from an id (its cgroup, its bridge's sockets) holds for every
+/// id this accepts: the length bound keeps `job-<id>` a file name, and the sockets' addresses
+/// do not contain the id (src/agentnet.rs).
 pub fn check_id(id: &str) -> Result<(), JobError> {
-    let ok = is_name(id) && !id.starts_with('.') && id.len() <= 64;
-    if ok {
-        Ok(())
-    } else {
-        Err(field(
+    match id_problem(id) {
+        None => Ok(()),
+        Some(rule) => Err(field(
             "id",
-            format!(
-                "{id:?} is not a job id (1-64 letters, digits, . _ -, not starting with a dot)"
-            ),
-        ))
+            format!("{id:?} is not a job id: {rule} ({ID_RULES})"),
+        )),
+    }
+}
+
+/// The rules of [`check_id`], as an error states them.
+pub const ID_RULES: &str = "a job id is 1-64 letters, digits, . _ -, not starting or ending \
+     with a dot, without `..`, not ending in `.lock`";
+
+/// The first rule `id` breaks, if any.
+fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() || id.len() > 64 {
+        Some("it is empty or longer than 64 bytes")
+    } else if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        Some("it has a character other than letters, digits, . _ -")
+    } else if id.starts_with('.') {
+        Some("it starts with a dot")
+    } else if id.ends_with('.') {
+        Some("it ends with a dot, which git refuses in a ref name")
+    } else if id.contains("..") {
+        Some("it contains `..`, which git refuses in a ref name")
+    } else if id.ends_with(".lock") {
+        Some("it ends in `.lock`, which git refuses in a ref name")
+    } else {
+        None
     }
 }
 

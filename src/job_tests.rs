@@ -131,3 +131,56 @@ fn a_value_of_the_wrong_kind_names_its_field_and_an_example() {
         assert!(!err.contains("at line"), "{err}");
     }
 }
+
+/// Ids the runner accepts, each checked against what it derives from them; the ids that made
+/// the runner lose a job's commits (issue 40) are refused, naming the rule.
+#[test]
+fn every_accepted_id_names_a_ref_git_takes() {
+    for (id, rule) in [
+        ("a..b", "`..`"),
+        ("x.lock", "`.lock`"),
+        ("x.", "ends with a dot"),
+    ] {
+        let err = check_id(id).unwrap_err().to_string();
+        assert!(err.contains(rule) && err.contains("\"id\""), "{id}: {err}");
+    }
+    let mut ids: Vec<String> = Vec::new();
+    // Every id of up to four characters over the ones that matter to git.
+    let alphabet = ['a', '.', '-', '_'];
+    let mut frontier = vec![String::new()];
+    for _ in 0..4 {
+        frontier = frontier
+            .iter()
+            .flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}")))
+            .collect();
+        ids.extend(frontier.iter().cloned());
+    }
+    // And random ones built of the pieces git's rules are about, up to past the length bound.
+    let pieces = ["a", "Z9", "-", "_", ".", "..", ".lock", "lock", "x.y"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..400 {
+        let n = 1 + next() % 24;
+        let id: String = (0..n)
+            .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+            .collect();
+        ids.push(id);
+    }
+    let accepted: Vec<&String> = ids.iter().filter(|id| check_id(id).is_ok()).collect();
+    assert!(accepted.len() > 100, "too few accepted: {}", accepted.len());
+    for id in accepted {
+        let refname = format!("refs/quest/jobs/{id}");
+        let git = std::process::Command::new("git")
+            .args(["check-ref-format", &refname])
+            .status()
+            .unwrap();
+        assert!(git.success(), "accepted {id:?}, but git refuses {refname}");
+        // The job's cgroup (`job-<id>`) and directory are file names.
+        assert!(format!("job-{id}").len() <= 255, "{id}");
+    }
+}

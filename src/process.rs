@@ -16,6 +16,28 @@ use std::time::{Duration, Instant};
 pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
 
 use rustix::process::{Pid, Signal, WaitOptions};
+
+/// Ends the process `cmd` starts with the runner, however the runner ends: a kill -9 runs no
+/// handler, no drop and no cleanup, and a helper left behind (the job's network bridge runs as
+/// root) would live on under pid 1 for ever. The kernel's parent-death signal is SIGKILL; the
+/// runner dying between the fork and the `prctl` would go unnoticed, so the child then checks
+/// that its parent is still the runner and gives up if not.
+pub fn die_with_runner(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let runner = rustix::process::getpid();
+    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            if rustix::process::getppid() != Some(runner) {
+                return Err(io::Error::other(
+                    "the runner ended before this process started",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
@@ -80,6 +102,7 @@ pub async fn run_captured_upto(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
+    die_with_runner(cmd.as_std_mut());
     let mut child = cmd.spawn()?;
     let pid = child
         .id()

@@ -41,10 +41,15 @@ pub async fn serve<F>(listener: TcpListener, max_body: usize, handler: Arc<F>)
 where
     F: Fn(StubRequest) -> StubResponse + Send + Sync + 'static,
 {
-    quest_runner::util::http1::serve_http1(listener, "stand-in server", None, move |req| {
-        let handler = handler.clone();
-        async move { answer(req, max_body, &*handler).await }
-    })
+    quest_runner::util::http1::serve_http1(
+        listener,
+        "stand-in server",
+        Default::default(),
+        move |req| {
+            let handler = handler.clone();
+            async move { answer(req, max_body, &*handler).await }
+        },
+    )
     .await
 }
 

@@ -178,7 +178,7 @@ pub fn push(ctx: Context, id: String) -> Result<(), Failure> {
     })?;
     result.push = Some(record.clone());
     save(&file, &result)?;
-    super::out(serde_json::to_string_pretty(&record).unwrap_or_default())?;
+    super::out(super::json(&record))?;
     match record.error {
         None => Ok(()),
         Some(why) => Err(Failure::new(Exit::Failed, why)),

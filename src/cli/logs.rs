@@ -3,7 +3,7 @@
 //! `--transcript` the raw stream, `--stderr` the agent's own log, `--network` and `--model`
 //! the job's network and model logs, which the runner writes.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -69,10 +69,12 @@ impl Source {
         }
     }
 
-    /// Where the bytes go: rendered, or as they are.
-    fn sink<'a>(self, out: &'a mut dyn Write) -> Box<dyn Write + 'a> {
+    /// Where the bytes go: rendered; or as they are for a program, and on a terminal with what
+    /// could steer it or reorder what it shows escaped (the files hold what the job wrote).
+    fn sink<'a>(self, out: &'a mut dyn Write, terminal: bool) -> Box<dyn Write + 'a> {
         match self {
             Source::Activity(format) => Box::new(Renderer::new(out, format)),
+            _ if terminal => Box::new(crate::util::text::ShownLines::new(out)),
             _ => Box::new(out),
         }
     }
@@ -93,7 +95,8 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
             let (id, follow) = (&args.id, args.follow);
             return db.run(|client| async move {
                 let mut stdout = std::io::stdout().lock();
-                let mut out = source.sink(&mut stdout);
+                let terminal = stdout.is_terminal();
+                let mut out = source.sink(&mut stdout, terminal);
                 pg::admin::logs(&client, id, stream, follow, &mut out).await
             });
         }
@@ -110,7 +113,8 @@ pub fn logs(ctx: Context, args: LogsArgs) -> Result<(), Failure> {
     };
     let path = queue.job_dir(&args.id).join(source.file());
     let mut stdout = std::io::stdout().lock();
-    let mut out = source.sink(&mut stdout);
+    let terminal = stdout.is_terminal();
+    let mut out = source.sink(&mut stdout, terminal);
     follow(&path, state, args.follow, state_now, &mut out)
 }
 

@@ -383,6 +383,12 @@ fn subcommand_of(args: &[std::ffi::OsString]) -> Option<&str> {
     None
 }
 
+/// `value` as the commands print JSON: pretty, with what could steer a terminal or reorder
+/// what it shows (a job's text: its messages, its model's name) as JSON escapes.
+pub(crate) fn json(value: &impl serde::Serialize) -> String {
+    crate::util::text::json_shown(&serde_json::to_string_pretty(value).unwrap_or_default())
+}
+
 /// Writes `text` and a newline to stdout. Every command's data goes through here, not
 /// `println!`, which panics when stdout cannot be written (a full disk, a closed pipe).
 pub fn out(text: impl std::fmt::Display) -> Result<(), Failure> {
@@ -414,7 +420,9 @@ fn exit(result: Result<(), Failure>) -> ExitCode {
             if !f.message.is_empty() {
                 // Not eprintln!, which panics when stderr cannot be written either.
                 use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "quest-runner: {}", f.message);
+                // A message may carry a job's text (what its git said, its agent's last line).
+                let message = crate::util::text::shown(&f.message);
+                let _ = writeln!(std::io::stderr(), "quest-runner: {message}");
             }
             f.code.into()
         }

@@ -13,6 +13,7 @@ use crate::serve::limits::Limits;
 use crate::serve::pg::{self, PgError};
 use crate::serve::queue::{CancelOutcome, FsQueue, JobState, Listed, QueueError};
 use crate::serve::ServeOptions;
+use crate::util::text::shown_line;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -301,11 +302,7 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
     }
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&listed).unwrap_or_default()
-        )
+        writeln!(out, "{}", super::json(&listed))
     } else {
         let mut text = format!(
             "{:<32} {:<10} {:<10} {:>3}  {:<20}  {:<28}  {}\n",
@@ -314,17 +311,17 @@ pub fn jobs(ctx: Context, args: JobsArgs) -> Result<(), Failure> {
         for j in &listed {
             text.push_str(&format!(
                 "{:<32} {:<10} {:<10} {:>3}  {:<20}  {:<28}  {}\n",
-                j.id,
+                shown_line(&j.id),
                 j.state.name(),
-                j.outcome.as_deref().unwrap_or("-"),
+                shown_line(j.outcome.as_deref().unwrap_or("-")),
                 j.attempts,
-                j.submitted_at.as_deref().unwrap_or("-"),
+                shown_line(j.submitted_at.as_deref().unwrap_or("-")),
                 match (&j.usage, &j.live) {
-                    (Some(u), _) => u.brief(),
+                    (Some(u), _) => shown_line(&u.brief()),
                     (None, Some(live)) => live.brief(),
                     (None, None) => "-".to_string(),
                 },
-                j.message.as_deref().unwrap_or("")
+                shown_line(j.message.as_deref().unwrap_or(""))
             ));
         }
         out.write_all(text.as_bytes())
@@ -376,7 +373,7 @@ fn live(ctx: &Context, id: &str, state: JobState) -> Option<crate::serve::live::
 }
 
 fn pretty(value: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
+    super::json(value)
 }
 
 /// `quest-runner cancel ID`.

@@ -33,7 +33,7 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The result is in `<state>/jobs/<id>/result.json` already (when the job got that far):
     // stdout that cannot be written (a full disk, a closed pipe) changes nothing about the
     // job, so it is reported and the exit code stays the job's.
-    let printed = out(serde_json::to_string_pretty(&result).unwrap_or_default());
+    let printed = out(super::json(&result));
     if let Err(e) = printed.or_else(|e| {
         if e.code == Exit::Success {
             Ok(())
@@ -47,7 +47,8 @@ pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
             false => "the job got no directory, so no result file".to_string(),
         };
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "quest-runner: {}; {kept}", e.message);
+        let message = crate::util::text::shown(&e.message);
+        let _ = writeln!(std::io::stderr(), "quest-runner: {message}; {kept}");
     }
     match result.outcome.exit() {
         Exit::Success => Ok(()),

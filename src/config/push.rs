@@ -86,8 +86,9 @@ impl PushConfig {
                 ),
             ));
         }
-        // A job id is letters, digits and `. _ -`: the longest and the dottiest stand for all.
-        for sample in ["j", "a-b_c.d", &"x".repeat(64)] {
+        // A job id is letters, digits and `. _ -` (crate::job::check_id): the longest, and
+        // those ending in what the template may complete into `.lock`, stand for all.
+        for sample in ["j", "a-b_c.d", "j.l", "j.lo", "j.loc", &"x".repeat(64)] {
             self.branch_ref(sample)
                 .map_err(|m| FieldError::new(&format!("{field}.branch"), m))?;
         }

@@ -32,6 +32,8 @@ fn templates_that_leave_the_namespace_are_refused() {
         ("quest", "{job}/../../main", "push.r.branch"),
         ("quest", "main", "push.r.branch"),
         ("quest", "{job}.lock", "push.r.branch"),
+        // `j.lo` is a job id: its branch would end in `.lock`.
+        ("quest", "{job}ck", "push.r.branch"),
         ("quest", "{job}{x}", "push.r.branch"),
         ("", "{job}", "push.r.namespace"),
         ("../tags", "{job}", "push.r.namespace"),

@@ -82,7 +82,8 @@ pub(super) async fn start(
     if let Some(adjust) = adjust {
         adjust(std_cmd);
     }
-    die_with_runner(std_cmd);
+    // `unshare`, whose end ends the rest: a runner killed outright leaves no root daemon.
+    crate::process::die_with_runner(std_cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| DevShellError::io("starting", &daemon, e))?;
@@ -142,24 +143,6 @@ pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: boo
     }
     args.push(s(daemon));
     args
-}
-
-/// The daemon (`unshare`, whose end ends the rest) gets SIGKILL when the runner's thread that
-/// started it ends: a runner killed outright leaves no root daemon behind.
-fn die_with_runner(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    let parent = std::process::id();
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            // The runner may have died before the signal was armed.
-            if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
-                return Err(std::io::Error::other("the runner is gone"));
-            }
-            Ok(())
-        });
-    }
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), DevShellError> {

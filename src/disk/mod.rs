@@ -21,7 +21,8 @@
 //!   fast writer is caught within a tick or two and killed at once: SIGKILL, no grace), and
 //!   otherwise every 5–120 s (100× the walk: at most 1% of a core);
 //! - a reserve ([`Reserve`]): no job starts while a file system jobs write has less free,
-//!   and while one is below it, the runner stops its job that has the most on it.
+//!   and while one is below it, the runner stops its job that grows fastest on it (never one
+//!   at rest).
 //!
 //! Files count as well as bytes: empty files weigh nothing, yet a job creating them until
 //! ENOSPC took the file system's last inode, and the next job could not even create its clone's

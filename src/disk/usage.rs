@@ -4,7 +4,11 @@
 //! changing it while it is measured. So the walk
 //! - counts allocated blocks (`st_blocks`), not sizes: a sparse file of a terabyte costs
 //!   nothing, a preallocated one (`fallocate`) costs what it holds;
-//! - counts a file with several hard links once;
+//! - counts a file with several hard links once in bytes; in files, as the file system
+//!   charges it: tmpfs takes an inode of its `nr_inodes` for every link, and for every KiB of
+//!   extended attributes, so there each link counts and an inode's attributes are weighed
+//!   (a job making links to one file, or attributes on it, once filled a tmpfs while counted
+//!   as a handful of files);
 //! - never follows a symbolic link, and stays on the tree's file system;
 //! - holds two descriptors at a time whatever the depth: it descends with `openat` and climbs
 //!   back with `..`, checking that `..` is the directory it came from (a tree deeper than
@@ -28,7 +32,8 @@ use rustix::io::Errno;
 pub struct Usage {
     /// Allocated bytes: `st_blocks` × 512 of every entry, hard links counted once.
     pub bytes: u64,
-    /// Entries counted (files, directories, links, …).
+    /// Inodes the file system charges for the tree: entries (files, directories, links, …),
+    /// and on tmpfs each hard link and each KiB of extended attributes too.
     pub entries: u64,
     /// Directories that could not be read, or that changed while being read: what they hold
     /// is not in `bytes`.
@@ -77,7 +82,7 @@ pub fn measure(root: &Path, seen: &mut Seen) -> Usage {
         Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
             // A file or a link where a directory was expected: its own blocks.
             if let Ok(st) = rustix::fs::lstat(root) {
-                count(&st, &mut usage, seen);
+                count(&st, &mut usage, seen, false);
             }
             return usage;
         }
@@ -98,6 +103,50 @@ pub fn measure(root: &Path, seen: &mut Seen) -> Usage {
     usage
 }
 
+/// tmpfs's `f_type` (linux/magic.h).
+const TMPFS_MAGIC: rustix::fs::FsWord = 0x0102_1994;
+/// What tmpfs charges one inode for, of extended attributes (`BOGO_INODE_SIZE`), and what it
+/// adds to each attribute's name and value (`struct simple_xattr`, rounded up).
+const TMPFS_INODE_BYTES: u64 = 1024;
+const TMPFS_XATTR_OVERHEAD: u64 = 48;
+
+/// Whether the directory `dir` is on a tmpfs, which charges links and attributes as inodes.
+fn on_tmpfs(dir: &OwnedFd) -> bool {
+    rustix::fs::fstatfs(dir).is_ok_and(|st| st.f_type == TMPFS_MAGIC)
+}
+
+/// The inodes tmpfs charges for the extended attributes of `name` in `dir` (not followed).
+fn xattr_inodes(dir: &OwnedFd, name: &std::ffi::CStr) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    path.extend_from_slice(name.to_bytes());
+    let Ok(path) = CString::new(path) else {
+        return 0;
+    };
+    // Most files have none: one call says so.
+    let size = match rustix::fs::llistxattr_query(path.as_c_str()) {
+        Ok(0) | Err(_) => return 0,
+        Ok(size) => size,
+    };
+    let mut names = vec![0u8; size];
+    let Ok(len) = rustix::fs::llistxattr(path.as_c_str(), &mut names[..]) else {
+        // Grown meanwhile: at least the names it had.
+        return (size as u64).div_ceil(TMPFS_INODE_BYTES);
+    };
+    let bytes: u64 = names[..len]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            let value = CString::new(n)
+                .ok()
+                .and_then(|n| rustix::fs::lgetxattr_query(path.as_c_str(), n.as_c_str()).ok())
+                .unwrap_or(0);
+            TMPFS_XATTR_OVERHEAD + n.len() as u64 + 1 + value as u64
+        })
+        .sum();
+    bytes.div_ceil(TMPFS_INODE_BYTES)
+}
+
 /// One directory on the way down: who it is, and the subdirectories still to visit.
 struct Frame {
     dev: u64,
@@ -110,10 +159,13 @@ fn walk(top: OwnedFd, usage: &mut Usage, seen: &mut Seen) {
         usage.unseen += 1;
         return;
     };
-    count(&st, usage, seen);
+    let tmpfs = on_tmpfs(&top);
+    if count(&st, usage, seen, tmpfs) && tmpfs {
+        usage.entries += xattr_inodes(&top, c".");
+    }
     let dev = st.st_dev;
     let mut current = top;
-    let Some(pending) = list(&current, dev, usage, seen) else {
+    let Some(pending) = list(&current, dev, usage, seen, tmpfs) else {
         usage.unseen += 1;
         return;
     };
@@ -137,7 +189,7 @@ fn walk(top: OwnedFd, usage: &mut Usage, seen: &mut Seen) {
             if cst.st_dev != dev || FileType::from_raw_mode(cst.st_mode) != FileType::Directory {
                 continue;
             }
-            match list(&child, dev, usage, seen) {
+            match list(&child, dev, usage, seen, tmpfs) {
                 Some(pending) => {
                     stack.push(Frame {
                         dev: cst.st_dev,
@@ -173,7 +225,13 @@ fn walk(top: OwnedFd, usage: &mut Usage, seen: &mut Seen) {
 
 /// Counts the entries of directory `dir` and returns its subdirectories on `dev`; `None` if
 /// it cannot be read.
-fn list(dir: &OwnedFd, dev: u64, usage: &mut Usage, seen: &mut Seen) -> Option<Vec<CString>> {
+fn list(
+    dir: &OwnedFd,
+    dev: u64,
+    usage: &mut Usage,
+    seen: &mut Seen,
+    tmpfs: bool,
+) -> Option<Vec<CString>> {
     let fd = rustix::io::dup(dir).ok()?;
     let mut entries = Dir::new(fd).ok()?;
     let mut subdirs = Vec::new();
@@ -192,21 +250,30 @@ fn list(dir: &OwnedFd, dev: u64, usage: &mut Usage, seen: &mut Seen) -> Option<V
         if seen.roots.contains(&(st.st_dev, st.st_ino)) {
             continue; // another tree of the job, measured on its own
         }
-        count(&st, usage, seen);
-        if FileType::from_raw_mode(st.st_mode) == FileType::Directory && st.st_dev == dev {
+        let kind = FileType::from_raw_mode(st.st_mode);
+        let first = count(&st, usage, seen, tmpfs);
+        if first && tmpfs && matches!(kind, FileType::RegularFile | FileType::Directory) {
+            usage.entries += xattr_inodes(dir, name);
+        }
+        if kind == FileType::Directory && st.st_dev == dev {
             subdirs.push(name.to_owned());
         }
     }
     Some(subdirs)
 }
 
-fn count(st: &rustix::fs::Stat, usage: &mut Usage, seen: &mut Seen) {
+/// Counts one entry: its inode's blocks once, and an inode, once or (`tmpfs`) for every link.
+/// Returns whether the inode was new to this walk.
+fn count(st: &rustix::fs::Stat, usage: &mut Usage, seen: &mut Seen, tmpfs: bool) -> bool {
     let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
-    if !is_dir && st.st_nlink > 1 && !seen.linked.insert((st.st_dev, st.st_ino)) {
-        return;
+    let first = is_dir || st.st_nlink <= 1 || seen.linked.insert((st.st_dev, st.st_ino));
+    if first {
+        usage.bytes += (st.st_blocks as u64).saturating_mul(512);
     }
-    usage.entries += 1;
-    usage.bytes += (st.st_blocks as u64).saturating_mul(512);
+    if first || tmpfs {
+        usage.entries += 1;
+    }
+    first
 }
 
 /// Opens subdirectory `name` of `dir` without following a link, giving its owner read and

@@ -121,3 +121,73 @@ fn an_unreadable_directory_is_counted() {
     assert_eq!(usage.unseen, 0, "{usage:?}");
     std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
+
+/// A tmpfs mounted for a test and unmounted after it (root only: `None` otherwise).
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(options: &str) -> Option<Tmpfs> {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        ok.then_some(Tmpfs { dir })
+    }
+
+    /// Inodes in use, as the file system counts them (`df -i`).
+    fn used_inodes(&self) -> u64 {
+        let st = rustix::fs::statvfs(self.dir.path()).unwrap();
+        st.f_files - st.f_ffree
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// On tmpfs, what the walk counts is what the file system charges: every hard link and every
+/// KiB of extended attributes takes one of its inodes (issue 40: a job filled a 6,000-inode
+/// tmpfs with links to one file, or attributes on it, counted as "6 inodes").
+#[test]
+fn on_tmpfs_links_and_attributes_count_as_the_file_system_charges_them() {
+    let Some(fs) = Tmpfs::mount("size=16m,nr_inodes=6000") else {
+        eprintln!("not root, or no tmpfs: skipped");
+        return;
+    };
+    let tree = fs.dir.path().join("job");
+    std::fs::create_dir(&tree).unwrap();
+    write_file(&tree.join("one"), 10);
+    for i in 0..500 {
+        std::fs::hard_link(tree.join("one"), tree.join(format!("link-{i}"))).unwrap();
+    }
+    write_file(&tree.join("tagged"), 10);
+    for i in 0..40 {
+        let name = format!("user.attr-{i}");
+        rustix::fs::setxattr(
+            tree.join("tagged"),
+            name.as_str(),
+            &[b'x'; 3000],
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+    }
+    let charged = fs.used_inodes() - 1; // the mount's root
+    let usage = measure(&tree, &mut Seen::default());
+    assert!(
+        usage.entries >= charged && usage.entries <= charged + charged / 20,
+        "counted {} inodes; tmpfs charges {charged}",
+        usage.entries
+    );
+}

@@ -16,8 +16,11 @@
 //!
 //! It fires when the job has more than the limit on disk (bytes, or files), or when a file
 //! system it writes is below the reserve (of bytes, or of inodes) and, of this runner's
-//! running jobs on it ([`Registry`]), this one has the most there (bytes, or files). The
-//! caller stops the job; the result says `limit_fired: "disk"`.
+//! running jobs on it ([`Registry`]) that are growing there, this one grows fastest (bytes, or
+//! files, a second between its last two walks; then the most there). A job at rest is never
+//! stopped by the reserve, however much it holds: stopping it frees nothing the filler will
+//! not take, and the filler goes on. The caller stops the job; the result says
+//! `limit_fired: "disk"`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -65,11 +68,22 @@ enum Resource {
 type ByDev = HashMap<u64, Held>;
 
 /// The running jobs of one runner and what each had on disk at its last walk, by file
-/// system: which job the reserve stops.
+/// system, and how fast that grew: which job the reserve stops.
 #[derive(Debug, Default)]
 pub struct Registry {
-    /// Bytes and files by file system (`st_dev`), by job id, and when that walk ended.
-    jobs: Mutex<HashMap<String, (ByDev, Instant)>>,
+    /// Each job's last count, by job id.
+    jobs: Mutex<HashMap<String, JobCount>>,
+}
+
+/// One job's count at its last walk.
+#[derive(Debug)]
+struct JobCount {
+    /// Bytes and files by file system (`st_dev`).
+    held: ByDev,
+    /// What that grew by a second since the walk before (all of it, at the first walk).
+    growth: ByDev,
+    /// When the walk ended.
+    at: Instant,
 }
 
 /// How long a job below the reserve waits for the others' walks to be newer than the moment
@@ -90,37 +104,60 @@ enum Verdict {
 }
 
 impl Registry {
-    fn set(&self, id: &str, by_dev: ByDev) {
-        self.lock().insert(id.to_string(), (by_dev, Instant::now()));
+    fn set(&self, id: &str, held: ByDev) {
+        let at = Instant::now();
+        let mut jobs = self.lock();
+        let growth = match jobs.get(id) {
+            None => held.clone(),
+            Some(last) => {
+                let ms = (at - last.at).as_millis().max(1) as u64;
+                let rate = |now: u64, was: u64| now.saturating_sub(was).saturating_mul(1000) / ms;
+                held.iter()
+                    .map(|(dev, now)| {
+                        let was = last.held.get(dev).copied().unwrap_or_default();
+                        let grew = Held {
+                            bytes: rate(now.bytes, was.bytes),
+                            files: rate(now.files, was.files),
+                        };
+                        (*dev, grew)
+                    })
+                    .collect()
+            }
+        };
+        jobs.insert(id.to_string(), JobCount { held, growth, at });
     }
 
     fn remove(&self, id: &str) {
         self.lock().remove(id);
     }
 
-    /// Whether `id` has the most of `resource` on file system `dev` of the jobs there (ties:
-    /// the first by id, so exactly one job fires), judged only on counts newer than `low_since`
-    /// (when `id` saw the file system below the reserve) until [`RESERVE_WAIT`] has passed.
+    /// Whether `id` grows fastest in `resource` on file system `dev` of the jobs growing
+    /// there (ties: the most there, then the first by id, so exactly one job fires; none
+    /// growing, none fires), judged only on counts newer than `low_since` (when `id` saw the
+    /// file system below the reserve) until [`RESERVE_WAIT`] has passed.
     fn largest_on(&self, dev: u64, resource: Resource, id: &str, low_since: Instant) -> Verdict {
         let jobs = self.lock();
         let on_dev = || {
-            jobs.iter().filter_map(|(job, (by_dev, at))| {
-                let held = by_dev.get(&dev)?;
-                Some((job, held.of(resource), *at))
+            jobs.iter().filter_map(|(job, count)| {
+                let held = count.held.get(&dev)?.of(resource);
+                let growth = count.growth.get(&dev).map_or(0, |g| g.of(resource));
+                Some((job, (growth, held), count.at))
             })
         };
         let stale = on_dev().any(|(job, _, at)| job != id && at < low_since);
         if stale && low_since.elapsed() < RESERVE_WAIT {
             return Verdict::Wait;
         }
-        let top = on_dev().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
+        let top = on_dev()
+            .filter(|(_, (growth, _), _)| *growth > 0)
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
         match top {
             Some((top, _, _)) if top == id => Verdict::Stop,
             _ => Verdict::GoOn,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ByDev, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, JobCount>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -404,15 +441,15 @@ impl State {
             Resource::Bytes => human(n.bytes),
             Resource::Inodes => format!("{} inodes", count(n.files)),
         };
-        let (field, most) = match short {
-            Resource::Bytes => ("limits.disk_reserve", "most on it"),
-            Resource::Inodes => ("limits.disk_reserve_files", "most files on it"),
+        let field = match short {
+            Resource::Bytes => "limits.disk_reserve",
+            Resource::Inodes => "limits.disk_reserve_files",
         };
         Some(Fired {
             message: format!(
                 "the disk reserve fired: the file system of {} had {} free, below the runner's \
-                 reserve of {} ({field}), and of the runner's jobs this one had the {most} \
-                 ({}; {} in all: {})",
+                 reserve of {} ({field}), and of the runner's jobs growing there this one grew \
+                 fastest ({} there; {} in all: {})",
                 stopped.named.display(),
                 show(stopped.free),
                 show(stopped.reserve),

@@ -70,9 +70,9 @@ fn the_limit_fires_past_the_limit_and_names_the_trees() {
     assert!(s.peak.load(Ordering::Relaxed) > 3 << 20);
 }
 
-/// Below the reserve, the one job with the most on that file system fires; the others go on.
+/// Below the reserve, the one job growing fastest on that file system fires; the others go on.
 #[test]
-fn below_the_reserve_the_largest_job_fires() {
+fn below_the_reserve_the_growing_job_fires() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir(&a).unwrap();
@@ -96,14 +96,15 @@ fn below_the_reserve_the_largest_job_fires() {
     settle();
     assert_eq!(small.tick(), None, "the smaller job goes on");
     settle();
-    let fired = large.tick().expect("the largest job fires");
+    write_file(&b.join("g"), 1 << 20);
+    let fired = large.tick().expect("the growing job fires");
     assert!(
         fired
             .message
             .starts_with("the disk reserve fired: the file system of ")
-            && fired
-                .message
-                .contains("of the runner's jobs this one had the most on it (3 MiB; 3 MiB in all"),
+            && fired.message.contains(
+                "of the runner's jobs growing there this one grew fastest (4 MiB there; 4 MiB in all"
+            ),
         "{}",
         fired.message
     );
@@ -201,10 +202,10 @@ fn the_file_limit_fires_on_many_empty_files() {
     assert!(s.used.bytes < 1 << 20, "empty files: {:?}", s.used);
 }
 
-/// Below the inode reserve, the job with the most files there fires, not the one with the most
+/// Below the inode reserve, the job whose files grow there fires, not the one with the most
 /// bytes; the others go on.
 #[test]
-fn below_the_inode_reserve_the_job_with_most_files_fires() {
+fn below_the_inode_reserve_the_job_growing_in_files_fires() {
     let dir = tempfile::tempdir().unwrap();
     let (bulky, many) = (dir.path().join("bulky"), dir.path().join("many"));
     std::fs::create_dir(&bulky).unwrap();
@@ -222,14 +223,15 @@ fn below_the_inode_reserve_the_job_with_most_files_fires() {
     settle();
     assert_eq!(bulky.tick(), None, "the job with fewer files goes on");
     settle();
-    let fired = many.tick().expect("the job with most files fires");
+    empty_files(&dir.path().join("many"), 500, 10);
+    let fired = many.tick().expect("the job growing in files fires");
     assert!(
         fired
             .message
             .starts_with("the disk reserve fired: the file system of ")
             && fired.message.contains(
-                "inodes (limits.disk_reserve_files), and of the runner's jobs this one had the \
-                 most files on it (501 inodes; 501 inodes in all: checkout 501 files)"
+                "inodes (limits.disk_reserve_files), and of the runner's jobs growing there this \
+                 one grew fastest (511 inodes there; 511 inodes in all: checkout 511 files)"
             ),
         "{}",
         fired.message
@@ -332,11 +334,12 @@ fn below_the_reserve_a_count_from_before_the_low_stops_no_one() {
     settle();
     assert_eq!(beside.tick(), None, "the job beside stopped");
     settle();
+    empty_files(&dir.path().join("filler"), 500, 10);
     let fired = filler.tick().expect("the filler stops");
     assert!(
         fired
             .message
-            .contains("this one had the most files on it (501 inodes"),
+            .contains("this one grew fastest (511 inodes there"),
         "{}",
         fired.message
     );
@@ -385,8 +388,59 @@ async fn a_stopped_job_stays_counted_until_its_workspace_is_gone() {
     assert_eq!(beside.tick(), None);
     drop(counted);
     settle();
+    assert_eq!(
+        beside.tick(),
+        None,
+        "at rest, the job beside is not stopped"
+    );
+    settle();
+    empty_files(&dir.path().join("beside"), 95, 1);
     let alone = beside
         .tick()
-        .expect("alone below the reserve, the job beside is the largest");
-    assert!(alone.message.contains("96 inodes"), "{}", alone.message);
+        .expect("alone below the reserve and growing, the job beside fires");
+    assert!(alone.message.contains("97 inodes"), "{}", alone.message);
+}
+
+/// Below the reserve, a job at rest is never the one stopped, however much it holds: the job
+/// growing there is (issue 40: a job filling a tmpfs while counted small made the reserve stop
+/// the innocent job beside it, the largest at rest).
+#[test]
+fn below_the_reserve_a_job_at_rest_is_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (resting, growing) = (dir.path().join("resting"), dir.path().join("growing"));
+    std::fs::create_dir(&resting).unwrap();
+    std::fs::create_dir(&growing).unwrap();
+    empty_files(&resting, 0, 500);
+    empty_files(&growing, 0, 5);
+    let limits = below_the_inode_reserve();
+    let registry = Arc::new(Registry::default());
+    let mut resting = state(
+        "resting",
+        vec![tree("checkout", &resting)],
+        limits,
+        &registry,
+    );
+    let mut filler = state(
+        "growing",
+        vec![tree("checkout", &growing)],
+        limits,
+        &registry,
+    );
+    // Its first count is all new; from its second on it is at rest.
+    let _ = resting.tick();
+    settle();
+    assert_eq!(resting.tick(), None, "a job at rest stopped, alone");
+    assert_eq!(filler.tick(), None, "judged on a count older than the low");
+    settle();
+    assert_eq!(resting.tick(), None, "a job at rest stopped");
+    settle();
+    empty_files(&growing, 5, 20);
+    let fired = filler.tick().expect("the growing job fires");
+    assert!(
+        fired.message.contains("grew fastest (26 inodes there"),
+        "{}",
+        fired.message
+    );
+    settle();
+    assert_eq!(resting.tick(), None, "a job at rest stopped");
 }

@@ -22,7 +22,7 @@ type OutResponse = Response<BoxBody<Bytes, hyper::Error>>;
 /// Serves the gateway's listener until the gateway is dropped (which aborts this task, and
 /// with it every connection).
 pub(super) async fn accept_loop(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
-    crate::util::http1::serve_http1(listener, "model gateway", None, move |req| {
+    crate::util::http1::serve_http1(listener, "model gateway", Default::default(), move |req| {
         let inner = inner.clone();
         async move { handle(&inner, req).await }
     })

@@ -161,7 +161,9 @@ impl Prepared {
     /// Starts the host; the sandbox comes up while the caller goes on.
     pub fn spawn(self) -> Result<JobSandbox, SandboxError> {
         let program = PathBuf::from(self.cmd.get_program());
-        let mut cmd = tokio::process::Command::from(self.cmd);
+        let mut cmd = self.cmd;
+        crate::process::die_with_runner(&mut cmd);
+        let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         let mut child = cmd
             .spawn()

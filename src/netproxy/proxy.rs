@@ -177,7 +177,9 @@ impl JobProxy {
             .context("reading the proxy's port")?
             .port();
         let ends = Ends::open(spec.ca)?;
-        let mut cmd = tokio::process::Command::from(proxy_command(&spec, &ends));
+        let mut cmd = proxy_command(&spec, &ends);
+        crate::process::die_with_runner(&mut cmd);
+        let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|source| ProxyError::Spawn {
             program: spec.srt.to_path_buf(),

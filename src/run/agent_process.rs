@@ -242,6 +242,7 @@ fn agent_command(launch: &Launch) -> Result<tokio::process::Command, AgentError>
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(false);
+    crate::process::die_with_runner(cmd.as_std_mut());
     Ok(cmd)
 }
 

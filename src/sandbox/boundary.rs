@@ -310,9 +310,12 @@ fn as_identity(identity: Identity, tools: &Tools) -> (PathBuf, Vec<String>) {
     match identity {
         Identity::Agent => {
             let id = AGENT_ID.to_string();
-            let mut prefix: Vec<String> = ["--reuid", &id, "--regid", &id, "--clear-groups", "--"]
-                .map(String::from)
-                .to_vec();
+            // The kernel clears a parent-death signal when the credentials change, so the one
+            // the runner set is set again as the agent's identity: a runner killed outright
+            // takes the namespace along.
+            let ids = ["--reuid", &id, "--regid", &id, "--clear-groups"];
+            let mut prefix: Vec<String> = ids.map(String::from).to_vec();
+            prefix.extend(["--pdeathsig", "KILL", "--"].map(String::from));
             prefix.push(tools.bwrap.to_string_lossy().into_owned());
             (tools.setpriv.clone(), prefix)
         }

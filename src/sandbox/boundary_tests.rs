@@ -101,13 +101,15 @@ fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
     let args = confined.args(Path::new("/bin/agent"), &["-p".to_string()]);
     let id = AGENT_ID.to_string();
     assert_eq!(
-        args[..7],
+        args[..9],
         [
             "--reuid",
             &id,
             "--regid",
             &id,
             "--clear-groups",
+            "--pdeathsig",
+            "KILL",
             "--",
             "/usr/bin/bwrap"
         ]

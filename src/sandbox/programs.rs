@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use super::SandboxPolicy;
 
-/// The directories to bind read-only for `programs`: each one's install root, never one that
-/// holds what `policy` hides (a binary dropped in `/root` does not bring `/root` with it).
+/// What to bind read-only for `programs`: each one's install root, never one that holds what
+/// `policy` hides (a binary dropped in `/root` does not bring `/root` with it).
 pub fn roots<'a>(
     programs: impl IntoIterator<Item = &'a Path>,
     policy: &SandboxPolicy,
@@ -21,12 +21,19 @@ pub fn roots<'a>(
 }
 
 /// Where `program` is installed: the `node_modules` it lives in (npm's agents, srt, and what
-/// they load beside them), else its own directory; `None` for a program not found.
+/// they load beside them), else the program file itself; `None` for a program not found.
+/// Never a plain program's directory: one in a hidden tree (a launcher in the state dir, or
+/// beside a key in a home) would bring its neighbours into the namespace, and one outside
+/// every hidden tree is in the namespace already.
 fn install_root(program: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(program).ok()?;
     let in_modules = real
         .ancestors()
         .find(|d| d.file_name().is_some_and(|n| n == "node_modules"))
         .map(Path::to_path_buf);
-    in_modules.or_else(|| real.parent().map(Path::to_path_buf))
+    Some(in_modules.unwrap_or(real))
 }
+
+#[cfg(test)]
+#[path = "programs_tests.rs"]
+mod tests;

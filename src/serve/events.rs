@@ -260,7 +260,7 @@ impl Events {
 
     /// Hands `event` to every receiver without waiting.
     pub fn send(&self, event: &Event<'_>) {
-        match serde_json::to_vec(event) {
+        match encode(event) {
             Ok(body) => self.send_encoded(event.job_id, Bytes::from(body)),
             Err(e) => tracing::error!("encoding a job event: {e}"),
         }
@@ -286,6 +286,13 @@ impl Events {
     }
 }
 
+/// `event` as its receivers get it: JSON, with what could steer a terminal or reorder what it
+/// shows (a job's message, its model's name: a chat a webhook posts to is read by people) as
+/// JSON escapes (`crate::util::text::json_shown`).
+fn encode(event: &Event<'_>) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_string(event).map(|json| crate::util::text::json_shown(&json).into_bytes())
+}
+
 /// Hands `event` to a helper process of the runner's (`quest-runner deliver-event`, `argv`
 /// up to its subcommand) that delivers it as `serve` would and then exits: `submit` returns at
 /// once, and a receiver that is slow or down costs it nothing. The helper's log goes to `log`.
@@ -296,7 +303,7 @@ pub fn deliver_detached(
 ) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
-    let body = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+    let body = encode(event).map_err(std::io::Error::other)?;
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("no program"))?;
@@ -500,5 +507,20 @@ mod tests {
         );
         let started = serde_json::to_value(Event::started(&job, 1)).unwrap();
         assert!(started.get("result").is_none(), "{started}");
+    }
+
+    /// A job's text reaches receivers with bidi controls and C1 controls as JSON escapes: the
+    /// same data, nothing that reorders what a person reading a posted event sees (issue 40).
+    #[test]
+    fn an_events_job_text_is_escaped_as_json() {
+        let job = crate::run::result::tests::job();
+        let mut result = JobResult::new(&job);
+        let message = "done \u{202e}gnp.exe\u{2067} \u{9d}8;;x\u{9c}\u{200b}";
+        result.message = Some(message.into());
+        let body = String::from_utf8(encode(&Event::ended(&job, 1, &result)).unwrap()).unwrap();
+        assert!(!body.chars().any(crate::util::text::is_unsafe), "{body:?}");
+        assert!(body.contains("\\u202e"), "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["result"]["message"], message);
     }
 }

@@ -54,10 +54,17 @@ pub async fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr
     Ok(bound)
 }
 
-/// A client that sends nothing is dropped after a minute rather than kept forever.
+/// What the endpoint allows: any local user can connect, and a scrape is one short request,
+/// so a few dozen connections of a few seconds each; idle ones beyond would take the
+/// descriptors the jobs need (1,139 of them once made every accept fail).
+const BOUNDS: crate::util::http1::Bounds = crate::util::http1::Bounds {
+    limit: Some(Duration::from_secs(10)),
+    header_read: Some(Duration::from_secs(3)),
+    connections: Some(64),
+};
+
 async fn accept_loop(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    let limit = Some(Duration::from_secs(60));
-    crate::util::http1::serve_http1(listener, "metrics", limit, move |req| {
+    crate::util::http1::serve_http1(listener, "metrics", BOUNDS, move |req| {
         let answered = answer(&metrics, &req);
         std::future::ready(answered)
     })

@@ -22,6 +22,7 @@ mod enforce;
 pub mod events;
 pub mod health;
 mod job;
+mod leftovers;
 pub mod limits;
 pub mod live;
 pub mod metrics;
@@ -101,6 +102,7 @@ pub async fn serve<S: JobSource>(
     if let Some(group) = &limits.plan.cgroup {
         enforce::sweep_leftovers(&*source, group).await;
     }
+    leftovers::end_orphan_bridges(runner.state());
     let runner = Arc::new(runner);
     crate::netproxy::ca::keep_ready(runner.config().concurrency());
     let recovered = source

@@ -51,7 +51,19 @@ fn only_the_bridged_port_is_reachable_from_the_jobs_network() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let dir_s = dir.path().to_str().unwrap();
+    let seen = through_the_bridge(runner, dir.path(), gateway, other);
+    assert!(seen.contains("GATEWAY"), "the bridged port answers: {seen}");
+    assert!(
+        !seen.contains("OTHER"),
+        "another host service was reached: {seen}"
+    );
+    assert!(seen.contains(&format!("FAILED-{other}")), "{seen}");
+}
+
+/// Runs both sides of the bridge for `gateway` with their sockets in `dir`, and a program
+/// inside that probes `gateway` and `other`: what it printed.
+fn through_the_bridge(runner: &str, dir: &std::path::Path, gateway: u16, other: u16) -> String {
+    let dir_s = dir.to_str().unwrap();
     let mut outside = Command::new(runner)
         .args([
             "--quest-agent-net",
@@ -92,10 +104,34 @@ fn only_the_bridged_port_is_reachable_from_the_jobs_network() {
         "{seen} {}",
         String::from_utf8_lossy(&inside.stderr)
     );
+    seen
+}
+
+/// The sockets' directory is under the state dir and the job's id, whose lengths are the
+/// operator's and the job's: a path past the kernel's 108 bytes for a socket's address once
+/// failed every job ("the job's network bridge exited before it was ready").
+#[test]
+fn the_bridge_carries_from_a_directory_of_any_length() {
+    if which::which("bwrap").is_err() {
+        eprintln!("bwrap not found: skipped");
+        return;
+    }
+    let runner = env!("CARGO_BIN_EXE_quest-runner");
+    let gateway = service("GATEWAY");
+    let other = service("OTHER");
+    let top = tempfile::tempdir().unwrap();
+    // As `/var/lib/quest-runner` (21 bytes) and a 64-byte id make it, and far past that.
+    let long = top
+        .path()
+        .join("var-lib-quest-runner-")
+        .join("jobs")
+        .join("i".repeat(64))
+        .join("runner")
+        .join("net")
+        .join("d".repeat(200));
+    std::fs::create_dir_all(&long).unwrap();
+    assert!(long.as_os_str().len() > 300, "{}", long.display());
+    let seen = through_the_bridge(runner, &long, gateway, other);
     assert!(seen.contains("GATEWAY"), "the bridged port answers: {seen}");
-    assert!(
-        !seen.contains("OTHER"),
-        "another host service was reached: {seen}"
-    );
     assert!(seen.contains(&format!("FAILED-{other}")), "{seen}");
 }

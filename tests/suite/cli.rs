@@ -255,3 +255,103 @@ fn completions_and_the_man_page_come_from_the_command_definition() {
     let page = String::from_utf8_lossy(&man.stdout);
     assert!(page.contains(".TH quest-runner 1"), "{page:.200}");
 }
+
+/// What a job wrote reaches a person's terminal with what could steer it or reorder what it
+/// shows escaped, in every form of `logs` (issue 40): an 8-bit OSC (U+009D … U+009C), DEL,
+/// bidi overrides and isolates, zero-width characters. `--json` keeps the text, as JSON
+/// escapes; `--transcript` is raw for a program and escaped on a terminal.
+#[test]
+fn logs_show_no_job_text_that_steers_or_reorders_the_terminal() {
+    let runner = Runner::new();
+    let dir = runner.state().join("jobs/bidi/runner");
+    std::fs::create_dir_all(&dir).unwrap();
+    let command = "echo \u{202e}gnp.exe\u{2067} \u{200b}rm\u{feff} -rf \u{9d}8;;x\u{9c}\u{7f}";
+    let lines = [
+        serde_json::json!({"type": "text", "part": {"text": format!("hello \u{9d}0;title\u{9c} {command}")}}),
+        serde_json::json!({"type": "tool_use", "part": {"tool": "bash", "state": {
+            "status": "completed", "input": {"command": command}, "output": command}}}),
+    ];
+    let transcript: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("transcript.jsonl"), &transcript).unwrap();
+    let dangerous = [
+        '\u{9d}', '\u{9c}', '\u{7f}', '\u{202e}', '\u{2067}', '\u{200b}', '\u{feff}',
+    ];
+    let clean = |what: &str, text: &str| {
+        let bad: Vec<char> = text.chars().filter(|c| dangerous.contains(c)).collect();
+        assert!(bad.is_empty(), "{what}: {bad:?} in {text:?}");
+    };
+    let human = runner.command().args(["logs", "bidi"]).output().unwrap();
+    assert_eq!(code(&human), 0, "{}", stderr(&human));
+    let human = String::from_utf8(human.stdout).unwrap();
+    clean("logs", &human);
+    assert!(human.contains("\\u{202e}gnp.exe\\u{2067}"), "{human}");
+    let json = runner
+        .command()
+        .args(["logs", "bidi", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&json), 0, "{}", stderr(&json));
+    let json = String::from_utf8(json.stdout).unwrap();
+    clean("logs --json", &json);
+    let tool: serde_json::Value = serde_json::from_str(json.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(tool["input"], command, "--json keeps the text: {json}");
+    // For a program, the transcript as the agent wrote it.
+    let raw = runner
+        .command()
+        .args(["logs", "bidi", "--transcript"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(raw.stdout).unwrap(), transcript);
+    // On a terminal (script(1)'s), escaped.
+    let bin = env!("CARGO_BIN_EXE_quest-runner");
+    let state = runner.state().display().to_string();
+    let on_tty = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{bin} --state-dir {state} logs bidi --transcript"),
+        ])
+        .arg("/dev/null")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&on_tty.stdout).to_string();
+    assert!(shown.contains("\\u{202e}gnp.exe"), "{shown:?}");
+    clean("logs --transcript on a terminal", &shown);
+}
+
+/// An id git cannot name as the job's ref is refused before anything is made, by `run` and
+/// `submit` alike, exit 2, naming the rule (issue 40: `a..b`, `x.lock` and `x.` ran, and the
+/// agent's commits were then lost to "invalid refspec").
+#[test]
+fn an_id_git_cannot_name_is_refused_before_anything_is_made() {
+    let (runner, dir, _) = runner_with_job();
+    for (id, rule) in [
+        ("a..b", "contains `..`"),
+        ("x.lock", "ends in `.lock`"),
+        ("x.", "ends with a dot"),
+    ] {
+        let job = dir.path().join(format!("job-{id}.json"));
+        let spec = serde_json::json!({"id": id, "repo": dir.path(), "rev": REV,
+            "trust": "trusted", "agent": "claude", "account": "work", "prompt": "p"});
+        std::fs::write(&job, spec.to_string()).unwrap();
+        for args in [&["submit"][..], &["run", "--job"]] {
+            let out = runner
+                .command()
+                .args(args)
+                .arg(&job)
+                .env("QUEST_RUNNER_CLAUDE", "/bin/true")
+                .output()
+                .unwrap();
+            let err = stderr(&out);
+            assert_eq!(code(&out), 2, "{args:?} {id}: {err}");
+            assert!(err.contains(rule) && err.contains("not a job id"), "{err}");
+        }
+        assert!(
+            !runner.state().join("jobs").join(id).exists(),
+            "{id}: a job dir"
+        );
+    }
+    let queued = std::fs::read_dir(runner.state().join("queue"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0);
+    assert_eq!(queued, 0, "a refused id was queued");
+}

@@ -370,3 +370,66 @@ fn wait_ready(addr: SocketAddr, serve: &Serve) -> (u16, String) {
     std::thread::sleep(Duration::from_millis(1500));
     get(addr, "/readyz").unwrap()
 }
+
+/// Idle connections from a local user cannot take the endpoint or the runner's descriptors:
+/// `serve` at 256 open files, 600 connections that send nothing, and `/healthz` still answers
+/// within seconds while the log says so once, not once per failed accept (issue 40: 1,139
+/// idle connections made `/healthz` time out and logged 1,113 "accept: Too many open files").
+#[test]
+fn idle_connections_do_not_take_the_metrics_endpoint() {
+    let runner = Runner::new();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    std::fs::write(
+        runner.state().join("config.json"),
+        serde_json::json!({
+            "nix": {"options": {"substituters": ""}},
+            "metrics": {"listen": addr.to_string()},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let serve = Serve::start_with(&runner, &claude_binary(), logs.path(), &[], |cmd| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 256,
+                    rlim_max: 256,
+                };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    });
+    assert_eq!(wait_answer(addr, "/healthz", &serve).0, 200);
+    let flood_began = Instant::now();
+    let idle: Vec<std::net::TcpStream> = (0..600)
+        .filter_map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok())
+        .collect();
+    assert!(idle.len() > 256, "only {} connections made", idle.len());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let answered = loop {
+        match get(addr, "/healthz") {
+            Ok((200, _)) => break true,
+            _ if Instant::now() > deadline => break false,
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    let waited = flood_began.elapsed();
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(waited));
+    let log = serve.log();
+    let accept_lines = log.lines().filter(|l| l.contains("accept:")).count();
+    drop(idle);
+    assert!(
+        answered,
+        "/healthz did not answer within 15 s of the flood\n{log}"
+    );
+    assert!(
+        accept_lines <= 2,
+        "{accept_lines} accept errors logged in {waited:?}\n{log}"
+    );
+}

@@ -858,3 +858,129 @@ async fn a_job_refuses_a_secret_its_link_now_puts_in_a_needed_directory() {
     );
     assert!(!state.path().join("repos").exists(), "nothing was fetched");
 }
+
+/// A runner killed outright mid-job (kill -9: no handler runs) takes every helper it started
+/// along: the job's network bridge (root's, on the runner's side), its proxy, the agent and
+/// its command. Once, the bridge lived on under pid 1 for ever (issue 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_the_runner_started_outlives_its_kill_9() {
+    let Hanging {
+        token,
+        repo,
+        rev,
+        server,
+    } = Hanging::new();
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "killed", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env(
+        "QUEST_RUNNER_CLAUDE",
+        agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
+    )
+    .args(["run", "--job"])
+    .arg(&file)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    server.confine(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while processes_with(&format!("hang-{token}")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let state = runner.state().to_string_lossy().into_owned();
+    let helpers = processes_with(&state);
+    assert!(!helpers.is_empty(), "no helper names the state dir");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Bounded: a parent-death signal is immediate; a second or two for the trees to go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let left = loop {
+        let left: Vec<String> = processes_with(&state)
+            .into_iter()
+            .chain(processes_with(&format!("hang-{token}")))
+            .chain(server.confined_processes().into_iter().map(|p| p as u32))
+            .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            // A zombie (no command line) is gone but for its parent's wait.
+            .filter(|c| !c.is_empty())
+            .collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Whatever is left must not outlive the test either.
+    server.kill_confined();
+    for pid in processes_with(&format!("hang-{token}")) {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "survived the runner's kill -9: {left:#?}");
+}
+
+/// An agent installed in a hidden tree brings itself into the namespace, not its neighbours:
+/// a launcher in the state dir, run as the job's agent, cannot read the runner's config or a
+/// file beside it, which it reads unconfined (issue 40: the agent's own process read
+/// `config.json` and another job's files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_installed_in_the_state_dir_does_not_bring_the_state_dir() {
+    let repo = Repo::new();
+    let rev = repo.commit(&[("README.md", "x")]);
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let secret = runner.state().join("neighbour-secret");
+    std::fs::write(&secret, "NEIGHBOUR-SECRET-40\n").unwrap();
+    let launcher = runner.state().join("claude-launcher");
+    let real = agent_binary("QUEST_RUNNER_CLAUDE", "claude");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nd=$(dirname \"$0\")\necho \"READ: $(cat \"$d/neighbour-secret\" \"$d/config.json\" 2>&1)\" >&2\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Unconfined, the launcher reads both.
+    let plain = std::process::Command::new(&launcher)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let plain = String::from_utf8_lossy(&plain.stderr).to_string();
+    assert!(
+        plain.contains("NEIGHBOUR-SECRET-40") && plain.contains("api_key_file"),
+        "{plain}"
+    );
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "launcher", "repo": repo.src().to_string_lossy(), "rev": rev}),
+    );
+    let mut cmd = runner.command();
+    cmd.env("QUEST_RUNNER_CLAUDE", &launcher)
+        .args(["run", "--job"])
+        .arg(&file);
+    server.confine(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let log = std::fs::read_to_string(runner.state().join("jobs/launcher/runner/agent.log"))
+        .unwrap_or_default();
+    assert!(
+        log.contains("READ: "),
+        "the launcher did not run: {log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !log.contains("NEIGHBOUR-SECRET-40") && !log.contains("api_key_file"),
+        "the agent read the state dir: {log}"
+    );
+}

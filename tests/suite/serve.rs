@@ -1298,3 +1298,55 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
         .contains("removed the cgroup a dead runner left"));
     assert!(server.confined_processes().is_empty(), "processes left");
 }
+
+/// A network bridge a dead runner left (its parent gone, adopted by pid 1) is ended by the
+/// next `serve` on the state dir; one whose runner lives is not (issue 40: one outlived its
+/// runner's kill -9 and the next serve's sweep).
+#[test]
+fn serve_ends_the_network_bridges_a_dead_runner_left() {
+    let runner = Runner::new();
+    let bin = env!("CARGO_BIN_EXE_quest-runner");
+    let net = runner.state().join("jobs/ghost/runner/net");
+    std::fs::create_dir_all(&net).unwrap();
+    let port = free_port().to_string();
+    // Started by a shell that exits at once: the bridge is an orphan, as a killed runner's is.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{bin} --quest-agent-net outside {} - {port} >/dev/null 2>&1 & echo $!",
+            net.display()
+        ))
+        .output()
+        .unwrap();
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(pid), "the stand-in bridge did not start");
+    let logs = tempfile::tempdir().unwrap();
+    let serve = Serve::start(&runner, &claude_binary(), logs.path());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let survived = alive(pid);
+    if survived {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(
+        !survived,
+        "the dead runner's bridge survived serve's start\n{}",
+        serve.log()
+    );
+    assert!(
+        serve
+            .log()
+            .contains("ended a network bridge a dead runner left"),
+        "{}",
+        serve.log()
+    );
+}
