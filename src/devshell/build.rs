@@ -273,6 +273,16 @@ pub(super) async fn nix_command(
         });
     };
     let identity = Identity::current();
+    // The bridge's sockets first: the client and setup (a)'s daemon each hold their directory
+    // open from their start.
+    let net = p.net.as_ref().filter(|_| !p.host_network);
+    let bridge = match net {
+        Some(net) => {
+            let owner = (identity == Identity::Agent).then_some(AGENT_ID);
+            Some(super::network::start(net, owner).await?)
+        }
+        None => None,
+    };
     let (store, daemon) =
         super::confine::client_for(super::confine::client_store(), shells, p).await?;
     args.extend(super::environment::option_args(&shells.nix_options));
@@ -307,15 +317,9 @@ pub(super) async fn nix_command(
     // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
     cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
-    let net = p.net.as_ref().filter(|_| !p.host_network);
-    let bridge = match net {
-        Some(net) => {
-            super::network::apply_env(&mut cmd, net);
-            let owner = (identity == Identity::Agent).then_some(AGENT_ID);
-            Some(super::network::start(net, owner).await?)
-        }
-        None => None,
-    };
+    if let Some(net) = net {
+        super::network::apply_env(&mut cmd, net);
+    }
     Ok(NixRun {
         cmd,
         _bridge: bridge,

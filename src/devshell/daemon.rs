@@ -63,12 +63,17 @@ pub(super) async fn start(
     let unshare = binaries::find(Tool::Unshare)?;
     let bwrap = binaries::find(Tool::Bwrap)?;
 
+    // What the daemon says before it serves: shown when it fails to start. Once it serves, a
+    // client's errors go to the client.
+    let log_path = dir.path().join("daemon.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| DevShellError::io("creating", &log_path, e))?;
     let mut cmd = Command::new(&unshare);
     cmd.args(plan(&bwrap, &daemon, net, host_network))
         .args(environment::option_args(&shells.nix_options))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .kill_on_drop(true);
     environment::clear(&mut cmd, &[&daemon, &p.nix.path]);
     cmd.env("NIX_REMOTE", "local")
@@ -92,7 +97,10 @@ pub(super) async fn start(
         if let Ok(Some(status)) = child.try_wait() {
             return Err(DevShellError::Nix {
                 what: "the job's nix-daemon".to_string(),
-                message: format!("exited before it made its socket ({status})"),
+                message: format!(
+                    "exited before it made its socket ({status}): {}",
+                    last_lines(&log_path)
+                ),
             });
         }
         if Instant::now() > deadline {
@@ -143,6 +151,13 @@ pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: boo
     }
     args.push(s(daemon));
     args
+}
+
+/// The end of the daemon's log, for its failure to start.
+fn last_lines(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join("; ")
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), DevShellError> {
