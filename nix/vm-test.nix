@@ -113,10 +113,15 @@ pkgs.testers.runNixOSTest {
           machine.succeed("grep -q '^quest_runner_bwrap ' /sys/kernel/security/apparmor/profiles")
           bwrap = "${nodes.machine.services.quest-runner.package.passthru.bwrap}"
           sandbox = f"runuser -u quest-runner -- {bwrap} --unshare-user --unshare-pid --unshare-net --ro-bind / / --dev /dev --proc /proc --"
+          nested = f"{sandbox} {bwrap} --unshare-user --unshare-pid --unshare-net --ro-bind / / --dev /dev --proc /proc --"
           label = machine.succeed(f"{sandbox} cat /proc/self/attr/apparmor/current")
-          assert "quest_runner_bwrap_sandbox" in label, f"the sandbox runs as {label}"
-          # What bwrap runs may not create user namespaces of its own.
+          assert "quest_runner_bwrap_agent" in label, f"the job's namespace runs as {label}"
+          # The job's namespace may not make a user namespace itself, but its bwrap may make
+          # the commands' sandbox; what that runs may not make one either.
           machine.fail(f"{sandbox} unshare --user true")
+          label = machine.succeed(f"{nested} cat /proc/self/attr/apparmor/current")
+          assert "quest_runner_bwrap_sandbox" in label, f"the commands' sandbox runs as {label}"
+          machine.fail(f"{nested} unshare --user true")
 
       with subtest("the service runs serve with its hardening"):
           machine.wait_for_unit("quest-runner.service")

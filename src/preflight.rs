@@ -193,11 +193,10 @@ pub(crate) fn read_sysctl(path: &str) -> Option<String> {
 fn userns_fix() -> String {
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
     {
-        "AppArmor restricts unprivileged user namespaces: install the profile from \
-         `quest-runner apparmor-profile` for a sandbox, but the job's namespace nests the \
-         commands' sandbox inside the agent's, which that profile does not allow yet (what \
-         bwrap starts may not create a namespace): sysctl \
-         kernel.apparmor_restrict_unprivileged_userns=0 until it does"
+        "AppArmor restricts unprivileged user namespaces: install and load the profile from \
+         `quest-runner apparmor-profile` (apparmor_parser -r; again after a bwrap update, it \
+         names bwrap's exact path). It lets this bwrap make the job's namespace and, inside \
+         it, the commands' sandbox, and refuses the commands a user namespace of their own"
             .into()
     } else {
         "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \

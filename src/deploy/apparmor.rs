@@ -1,6 +1,8 @@
 //! The AppArmor profile that lets quest-runner's bwrap create user namespaces on hosts that
 //! restrict them (Ubuntu 24.04+), rendered from `nix/apparmor/quest-runner-bwrap.in` — the
-//! template the NixOS module renders for the package's bwrap.
+//! template the NixOS module renders for the package's bwrap. It allows the one nesting a job
+//! needs (the same bwrap, run inside the job's namespace, makes the commands' sandbox) and
+//! refuses the commands a user namespace; the template's header explains the labels.
 
 use std::path::{Path, PathBuf};
 

@@ -3,8 +3,9 @@ use super::*;
 const STORE_BWRAP: &str = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-bubblewrap-0.11.0/bin/bwrap";
 
 #[test]
-fn template_has_one_placeholder_and_attaches_to_the_exact_path() {
-    assert_eq!(TEMPLATE.matches(PLACEHOLDER).count(), 1);
+fn template_attaches_to_the_exact_path_and_names_it_in_the_nesting_rules() {
+    // The attachment, and the exec rules of the job's namespace and of bwrap itself.
+    assert_eq!(TEMPLATE.matches(PLACEHOLDER).count(), 3);
     let profile = render(Path::new(STORE_BWRAP)).unwrap();
     assert!(!profile.contains(PLACEHOLDER));
     let header = format!("profile {PROFILE_NAME} {STORE_BWRAP} flags=(");
@@ -30,17 +31,30 @@ fn rules_of<'a>(profile: &'a str, name: &str) -> Vec<&'a str> {
 fn bwrap_gets_userns_and_its_children_do_not() {
     let profile = render(Path::new(STORE_BWRAP)).unwrap();
     assert!(!profile.contains("unconfined"), "never flags=(unconfined)");
+    let nested = format!("px {STORE_BWRAP} -> quest_runner_bwrap//&quest_runner_bwrap_nested,");
     let bwrap = rules_of(&profile, PROFILE_NAME);
     assert!(bwrap.contains(&"userns,"));
-    assert!(bwrap.contains(&"pix /** -> &quest_runner_bwrap//&quest_runner_bwrap_sandbox,"));
+    assert!(bwrap.contains(&nested.as_str()), "{bwrap:?}");
+    assert!(bwrap.contains(&"pix /** -> quest_runner_bwrap//&quest_runner_bwrap_agent,"));
+    // The job's namespace: no userns of its own, only this bwrap, by its exact path.
+    let agent = rules_of(&profile, "quest_runner_bwrap_agent");
+    assert!(agent.contains(&nested.as_str()), "{agent:?}");
+    assert!(!agent.iter().any(|r| r.contains("->") && *r != nested));
+    // The inner bwrap: userns, and its commands stacked with the sandbox profile.
+    let inner = rules_of(&profile, "quest_runner_bwrap_nested");
+    assert!(inner.contains(&"userns,"));
+    assert!(inner.contains(&"pix /** -> quest_runner_bwrap//&quest_runner_bwrap_sandbox,"));
     let sandbox = rules_of(&profile, "quest_runner_bwrap_sandbox");
-    for denied in ["capability", "userns", "mount"] {
-        assert!(
-            sandbox.contains(&format!("audit deny {denied},").as_str()),
-            "{denied}: {sandbox:?}"
-        );
+    assert!(sandbox.contains(&"pix /** -> &quest_runner_bwrap_sandbox,"));
+    for confined in [&agent, &sandbox] {
+        for denied in ["capability", "userns", "mount"] {
+            assert!(
+                confined.contains(&format!("audit deny {denied},").as_str()),
+                "{denied}: {confined:?}"
+            );
+        }
+        assert!(!confined.iter().any(|r| r.starts_with("dbus")));
     }
-    assert!(!sandbox.iter().any(|r| r.starts_with("dbus")));
 }
 
 #[test]
