@@ -54,10 +54,15 @@ pub(super) async fn start(
         .prefix("quest-nixd-")
         .tempdir()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    // The client (the agent's identity) must reach the socket; nothing else of the directory.
-    set_mode(dir.path(), 0o711)?;
+    // The client (the agent's identity, by its group) must reach the socket, and no other
+    // local user: the daemon serves root's store, in the job's network.
+    let group = Some(rustix::fs::Gid::from_raw(crate::agent_id::AGENT_ID));
+    rustix::fs::chown(dir.path(), None, group)
+        .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
+    set_mode(dir.path(), 0o710)?;
     let build = dir.path().join("build");
     std::fs::create_dir(&build).map_err(|e| DevShellError::io("creating", &build, e))?;
+    set_mode(&build, 0o700)?;
     let socket = dir.path().join("socket");
     let daemon = nix_daemon(&p.nix.path)?;
     let unshare = binaries::find(Tool::Unshare)?;
