@@ -114,6 +114,9 @@ pub async fn serve<S: JobSource>(
     let mut serving = Serving::new(source, runner, options, limits, observers);
     serving.announce();
     serving.run(&mut signals, &on_reload).await;
+    if let Some(events) = serving.events.take() {
+        finish_events(events).await;
+    }
     if let Some(group) = &serving.limits.plan.cgroup {
         // Empty once every job's group is gone; a group left by a job that did not stop in
         // time keeps it, for the next start to sweep.
@@ -121,6 +124,25 @@ pub async fn serve<S: JobSource>(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long a stopping `serve` waits for the events its jobs' ends sent (a job's `ended` is
+/// sent as it ends, moments before serve stops when it was the last).
+const EVENTS_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Delivers what the receivers were handed and not yet given: without it a job that ended
+/// just before the stop loses its `ended` event to the receivers still working on it.
+async fn finish_events(events: Arc<events::Events>) {
+    let Ok(events) = Arc::try_unwrap(events) else {
+        tracing::warn!("a job still holds the event receivers: not waiting for their deliveries");
+        return;
+    };
+    if tokio::time::timeout(EVENTS_DRAIN, events.finish()).await.is_err() {
+        tracing::warn!(
+            "events still being delivered after {}s: stopping without them",
+            EVENTS_DRAIN.as_secs()
+        );
+    }
 }
 
 /// The metrics and health listener, when the config names one (`metrics.listen`).

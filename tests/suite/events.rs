@@ -212,7 +212,13 @@ fn events_are_signed_with_the_secret_and_carry_the_result_not_the_prompt() {
     let receiver = Receiver::start(vec![Some(200)]);
     let dir = tempfile::tempdir().unwrap();
     let hooked = dir.path().join("hook.out");
-    let script = format!("cat >> {}; echo >> {}", hooked.display(), hooked.display());
+    // Slower than the webhook: the `ended` event is still the command's when serve is told to
+    // stop, and must reach it all the same.
+    let script = format!(
+        "sleep 1; cat >> {}; echo >> {}",
+        hooked.display(),
+        hooked.display()
+    );
     let (runner, keys, repo, rev) = setup();
     set_events(
         &runner,
