@@ -137,7 +137,10 @@ async fn finish_events(events: Arc<events::Events>) {
         tracing::warn!("a job still holds the event receivers: not waiting for their deliveries");
         return;
     };
-    if tokio::time::timeout(EVENTS_DRAIN, events.finish()).await.is_err() {
+    if tokio::time::timeout(EVENTS_DRAIN, events.finish())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             "events still being delivered after {}s: stopping without them",
             EVENTS_DRAIN.as_secs()
