@@ -346,25 +346,15 @@ fn reach_sources(plan: &boundary::Confined, state_root: &Path) -> Result<(), Dev
 fn scratch_home(scratch: &Path, identity: Identity) -> Result<PathBuf, DevShellError> {
     let home = scratch.join("home");
     std::fs::create_dir_all(&home).map_err(|e| DevShellError::io("creating", &home, e))?;
+    if identity == Identity::Agent {
+        // Both directories (nothing else is in them yet); the git config stays the runner's.
+        crate::agent_id::chown_tree(scratch)
+            .map_err(|e| DevShellError::io("handing to the agent's identity", scratch, e))?;
+    }
     let gitconfig = home.join(".gitconfig");
     std::fs::write(&gitconfig, "[safe]\n\tdirectory = *\n")
         .map_err(|e| DevShellError::io("writing", &gitconfig, e))?;
-    if identity == Identity::Agent {
-        for dir in [scratch, home.as_path()] {
-            hand_to_agent(dir)?;
-        }
-    }
     Ok(home)
-}
-
-/// Makes `dir` (the runner's, made for this run) the agent identity's, which writes it.
-fn hand_to_agent(dir: &Path) -> Result<(), DevShellError> {
-    let id = (
-        Some(rustix::fs::Uid::from_raw(AGENT_ID)),
-        Some(rustix::fs::Gid::from_raw(AGENT_ID)),
-    );
-    rustix::fs::chown(dir, id.0, id.1)
-        .map_err(|e| DevShellError::io("handing to the agent's identity", dir, e.into()))
 }
 
 /// Where the profile link Nix made at `root` points: a store path, or the build failed.
