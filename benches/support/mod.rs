@@ -35,16 +35,21 @@ impl SampleRepo {
 
     /// Commits a flake whose devShell carries `label`; returns the revision.
     pub fn commit(&self, label: &str) -> String {
+        self.commit_with(label, "")
+    }
+
+    /// Commits a flake whose devShell carries `label` and `extra` (attributes of its
+    /// derivation, e.g. a dependency another repository shares); returns the revision.
+    pub fn commit_with(&self, label: &str, extra: &str) -> String {
         let system = format!("{}-linux", std::env::consts::ARCH);
         // Built by a static bash, as the tests' fixtures are (tests/support).
-        // In the store: a confined nix reads no temp dir.
-        let bash = BuilderInput::install(&self.dir.join("bash"))
-            .and_then(|b| b.in_store())
-            .expect("a static bash");
+        // In the repository: a confined nix reads nothing of the host.
+        let bash = BuilderInput::install(&self.dir.join("bash")).expect("a static bash");
+        bash.copy_into(&self.src()).expect("copy the builder");
         let flake = format!(
-            r#"{{ {inputs} outputs = {{ self, bash }}: {{ devShells.{system}.default = derivation {{
+            r#"{{ {inputs} outputs = {{ self }}: {{ devShells.{system}.default = derivation {{
   name = "bench-shell"; system = "{system}"; builder = "{BUILDER}"; outputs = [ "out" ];
-  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; }}; }}; }}"#,
+  args = [ "-c" "echo > $out" ]; LABEL = "{label}"; {extra} }}; }}; }}"#,
             inputs = bash.flake_inputs(),
         );
         let src = self.src();

@@ -224,10 +224,8 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     let bash_dir = ctx.state.ensure_dir(Path::new("selftest"))?.join("bash");
     let bash = static_bash::BuilderInput::install(&bash_dir)
         .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
-    let flake = SAMPLE_FLAKE
-        .replace("@SYSTEM@", &system)
-        .replace("@BASH_DIR@", &bash.dir().display().to_string());
-    let bare = make_sample_repo(work.path(), &flake, &bash.lock_file())?;
+    let flake = SAMPLE_FLAKE.replace("@SYSTEM@", &system);
+    let bare = make_sample_repo(work.path(), &flake, &bash)?;
     let rev = git_stdout(&bare, &["rev-parse", "HEAD"])?;
     out(format_args!(
         "sample repository: {} at {rev}",
@@ -262,9 +260,16 @@ fn devshell_check(ctx: &Context) -> Result<(), Failure> {
     Ok(())
 }
 
-fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::PathBuf, Failure> {
+fn make_sample_repo(
+    dir: &Path,
+    flake: &str,
+    bash: &static_bash::BuilderInput,
+) -> Result<std::path::PathBuf, Failure> {
     let src = dir.join("sample");
     std::fs::create_dir_all(&src).map_err(|e| Failure::new(Exit::Failed, e))?;
+    bash.copy_into(&src)
+        .map_err(|e| Failure::new(Exit::HostNotReady, e))?;
+    let lock = bash.lock_file();
     std::fs::write(src.join("flake.nix"), flake).map_err(|e| Failure::new(Exit::Failed, e))?;
     std::fs::write(src.join("flake.lock"), lock).map_err(|e| Failure::new(Exit::Failed, e))?;
     std::fs::write(
@@ -273,7 +278,16 @@ fn make_sample_repo(dir: &Path, flake: &str, lock: &str) -> Result<std::path::Pa
     )
     .map_err(|e| Failure::new(Exit::Failed, e))?;
     git_stdout(&src, &["init", "-q", "-b", "main"])?;
-    git_stdout(&src, &["add", "flake.nix", "flake.lock", "AGENTS.md"])?;
+    git_stdout(
+        &src,
+        &[
+            "add",
+            "flake.nix",
+            "flake.lock",
+            "AGENTS.md",
+            static_bash::DIR,
+        ],
+    )?;
     git_stdout(
         &src,
         &["commit", "-q", "-m", "quest-runner selftest sample"],

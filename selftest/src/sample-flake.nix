@@ -1,19 +1,15 @@
-# The sample repository of `quest-runner selftest`: a devShell whose only input is a static
-# bash (src/selftest/static_bash.rs), so it builds offline in Nix's build sandbox, which has
-# no /bin/bash. The runner fills in the placeholders and writes the lock.
+# The sample repository of `quest-runner selftest`: a devShell built by a static bash the
+# repository carries in builder/ (selftest/src/static_bash.rs), so it builds offline in Nix's
+# build sandbox, which has no /bin/bash. The runner fills in the placeholder and the lock.
 {
   description = "quest-runner selftest sample";
-  inputs.bash = {
-    url = "path:@BASH_DIR@";
-    flake = false;
-  };
   outputs =
-    { self, bash }:
+    { self }:
     {
       devShells.@SYSTEM@.default = derivation {
         name = "quest-runner-sample-shell";
         system = "@SYSTEM@";
-        builder = "${bash}/bin/bash";
+        builder = "${./builder}/bin/bash";
         outputs = [ "out" ];
         args = [
           "-c"

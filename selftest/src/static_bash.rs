@@ -4,11 +4,12 @@
 //! Nix builds in a sandbox (on by default on Linux, on NixOS, with the official installer)
 //! that holds nothing of the host but the store paths a derivation names: no `/bin/bash`
 //! (NixOS has none at all) and no library. And `nix print-dev-env` takes only a builder whose
-//! file name is `bash`. With no nixpkgs reachable, these flakes therefore take a directory
-//! holding `bin/bash`, a copy of a statically linked bash, as a `path:` input (`flake = false`)
-//! and build with `"${bash}/bin/bash"`. The lock pins the directory's NAR hash, computed here:
-//! no `nix flake lock` run is needed, the runner passes `--no-update-lock-file` as it does for
-//! every repository, and Nix refuses the input if the copy changed.
+//! file name is `bash`. With no nixpkgs reachable, these flakes therefore carry a directory
+//! [`DIR`] holding `bin/bash`, a copy of a statically linked bash, committed in the
+//! repository itself, and build with `"${./builder}/bin/bash"`. The repository brings its
+//! builder: a job's nix reads nothing of the host and opens its repository's store only
+//! (`quest_runner::devshell::repo_store`), so a path elsewhere, or one added to the host's
+//! store, is out of its reach by design. The flake has no input, so its lock is the empty one.
 //!
 //! The bash comes from `QUEST_RUNNER_BASH_STATIC`, else `bash-static` on `PATH` (Debian's and
 //! Ubuntu's `bash-static` package); the Nix package points the variable at nixpkgs' static bash.
@@ -21,9 +22,10 @@ use quest_runner::util::elf::is_dynamic_elf;
 use quest_runner::util::elf::is_dynamically_linked;
 use quest_runner::util::io::{IoContext, IoError};
 
-/// The flake input's name, and the builder the flake's derivations name.
-pub const INPUT: &str = "bash";
-pub const BUILDER: &str = "${bash}/bin/bash";
+/// The directory of the repository that holds the builder, and the builder the flake's
+/// derivations name (a path literal: the flake's own copy).
+pub const DIR: &str = "builder";
+pub const BUILDER: &str = "${./builder}/bin/bash";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StaticBashError {
@@ -39,8 +41,6 @@ pub enum StaticBashError {
          (Nix reads a path: URL without decoding it); choose a directory with a plainer name"
     )]
     UnsafePath { path: PathBuf },
-    #[error("nix store add-path {dir} failed ({status})")]
-    NotAdded { dir: PathBuf, status: String },
     #[error(transparent)]
     Io(#[from] IoError),
 }
@@ -99,65 +99,34 @@ impl BuilderInput {
         Ok(BuilderInput { dir, nar_hash })
     }
 
-    /// The same input as a store path (`nix store add-path`): what a nix confined to a job's
-    /// boundary can read wherever the copy was made (a temp dir, the state directory: both
-    /// hidden from it). The NAR hash, and so the lock, is the copy's.
-    pub fn in_store(&self) -> Result<BuilderInput, StaticBashError> {
-        let nix = binaries::find(Tool::Nix)?;
-        let out = std::process::Command::new(&nix)
-            .args(["--extra-experimental-features", "nix-command"])
-            .args(["store", "add-path", "--name", INPUT])
-            .arg(&self.dir)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .at("running", &nix)?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !out.status.success() || !text.starts_with('/') {
-            return Err(StaticBashError::NotAdded {
-                dir: self.dir.clone(),
-                status: out.status.to_string(),
-            });
-        }
-        Ok(BuilderInput {
-            dir: PathBuf::from(text),
-            nar_hash: self.nar_hash.clone(),
-        })
+    /// Puts a copy of this builder in the repository checked out at `src` ([`DIR`]), to be
+    /// committed with the flake.
+    pub fn copy_into(&self, src: &Path) -> Result<(), StaticBashError> {
+        BuilderInput::install_from(&self.dir.join("bin/bash"), &src.join(DIR)).map(|_| ())
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The input's URL: `path:<dir>`.
-    pub fn url(&self) -> String {
-        format!("path:{}", self.dir.display())
+    /// The NAR hash of the builder's directory.
+    pub fn nar_hash(&self) -> &str {
+        &self.nar_hash
     }
 
-    /// The flake's `inputs` entry; the flake's `outputs` then takes `{ self, bash }`.
+    /// The flake's `inputs`: none (the builder is the repository's own); the flake's
+    /// `outputs` then takes `{ self }`.
     pub fn flake_inputs(&self) -> String {
-        format!(
-            "inputs.{INPUT} = {{ url = \"{}\"; flake = false; }};",
-            self.url()
-        )
+        String::new()
     }
 
-    /// The `flake.lock` that goes beside a `flake.nix` with [`flake_inputs`](Self::flake_inputs)
-    /// and no other input.
+    /// The `flake.lock` of a flake with no input.
     pub fn lock_file(&self) -> String {
-        let dir = self.dir.to_string_lossy();
         let lock = serde_json::json!({
-            "nodes": {
-                INPUT: {
-                    "flake": false,
-                    "locked": { "narHash": self.nar_hash, "path": dir, "type": "path" },
-                    "original": { "path": dir, "type": "path" },
-                },
-                "root": { "inputs": { INPUT: INPUT } },
-            },
+            "nodes": { "root": {} },
             "root": "root",
             "version": 7,
         });
-        // serde_json's map keeps keys sorted, as Nix writes them.
         let mut text = serde_json::to_string_pretty(&lock).unwrap_or_default();
         text.push('\n');
         text

@@ -63,10 +63,9 @@ pub fn fixture_bash() -> &'static BuilderInput {
             "static-bash-{}",
             &quest_runner::util::hex::encode(digest)[..16]
         ));
-        // In the store: a nix confined to a job's boundary (tests/suite/devshell_confined.rs) reads
-        // neither /tmp nor the scratch dir of scripts/test-daemon.
-        let input = BuilderInput::install_from(&bash, &dir).unwrap();
-        input.in_store().unwrap()
+        // Copied into each repository that commits a flake (`Repo::commit_exact`): a job's
+        // nix reads nothing of the host and only its repository's store.
+        BuilderInput::install_from(&bash, &dir).unwrap()
     })
 }
 
@@ -123,6 +122,9 @@ impl Repo {
 
     /// Commits exactly `files` (no lock added) and refreshes the bare clone.
     pub fn commit_exact(&self, files: &[(&str, &str)]) -> String {
+        if files.iter().any(|(name, _)| *name == "flake.nix") {
+            fixture_bash().copy_into(&self.src()).unwrap();
+        }
         for (name, content) in files {
             let path = self.src().join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -158,7 +160,7 @@ pub fn flake_with(extra: &str, more_shells: &str) -> String {
     format!(
         r#"{{
   {inputs}
-  outputs = {{ self, bash }}: {{
+  outputs = {{ self }}: {{
     devShells.{system}.default = derivation {{
       name = "test-shell";
       system = "{system}";
