@@ -120,6 +120,7 @@ fn main() {
     }
     let (one, eight) = (median(one), median(eight));
     let (open, confined, proxied) = confined_misses(&repo, &state);
+    let tenancy = second_repository(work.path());
 
     println!(
         "devShell cache, per process (medians: {PAIR_ROUNDS} floor/hit pairs, {ROUNDS} warm nix, \
@@ -133,6 +134,20 @@ fn main() {
     println!("  miss in-process, nix as runner {:>9.2} ms", ms(open));
     println!("  miss in-process, nix confined  {:>9.2} ms", ms(confined));
     println!("  miss confined, via job proxy   {:>9.2} ms", ms(proxied));
+    println!(
+        "  second repository's first devShell, a {} MiB dependency the first one built:",
+        DEP_MIB
+    );
+    println!(
+        "    one store for all (as `env`)   {:>9.2} ms, +{:>6.1} MiB in the host's store",
+        ms(tenancy.shared),
+        tenancy.shared_mib
+    );
+    println!(
+        "    its own store (a job's)        {:>9.2} ms, {:>7.1} MiB in its store",
+        ms(tenancy.own),
+        tenancy.own_mib
+    );
     println!("ratios");
     report(
         "hit / floor (pairs)",
@@ -218,6 +233,136 @@ fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Dur
     }
     rt.block_on(proxy.stop());
     (median(open), median(confined), median(proxied))
+}
+
+/// The size of the dependency two repositories share in [`second_repository`].
+const DEP_MIB: usize = 16;
+
+/// What a store per repository costs a second repository whose devShell needs what the first
+/// one's needed (the same nixpkgs, say; here a dependency of [`DEP_MIB`] MiB built from the same
+/// derivation): with one store for all, the second finds it built; with its own store, it
+/// builds (or, with a binary cache, substitutes) it again.
+struct Tenancy {
+    shared: Duration,
+    shared_mib: f64,
+    own: Duration,
+    own_mib: f64,
+}
+
+fn second_repository(work: &std::path::Path) -> Tenancy {
+    use quest_runner::devshell::{DevShells, Request};
+    let nonce = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let files = DEP_MIB * 4;
+    let dep = |tag: &str| {
+        format!(
+            r#"DEP = derivation {{ name = "bench-dep-{nonce}-{tag}"; system = "{}-linux";
+  builder = "${{./builder}}/bin/bash"; args = [ "-c" "mkdir $out; x=x; for i in {{1..16}}; do x=$x$x; done; for i in {{1..{files}}}; do for j in {{1..4}}; do printf '%s' $x; done > $out/f$i; done" ]; }};"#,
+            std::env::consts::ARCH,
+        )
+    };
+    let mut config = quest_runner::config::Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".to_string(), String::new());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let run = |tag: &str, confined: bool| -> (Duration, f64) {
+        let base = work.join(format!("tenancy-{tag}"));
+        let state = base.join("state");
+        std::fs::create_dir_all(&state).expect("state dir");
+        let shells = std::sync::Arc::new(DevShells::new(
+            &quest_runner::state::StateDir::at(&state),
+            &config,
+        ));
+        let policy = std::sync::Arc::new(bench_policy(&state, &base));
+        let mut took = Duration::ZERO;
+        let host_before = du_mib(&quest_runner::store_path::store_dir());
+        for which in ["first", "second"] {
+            let repo = SampleRepo::new(&base.join(which));
+            let rev = repo.commit_with(which, &dep(tag));
+            let req = Request {
+                repo: repo.bare(),
+                rev,
+                git_ref: Some("main".into()),
+                attr: None,
+            };
+            let started = Instant::now();
+            let answer = match confined {
+                false => rt.block_on(shells.get(&req)),
+                true => rt.block_on(shells.get_confined(&req, policy.clone(), None)),
+            };
+            answer.expect("a devShell");
+            took = started.elapsed();
+        }
+        let mib = match confined {
+            false => du_mib(&quest_runner::store_path::store_dir()) - host_before,
+            true => {
+                let stores: Vec<_> = std::fs::read_dir(state.join("devshell/stores"))
+                    .expect("repository stores")
+                    .flatten()
+                    .map(|e| du_mib(&e.path()))
+                    .collect();
+                stores.iter().sum::<f64>() / stores.len().max(1) as f64
+            }
+        };
+        (took, mib)
+    };
+    let (shared, shared_mib) = run("shared", false);
+    let (own, own_mib) = run("own", true);
+    Tenancy {
+        shared,
+        shared_mib,
+        own,
+        own_mib,
+    }
+}
+
+/// A trusted job's policy for a state dir under `base`.
+fn bench_policy(
+    state: &std::path::Path,
+    base: &std::path::Path,
+) -> quest_runner::sandbox::SandboxPolicy {
+    use quest_runner::sandbox::{plan, Platform, PolicyInputs};
+    let job = state.join("jobs/bench");
+    let ws = quest_runner::workspace::WorkspacePaths {
+        checkout: job.join("checkout"),
+        bare_clone: base.join("first/repo/bare.git"),
+        git_store: job.join("git"),
+        worktree_admin: job.join("git/worktrees/checkout"),
+        temp_dir: PathBuf::from("/tmp/quest-job-bench"),
+        job_dir: job.clone(),
+        devshell_script: None,
+        helper_tmp: PathBuf::from("/tmp/quest-srt-bench"),
+    };
+    let inputs = PolicyInputs {
+        platform: Platform::Linux,
+        trust: quest_runner::job::Trust::Trusted,
+        extra_hosts: Vec::new(),
+        full_access_hosts: Vec::new(),
+        state_dir: state.to_path_buf(),
+        operator_home: std::env::var_os("HOME").map(PathBuf::from),
+        private: Vec::new(),
+    };
+    plan(&ws, &inputs)
+}
+
+/// Disk use under `dir` in MiB, as `du` counts it.
+fn du_mib(dir: &std::path::Path) -> f64 {
+    let out = Command::new("du").arg("-sk").arg(dir).output().expect("du");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: f64 = text
+        .split_whitespace()
+        .next()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
 }
 
 /// The job's proxy for `policy`, as `run` starts it before the devShell, and how nix reaches it.

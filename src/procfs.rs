@@ -45,6 +45,19 @@ pub fn environ_mentions(pid: u32, markers: &[String]) -> bool {
     })
 }
 
+/// Whether `pid` is a process that has not exited (a zombie has: it holds no file or lock).
+pub fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state ...`: the name may hold spaces and parentheses; the state follows
+    // the last `)`.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | None)
+}
+
 /// The processes whose parent chain leads to `root` (not `root` itself), from `/proc` as it is
 /// now: a process that starts meanwhile may be missed, so callers that stop a tree look again.
 pub fn descendants(root: u32) -> Vec<u32> {

@@ -9,10 +9,11 @@ use tokio::process::Command;
 
 use super::entry::{self, Entry, Meta, ShellMeta};
 use super::key::FORMAT_VERSION;
+use super::repo_store::RepoStore;
 use super::{render, DevShellError, DevShells, Prepared};
 use crate::git::Git;
 use crate::process;
-use crate::sandbox::boundary::{self, ClientStore, Identity, AGENT_ID};
+use crate::sandbox::boundary::{self, Identity, AGENT_ID};
 use crate::store_path;
 
 /// Nix releases from 2.20 on fetch a `git+file` revision without being told its ref.
@@ -109,8 +110,9 @@ async fn build_shell(
         what: what.clone(),
         message: e.to_string(),
     })?;
-    let store_path = profile_store_path(&root, what)?;
-    let closure = requisites(p, &store_path).await?;
+    let store = repo_store(shells, p);
+    let store_path = profile_store_path(&root, store.as_ref(), what)?;
+    let closure = requisites(p, store.as_ref(), &store_path).await?;
     entry::write_file(staged, entry::SCRIPT, script.as_bytes())
         .map_err(|e| DevShellError::io("writing", staged, e))?;
     let mut guard = root_guard;
@@ -120,21 +122,36 @@ async fn build_shell(
         store_path,
         script_sha256: entry::sha256_hex(script.as_bytes()),
         closure,
+        store: store.map(|s| s.root().to_path_buf()),
     })
+}
+
+/// The store a build of `p` writes: its repository's when nix acts for a job, else (the
+/// operator's own request) the store the runner's nix opens.
+fn repo_store(shells: &DevShells, p: &Prepared) -> Option<RepoStore> {
+    p.confine.as_ref().map(|_| shells.repo_store(&p.repo))
+}
+
+/// `--store <uri>` for the runner's own nix on `store`, or nothing for the host's.
+fn store_args(store: Option<&RepoStore>) -> Vec<String> {
+    store
+        .map(|s| vec!["--store".to_string(), s.uri()])
+        .unwrap_or_default()
 }
 
 /// The store paths `store_path` needs, as the store records them: what a job using the
 /// devShell is shown of the store. Asked as the runner, outside the boundary: it reads the
 /// store's database about a path nix just built, nothing the revision chose.
-async fn requisites(p: &Prepared, store_path: &Path) -> Result<Vec<PathBuf>, DevShellError> {
+async fn requisites(
+    p: &Prepared,
+    store: Option<&RepoStore>,
+    store_path: &Path,
+) -> Result<Vec<PathBuf>, DevShellError> {
     let mut cmd = Command::new(&p.nix.path);
-    cmd.args([
-        "--extra-experimental-features",
-        "nix-command",
-        "path-info",
-        "--recursive",
-    ])
-    .arg(store_path);
+    cmd.args(["--extra-experimental-features", "nix-command"])
+        .args(store_args(store))
+        .args(["path-info", "--recursive"])
+        .arg(store_path);
     let what = format!("nix path-info --recursive {}", store_path.display());
     let out = process::run_captured(cmd, "nix")
         .await
@@ -187,9 +204,11 @@ async fn print_dev_env(
     // The run holds the job's network for nix, and setup (a)'s daemon, until nix has ended.
     let run = nix_command(shells, p, &tail, scratch.path()).await?;
     tracing::info!(%installable, "nix print-dev-env");
-    let out = process::run_captured(run.cmd, "nix")
-        .await
-        .map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
+    let out = process::run_captured(run.cmd, "nix").await;
+    if let Some(daemon) = run.daemon {
+        daemon.stop().await;
+    }
+    let out = out.map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
     if !out.status.success() {
         if std::os::unix::process::ExitStatusExt::signal(&out.status).is_some() {
             // Nix was killed: its builders, which it runs in sessions of their own, are left
@@ -198,13 +217,17 @@ async fn print_dev_env(
         }
         return Err(DevShellError::Nix {
             what: what.to_string(),
-            message: super::network::without_network_hint(p, out.error_message()),
+            message: super::daemon::name_limit(
+                super::network::without_network_hint(p, out.error_message()),
+                shells.build_disk.filter(|_| p.confine.is_some()),
+            ),
         });
     }
     // Rooted at its final place before the scratch link (a root too, through nix's indirect
     // root) goes with the scratch directory.
-    let store_path = profile_store_path(&link, what.to_string())?;
-    add_root(shells, p, &store_path, root).await?;
+    let store = repo_store(shells, p);
+    let store_path = profile_store_path(&link, store.as_ref(), what.to_string())?;
+    add_root(shells, p, store.as_ref(), &store_path, root).await?;
     Ok(out.stdout)
 }
 
@@ -213,12 +236,14 @@ async fn print_dev_env(
 async fn add_root(
     shells: &DevShells,
     p: &Prepared,
+    store: Option<&RepoStore>,
     store_path: &Path,
     root: &Path,
 ) -> Result<(), DevShellError> {
     let mut cmd = Command::new(&p.nix.path);
     cmd.args(["--extra-experimental-features", "nix-command"])
         .args(super::environment::option_args(&shells.nix_options))
+        .args(store_args(store))
         .arg("build")
         .arg("--out-link")
         .arg(root)
@@ -240,8 +265,8 @@ pub(super) struct NixRun {
     pub cmd: Command,
     /// The runner's side of the bridge to the job's proxy ([`super::network`]).
     _bridge: Option<tokio::process::Child>,
-    /// Setup (a)'s daemon for the run ([`super::daemon`]).
-    _daemon: Option<super::daemon::RunnerDaemon>,
+    /// The repository store's daemon for the run ([`super::daemon`]).
+    daemon: Option<super::daemon::RunnerDaemon>,
 }
 
 /// `nix <the runner's options> <tail>`, inside the job's boundary as the job's identity when
@@ -269,7 +294,7 @@ pub(super) async fn nix_command(
         return Ok(NixRun {
             cmd,
             _bridge: None,
-            _daemon: None,
+            daemon: None,
         });
     };
     let identity = Identity::current();
@@ -283,15 +308,17 @@ pub(super) async fn nix_command(
         }
         None => None,
     };
-    let (store, daemon) =
-        super::confine::client_for(super::confine::client_store(), shells, p).await?;
+    let (store, daemon) = super::confine::client_for(shells, p).await?;
     args.extend(super::environment::option_args(&shells.nix_options));
-    if let ClientStore::Daemon { socket } = &store {
-        args.extend([
-            "--store".to_string(),
-            format!("unix://{}", socket.display()),
-        ]);
+    if p.refuse_fixed_output {
+        // A build the evaluation asks for (import from derivation) would run before the
+        // devShell's derivations can be checked ([`super::fixed_output`]).
+        args.extend(["--option", "allow-import-from-derivation", "false"].map(String::from));
     }
+    args.extend([
+        "--store".to_string(),
+        format!("unix://{}", store.socket.display()),
+    ]);
     args.extend(tail.iter().map(|a| a.to_string()));
     let home = scratch_home(scratch, identity)?;
     let plan = super::confine::plan(policy, p, &store, identity, scratch)?;
@@ -323,7 +350,7 @@ pub(super) async fn nix_command(
     Ok(NixRun {
         cmd,
         _bridge: bridge,
-        _daemon: daemon,
+        daemon: Some(daemon),
     })
 }
 
@@ -357,13 +384,23 @@ fn scratch_home(scratch: &Path, identity: Identity) -> Result<PathBuf, DevShellE
     Ok(home)
 }
 
-/// Where the profile link Nix made at `root` points: a store path, or the build failed.
-fn profile_store_path(root: &Path, what: String) -> Result<PathBuf, DevShellError> {
-    let store_path = std::fs::canonicalize(root).map_err(|e| DevShellError::Nix {
+/// Where the profile link Nix made at `root` points: a store path present in `store` (the
+/// host's when `None`), or the build failed. The link is read, not resolved: a repository
+/// store's paths are named `/nix/store/...` and live under its root.
+fn profile_store_path(
+    root: &Path,
+    store: Option<&RepoStore>,
+    what: String,
+) -> Result<PathBuf, DevShellError> {
+    let store_path = super::repo_store::link_target(root).map_err(|e| DevShellError::Nix {
         what: what.clone(),
         message: format!("no profile link at {}: {e}", root.display()),
     })?;
-    if !store_path::is_store_path(&store_path, &store_path::store_dir()) {
+    let real = match store {
+        Some(s) => s.real_path(&store_path),
+        None => store_path.clone(),
+    };
+    if !store_path::is_store_path(&store_path, &store_path::store_dir()) || !real.exists() {
         return Err(DevShellError::Nix {
             what,
             message: format!(

@@ -57,12 +57,6 @@ pub(super) fn plan(
     identity: Identity,
     scratch: &Path,
 ) -> Result<Confined, DevShellError> {
-    if let ClientStore::Own { log, .. } = store {
-        // Nix makes its log directory at its first build; in the namespace its parent is
-        // read-only, so on a Nix that never built here it is made now, as Nix would (a
-        // failure leaves Nix's own error to name it).
-        let _ = std::fs::create_dir_all(log);
-    }
     let tools = Tools {
         bwrap: binaries::find(Tool::Bwrap)?,
         setpriv: match identity {
@@ -92,25 +86,20 @@ pub(super) fn plan(
     Ok(plan)
 }
 
-/// The store the job's client opens in `host`'s setup, and the daemon that serves it where the
-/// runner must start one (setup (a)), to be kept until nix ends.
+/// The store the job's client opens: its repository's ([`super::repo_store`]), served by a
+/// daemon the runner starts for the run in either setup, to be kept until nix ends.
 pub(super) async fn client_for(
-    host: NixStore,
     shells: &super::DevShells,
     p: &Prepared,
-) -> Result<(ClientStore, Option<RunnerDaemon>), DevShellError> {
-    Ok(match host {
-        NixStore::LocalAsRoot { .. } => {
-            let net = p.net.as_ref().filter(|_| !p.host_network);
-            let daemon = super::daemon::start(shells, p, net, p.host_network).await?;
-            let socket = daemon.socket().to_path_buf();
-            (ClientStore::Daemon { socket }, Some(daemon))
-        }
-        NixStore::LocalAsUser { store, state, log } => {
-            (ClientStore::Own { store, state, log }, None)
-        }
-        NixStore::Daemon { socket } => (ClientStore::Daemon { socket }, None),
-    })
+) -> Result<(ClientStore, RunnerDaemon), DevShellError> {
+    let store = shells.repo_store(&p.repo);
+    let net = p.net.as_ref().filter(|_| !p.host_network);
+    let daemon = super::daemon::start(shells, p, &store, net, p.host_network).await?;
+    let client = ClientStore {
+        socket: daemon.socket().to_path_buf(),
+        real_store_dir: store.real_store_dir(),
+    };
+    Ok((client, daemon))
 }
 
 /// What the job's boundary holds of Nix in `store`'s setup, for `policy` and `doctor`.
@@ -122,23 +111,23 @@ pub fn describe(store: &NixStore) -> String {
                   host loopback or link-local address; with nix.network \"proxy\", the \
                   default, the job's proxy bridged in, so it fetches from the job's allowed \
                   hosts only";
+    let tenancy = "its repository's own store (state dir's devshell/v2/stores), served by a \
+                   nix-daemon the runner starts for the one run, in a network namespace with \
+                   only the job's proxy and a PID namespace whose end ends its builders: \
+                   another repository's sources and outputs, the host store's paths and its \
+                   database cannot be named; only what the configured binary caches hold is \
+                   shared";
+    let fixed = "fixed-output builds share the daemon's network, so they reach the job's \
+                 proxy and nothing else; untrusted revisions' fixed-output builds are refused";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
-            "setup (a), root with the local store: {client}; it talks to a nix-daemon the \
-             runner starts for the one run, in a network namespace with only the job's proxy \
-             and a PID namespace whose end ends its builders; fixed-output builds share that \
-             network, so they reach the job's proxy and nothing else; untrusted revisions' \
-             fixed-output builds are refused"
+            "setup (a), root: {client}; {tenancy}; builds as the build users in Nix's \
+             sandbox; {fixed}"
         ),
-        NixStore::LocalAsUser { .. } => format!(
-            "single-user Nix of this user: {client}; its builds share that network \
-             namespace; untrusted revisions' fixed-output builds are refused"
-        ),
-        NixStore::Daemon { socket } => format!(
-            "setup (b), through the nix-daemon at {}: {client}; the daemon's builds run in \
-             the daemon's network, which the boundary does not reach, so a fixed-output \
-             derivation in neither the store nor a substituter is refused",
-            socket.display()
+        NixStore::LocalAsUser { .. } | NixStore::Daemon { .. } => format!(
+            "setup (b), the runner's own user (the host's store or daemon is not used for \
+             jobs): {client}; {tenancy}; builds in Nix's sandbox in a user namespace of \
+             the runner's user; {fixed}"
         ),
     }
 }
@@ -189,8 +178,9 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("state/jobs/j/checkout")).unwrap();
         let p = policy(dir.path());
         let socket = dir.path().join("tmp/quest-nixd-1/socket");
-        let store = ClientStore::Daemon {
+        let store = ClientStore {
             socket: socket.clone(),
+            real_store_dir: dir.path().join("state/devshell/v2/stores/x/nix/store"),
         };
         let plan = boundary::nix_plan(
             &p,
@@ -228,8 +218,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = policy(dir.path());
         let socket = dir.path().join("tmp/daemon/socket");
-        let store = ClientStore::Daemon {
+        let store = ClientStore {
             socket: socket.clone(),
+            real_store_dir: dir.path().join("state/devshell/v2/stores/x/nix/store"),
         };
         let plan = boundary::nix_plan(
             &p,

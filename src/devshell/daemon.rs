@@ -1,18 +1,21 @@
-//! Setup (a)'s store served to a job's nix by a `nix-daemon` the runner starts for the run.
+//! The repository's store served to a job's nix by a `nix-daemon` the runner starts for the
+//! run, in both setups.
 //!
-//! A root runner owns the local store, and a nix that writes it itself must be root: root
-//! reaches around every path rule of a mount namespace (`/proc/1/root` of any process still in
-//! the runner's namespace is the host's tree; every file is readable to it). So the client
-//! that evaluates the revision is the job's identity, as in setup (b), and the store is
+//! A nix that writes a store itself must own it, and a root one reaches around every path
+//! rule of a mount namespace (`/proc/1/root` of any process still in the runner's namespace
+//! is the host's tree; every file is readable to it). So the client that evaluates the
+//! revision is the job's identity, and the repository's store ([`super::repo_store`]) is
 //! written by a daemon that reads nothing the job names: it takes what the client sends
-//! (NARs, derivations) and builds in Nix's sandbox as the build users.
+//! (NARs, derivations) and builds in Nix's sandbox — as the build users when the runner is
+//! root, in a user namespace as the runner's own user otherwise (Nix does that for a store it
+//! owns).
 //!
 //! The daemon is the runner's, for this one run, so it can be held where a system daemon
 //! cannot: it runs in a network namespace of its own with only the job's proxy bridged in
-//! (its fixed-output builds share that network, as the root client's did), in a PID namespace
-//! whose end ends every builder, with an environment built from an allowlist (a fixed-output
-//! build reads the daemon's environment through `impureEnvVars`), its build directories in a
-//! directory of its own, and in the job's cgroup where the job has one.
+//! (its fixed-output builds share that network), in a PID namespace whose end ends every
+//! builder, with an environment built from an allowlist (a fixed-output build reads the
+//! daemon's environment through `impureEnvVars`), its build directories in a directory of
+//! its own, and under the job's limits where the job has them.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,16 +24,19 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 use super::network::NixNet;
+use super::repo_store::RepoStore;
 use super::{environment, DevShellError, DevShells, Prepared};
 use crate::binaries::{self, Tool};
 
 /// How long the daemon may take to make its socket.
 const START: Duration = Duration::from_secs(10);
 
-/// A running daemon: stopped, with everything it started, when dropped.
+/// A running daemon: stopped, with everything it started, when dropped; [`RunnerDaemon::stop`]
+/// also waits for that and clears what its unfinished builds left.
 pub struct RunnerDaemon {
     socket: PathBuf,
-    _child: Child,
+    child: Child,
+    store: RepoStore,
     /// Its socket's and build directories' parent, removed after the daemon is gone (fields
     /// drop in order).
     _dir: tempfile::TempDir,
@@ -40,26 +46,49 @@ impl RunnerDaemon {
     pub fn socket(&self) -> &Path {
         &self.socket
     }
+
+    /// Stops the daemon and every process it started, waits until they have exited (and so
+    /// released their locks), then removes the lock files a build it did not finish left in
+    /// the store: Nix leaves them, and a failed or stopped build must leave nothing.
+    pub async fn stop(mut self) {
+        const GONE: Duration = Duration::from_secs(5);
+        if let Some(pid) = self.child.id() {
+            let tree = crate::procfs::descendants(pid);
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+            let deadline = Instant::now() + GONE;
+            while tree.iter().any(|p| crate::procfs::alive(*p)) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        self.store.clear_stale_locks();
+    }
 }
 
-/// Starts the daemon for `p`'s run, on the job's network `net` (or none; the host's for a
-/// trusted job whose config says `nix.network = "host"`), and waits for its socket.
+/// Starts the daemon of `store` for `p`'s run, on the job's network `net` (or none; the
+/// host's for a trusted job whose config says `nix.network = "host"`), and waits for its
+/// socket.
 pub(super) async fn start(
     shells: &DevShells,
     p: &Prepared,
+    store: &RepoStore,
     net: Option<&NixNet>,
     host_network: bool,
 ) -> Result<RunnerDaemon, DevShellError> {
+    store.ensure()?;
     let dir = tempfile::Builder::new()
         .prefix("quest-nixd-")
         .tempdir()
         .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    // The client (the agent's identity, by its group) must reach the socket, and no other
-    // local user: the daemon serves root's store, in the job's network.
-    let group = Some(rustix::fs::Gid::from_raw(crate::agent_id::AGENT_ID));
-    rustix::fs::chown(dir.path(), None, group)
-        .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
-    set_mode(dir.path(), 0o710)?;
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        // The client (the agent's identity, by its group) must reach the socket, and no
+        // other local user: the daemon serves root's store, in the job's network.
+        let group = Some(rustix::fs::Gid::from_raw(crate::agent_id::AGENT_ID));
+        rustix::fs::chown(dir.path(), None, group)
+            .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
+    }
+    set_mode(dir.path(), if root { 0o710 } else { 0o700 })?;
     let build = dir.path().join("build");
     std::fs::create_dir(&build).map_err(|e| DevShellError::io("creating", &build, e))?;
     set_mode(&build, 0o700)?;
@@ -73,24 +102,62 @@ pub(super) async fn start(
     let log_path = dir.path().join("daemon.log");
     let log = std::fs::File::create(&log_path)
         .map_err(|e| DevShellError::io("creating", &log_path, e))?;
-    let mut cmd = Command::new(&unshare);
-    cmd.args(plan(&bwrap, &daemon, net, host_network))
-        .args(environment::option_args(&shells.nix_options))
-        .stdin(Stdio::null())
+    let scratch = Scratch {
+        dir: &build,
+        bytes: shells.build_disk,
+    };
+    let mut cmd = match root {
+        true => {
+            let mut cmd = Command::new(&unshare);
+            cmd.args(plan(&bwrap, &daemon, net, host_network, &scratch));
+            cmd
+        }
+        false => {
+            let mut cmd = Command::new(&bwrap);
+            cmd.args(plan_unprivileged(&daemon, net, host_network, &scratch));
+            cmd
+        }
+    };
+    cmd.args(environment::option_args(&shells.nix_options))
+        .args(["--option", "store", &store.uri()])
+        // Nix keeps a file of this size beside the database for its own emergencies; here it
+        // would be larger than a small `limits.disk` lets any file be.
+        .args(["--option", "gc-reserved-space", "0"]);
+    if !root {
+        // No build users to switch to: Nix builds in a user namespace as this user.
+        cmd.args(["--option", "build-users-group", ""]);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .kill_on_drop(true);
     environment::clear(&mut cmd, &[&daemon, &p.nix.path]);
-    cmd.env("NIX_REMOTE", "local")
+    // Never `auto`: with the socket's variable set, `auto` connects to its own socket.
+    cmd.env("NIX_REMOTE", store.uri())
         .env("NIX_DAEMON_SOCKET_PATH", &socket)
         .env("TMPDIR", &build);
     if let Some(net) = net {
         super::network::apply_env(&mut cmd, net);
     }
-    let adjust = net.and_then(|n| n.adjust.clone());
+    let adjust = p
+        .adjust
+        .as_ref()
+        .map(|h| h.0.clone())
+        .or_else(|| net.and_then(|n| n.adjust.clone()));
     let std_cmd = cmd.as_std_mut();
     if let Some(adjust) = adjust {
         adjust(std_cmd);
+    }
+    if let Some(bytes) = shells.build_disk {
+        // No file a build writes (an output, a scratch file) is larger than the job may
+        // have on disk at all; the builder gets SIGXFSZ, which the error names.
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+        unsafe {
+            std_cmd.pre_exec(move || {
+                crate::util::rlimit::set_capped(rustix::process::Resource::Fsize, bytes, bytes)
+            });
+        }
     }
     // `unshare`, whose end ends the rest: a runner killed outright leaves no root daemon.
     crate::process::die_with_runner(std_cmd);
@@ -118,7 +185,8 @@ pub(super) async fn start(
     }
     Ok(RunnerDaemon {
         socket,
-        _child: child,
+        child,
+        store: store.clone(),
         _dir: dir,
     })
 }
@@ -135,18 +203,46 @@ fn nix_daemon(nix: &Path) -> Result<PathBuf, DevShellError> {
     Ok(binaries::find(Tool::NixDaemon)?)
 }
 
+/// The daemon's build directories: Nix's `TMPDIR`, made a file system of its own in the
+/// daemon's mount namespace, `bytes` large (the job's `limits.disk`), gone with the daemon.
+pub struct Scratch<'a> {
+    pub dir: &'a Path,
+    pub bytes: Option<u64>,
+}
+
+impl Scratch<'_> {
+    fn args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(bytes) = self.bytes {
+            out.extend(["--size".to_string(), bytes.to_string()]);
+        }
+        out.extend([
+            "--tmpfs".to_string(),
+            self.dir.to_string_lossy().into_owned(),
+        ]);
+        out
+    }
+}
+
 /// `unshare`'s arguments: a PID namespace whose `/proc` is its own and uncovered (Nix's build
 /// sandbox mounts another inside it; bubblewrap run by root would cover it), whose first
 /// process's end kills every builder; then bubblewrap for the network namespace (its
 /// loopback up), keeping root's capabilities over the host's tree (the daemon writes the
 /// store and switches to the build users); then the bridge's inside when the job has a proxy.
-pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: bool) -> Vec<String> {
+pub fn plan(
+    bwrap: &Path,
+    daemon: &Path,
+    net: Option<&NixNet>,
+    host_network: bool,
+    scratch: &Scratch,
+) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         .map(String::from)
         .to_vec();
     args.push(s(bwrap));
     args.extend(["--dev-bind", "/", "/"].map(String::from));
+    args.extend(scratch.args());
     if !host_network {
         args.push("--unshare-net".to_string());
     }
@@ -156,6 +252,54 @@ pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: boo
     }
     args.push(s(daemon));
     args
+}
+
+/// bubblewrap's arguments for a runner that is not root: a user namespace in which it keeps
+/// its own uid (Nix makes its build sandbox inside it), a PID namespace with its own `/proc`
+/// whose end ends every builder, and the network namespace as [`plan`]'s.
+pub fn plan_unprivileged(
+    daemon: &Path,
+    net: Option<&NixNet>,
+    host_network: bool,
+    scratch: &Scratch,
+) -> Vec<String> {
+    let mut args: Vec<String> = ["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+        .map(String::from)
+        .to_vec();
+    args.extend(scratch.args());
+    if !host_network {
+        args.push("--unshare-net".to_string());
+    }
+    args.extend(["--die-with-parent", "--"].map(String::from));
+    if let Some(net) = net {
+        args.extend(super::network::inside(net));
+    }
+    args.push(daemon.to_string_lossy().into_owned());
+    args
+}
+
+/// `message` (nix's error) with the limit named when a build ran into the job's `limits.disk`
+/// (`bytes`): a file larger than it (SIGXFSZ, signal 25, or EFBIG where the builder ignores
+/// the signal) or a full scratch directory (ENOSPC).
+pub fn name_limit(message: String, bytes: Option<u64>) -> String {
+    let Some(bytes) = bytes else {
+        return message;
+    };
+    let hit = [
+        "signal 25",
+        "File size limit exceeded",
+        "File too large",
+        "No space left on device",
+    ]
+    .iter()
+    .any(|m| message.contains(m));
+    match hit {
+        true => format!(
+            "{message} (limit fired: the job's limits.disk, {bytes} bytes, bounds every file a \
+             build writes and its scratch directory)"
+        ),
+        false => message,
+    }
 }
 
 /// The end of the daemon's log, for its failure to start.
@@ -176,13 +320,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_build_over_the_disk_limit_names_it() {
+        let hit = name_limit("builder failed due to signal 25".into(), Some(1024));
+        assert!(hit.contains("limits.disk, 1024 bytes"), "{hit}");
+        let other = name_limit("builder failed with exit code 1".into(), Some(1024));
+        assert_eq!(other, "builder failed with exit code 1");
+        assert_eq!(name_limit("signal 25".into(), None), "signal 25");
+    }
+
+    #[test]
     fn the_daemon_has_its_own_pid_and_network_namespaces() {
+        let scratch = Scratch {
+            dir: Path::new("/tmp/quest-nixd-1/build"),
+            bytes: Some(1 << 30),
+        };
         let args = plan(
             Path::new("/bin/bwrap"),
             Path::new("/bin/nix-daemon"),
             None,
             false,
+            &scratch,
         );
+        assert!(args
+            .windows(4)
+            .any(|w| w == ["--size", "1073741824", "--tmpfs", "/tmp/quest-nixd-1/build"]));
         assert_eq!(
             &args[..4],
             ["--pid", "--fork", "--kill-child", "--mount-proc"]

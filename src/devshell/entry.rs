@@ -90,6 +90,11 @@ pub struct ShellMeta {
     /// then sees the whole store.
     #[serde(default)]
     pub closure: Vec<PathBuf>,
+    /// The root of the repository's store the closure lives in
+    /// ([`super::repo_store::RepoStore`]); `None`: the store the runner's nix opens (an
+    /// operator's own request).
+    #[serde(default)]
+    pub store: Option<PathBuf>,
 }
 
 /// A verified entry.
@@ -140,7 +145,7 @@ pub fn read(layout: &Layout, key: &str) -> Result<Entry, Invalid> {
     if sha256_hex(&script) != shell.script_sha256 {
         return Err(Invalid::Broken("script does not match its checksum".into()));
     }
-    check_root(layout, key, &shell.store_path)?;
+    check_root(layout, key, shell)?;
     Ok(Entry {
         meta,
         dir,
@@ -148,10 +153,11 @@ pub fn read(layout: &Layout, key: &str) -> Result<Entry, Invalid> {
     })
 }
 
-fn check_root(layout: &Layout, key: &str, store_path: &Path) -> Result<(), Invalid> {
-    let resolved = std::fs::canonicalize(layout.root(key))
+fn check_root(layout: &Layout, key: &str, shell: &ShellMeta) -> Result<(), Invalid> {
+    let store_path = &shell.store_path;
+    let resolved = super::repo_store::link_target(&layout.root(key))
         .map_err(|e| Invalid::Broken(format!("GC root gone: {e}")))?;
-    if resolved != store_path {
+    if &resolved != store_path {
         return Err(Invalid::Broken(format!(
             "GC root points at {} instead of {}",
             resolved.display(),
@@ -162,6 +168,16 @@ fn check_root(layout: &Layout, key: &str, store_path: &Path) -> Result<(), Inval
         return Err(Invalid::Broken(format!(
             "{} is not a store path",
             store_path.display()
+        )));
+    }
+    let real = match &shell.store {
+        Some(root) => super::repo_store::RepoStore::at(root.clone()).real_path(store_path),
+        None => store_path.clone(),
+    };
+    if !real.exists() {
+        return Err(Invalid::Broken(format!(
+            "{} is gone from its store",
+            real.display()
         )));
     }
     Ok(())

@@ -94,11 +94,13 @@ pub(super) fn fixed_outputs(json: &[u8]) -> Vec<(String, String)> {
     out
 }
 
-/// Whether `path` is valid in the store, or in one of `substituters`. Asked by the runner's
-/// own nix, outside the boundary: the caches are the operator's, not the revision's.
+/// Whether `path` is valid in the repository's store (never the host's: what another tenant
+/// built is not this one's), or in one of `substituters`. Asked by the runner's own nix,
+/// outside the boundary: the caches are the operator's, not the revision's.
 async fn available(shells: &DevShells, p: &Prepared, path: &str, substituters: &[String]) -> bool {
-    let stores = std::iter::once(None).chain(substituters.iter().map(Some));
-    for store in stores {
+    let own = shells.repo_store(&p.repo).uri();
+    let stores = std::iter::once(&own).chain(substituters.iter());
+    for store in stores.map(Some) {
         let mut cmd = Command::new(&p.nix.path);
         cmd.args(["--extra-experimental-features", "nix-command flakes"]);
         for (name, value) in &shells.nix_options {

@@ -1,8 +1,10 @@
 //! The cache key of a devShell: everything that can change the rendered script.
 //!
-//! The repository is not part of it: a commit id names the whole tree, so the same revision
-//! fetched into two clones evaluates the same. Nix's version, the system, the attribute and
-//! the extra Nix options are, and so is the format version of the script this runner renders.
+//! The repository is part of it only as the store a job's build writes (its repository's,
+//! `super::repo_store`): a commit id names the whole tree, but a job's devShell must come from
+//! its own repository's store, never another tenant's. Nix's version, the system, the
+//! attribute and the extra Nix options are, and so is the format version of the script this
+//! runner renders.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,9 @@ pub struct KeyInputs<'a> {
     pub system: &'a str,
     pub nix_version: &'a str,
     pub nix_options: &'a BTreeMap<String, String>,
+    /// The repository store a job's build writes; `None` for the runner's own store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<&'a str>,
 }
 
 /// 32 hex digits (128 bits) of SHA-256 over the inputs' canonical JSON.
@@ -42,6 +47,7 @@ mod tests {
             system: "x86_64-linux",
             nix_version: version,
             nix_options: opts,
+            store: None,
         })
     }
 

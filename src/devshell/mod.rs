@@ -26,6 +26,7 @@ mod maintenance;
 pub mod network;
 pub mod nix_version;
 pub mod render;
+pub mod repo_store;
 pub mod scratch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +40,6 @@ use crate::binaries::BinaryError;
 use crate::config::Config;
 use crate::git::GitError;
 use crate::git_objects;
-use crate::sandbox::boundary::NixStore;
 use crate::sandbox::SandboxPolicy;
 use crate::state::{StateDir, StateError};
 
@@ -173,6 +173,8 @@ pub struct ShellEnv {
     pub url: String,
     /// The store paths the devShell needs; empty when its entry did not record them.
     pub closure: Vec<PathBuf>,
+    /// The root of the repository store they live in; `None`: the host's store.
+    pub store: Option<PathBuf>,
 }
 
 /// A validated request with its cache key.
@@ -196,6 +198,19 @@ pub(crate) struct Prepared {
     /// The confined nix reaches the job's proxy (`nix.network = "proxy"`, a job whose policy
     /// reaches some host).
     pub net: Option<network::NixNet>,
+    /// Sets the job's limits on the daemon that builds for it, as on the job's other
+    /// processes (`serve`'s rlimits).
+    pub adjust: Option<LimitsHook>,
+}
+
+/// The hook that sets a job's limits on a process (`serve`'s rlimits), for [`Prepared`].
+#[derive(Clone)]
+pub(crate) struct LimitsHook(pub crate::run::CommandHook);
+
+impl std::fmt::Debug for LimitsHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LimitsHook")
+    }
 }
 
 type SharedBuild = Shared<BoxFuture<'static, Result<DevShell, DevShellError>>>;
@@ -208,6 +223,9 @@ pub struct DevShells {
     system: String,
     nix_options: BTreeMap<String, String>,
     nix_network: crate::config::NixNetwork,
+    /// The job's `limits.disk`: the most a build's scratch directory holds, and the largest
+    /// file it may write ([`daemon`]).
+    build_disk: Option<u64>,
     /// The `nix` to run; `None` finds it as every tool is found (`QUEST_RUNNER_NIX`, `PATH`).
     nix: Option<PathBuf>,
     inflight: Mutex<HashMap<String, WeakBuild>>,
@@ -221,6 +239,7 @@ impl DevShells {
             system: nix_version::current_system(),
             nix_options: config.nix.options.clone(),
             nix_network: config.nix.network,
+            build_disk: config.limits.disk.limit,
             nix: None,
             inflight: Mutex::new(HashMap::new()),
         }
@@ -235,6 +254,12 @@ impl DevShells {
 
     pub fn layout(&self) -> &entry::Layout {
         &self.layout
+    }
+
+    /// The store of the repository whose clone is at `repo` (canonical): where a job's
+    /// devShell of it is built ([`repo_store`]).
+    pub fn repo_store(&self, repo: &Path) -> repo_store::RepoStore {
+        repo_store::RepoStore::for_repo(&self.state.root().join("devshell"), repo)
     }
 
     /// Validates `req` and computes its key, without running any program once the Nix
@@ -281,6 +306,7 @@ impl DevShells {
             system: &self.system,
             nix_version: &nix.version,
             nix_options: &self.nix_options,
+            store: None,
         });
         Ok(Prepared {
             repo,
@@ -294,6 +320,7 @@ impl DevShells {
             refuse_fixed_output: false,
             host_network: false,
             net: None,
+            adjust: None,
         })
     }
 
@@ -321,6 +348,7 @@ impl DevShells {
             store_path: s.store_path.clone(),
             url: s.url.clone(),
             closure: s.closure.clone(),
+            store: s.store.clone(),
         });
         DevShell {
             cache,
@@ -360,13 +388,35 @@ impl DevShells {
         policy: Arc<SandboxPolicy>,
         net: Option<network::NixNet>,
     ) -> Result<DevShell, DevShellError> {
+        self.get_for_job(req, policy, net, None).await
+    }
+
+    /// [`get_confined`](Self::get_confined), with `adjust` setting the job's limits on the
+    /// daemon that builds for it.
+    pub async fn get_for_job(
+        self: &Arc<Self>,
+        req: &Request,
+        policy: Arc<SandboxPolicy>,
+        net: Option<network::NixNet>,
+        adjust: Option<crate::run::CommandHook>,
+    ) -> Result<DevShell, DevShellError> {
         let mut prepared = self.prepare(req)?;
+        prepared.adjust = adjust.map(LimitsHook);
+        let store = self.repo_store(&prepared.repo);
+        prepared.key = key::cache_key(&key::KeyInputs {
+            format: key::FORMAT_VERSION,
+            rev: &prepared.rev,
+            attr: &prepared.attr,
+            system: &self.system,
+            nix_version: &prepared.nix.version,
+            nix_options: &self.nix_options,
+            store: Some(&store.root().to_string_lossy()),
+        });
         if let Some(hit) = self.cached(&prepared, CacheStatus::Hit) {
             return Ok(hit);
         }
-        let daemon = matches!(confine::client_store(), NixStore::Daemon { .. });
         let trusted = policy.trust == crate::job::Trust::Trusted;
-        prepared.refuse_fixed_output = daemon || !trusted;
+        prepared.refuse_fixed_output = !trusted;
         prepared.host_network = trusted && self.nix_network == crate::config::NixNetwork::Host;
         prepared.net = net.filter(|_| self.nix_network == crate::config::NixNetwork::Proxy);
         prepared.confine = Some(policy);

@@ -2,6 +2,7 @@
 //! policy and network, the agent's launch plan and files, the agent's run with what meters
 //! it, and how the run ended.
 
+use crate::sandbox::store::StoreView;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +90,7 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             }
         };
         let mut policy = self.policy(&paths)?;
-        policy.store_view = self.store_view(closure);
+        policy.store_view = self.store_view(closure).await;
         // Before the agent's files are rendered: they name the proxy's port.
         if rules::plan(&policy) == rules::plan(&net_policy) {
             policy.proxy_port = net_policy.proxy_port;
@@ -136,7 +137,7 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
         policy: &SandboxPolicy,
         net: Option<devshell::network::NixNet>,
         result: &mut JobResult,
-    ) -> Result<(Option<String>, Option<Vec<PathBuf>>), Stop> {
+    ) -> Result<(Option<String>, Option<Closure>), Stop> {
         let job = self.job;
         // An untrusted revision's devShell is built only where nix runs in the job's
         // boundary, with no fixed-output build it would need to make (see devshell::confine).
@@ -155,7 +156,12 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             match policy.confine_agent {
                 true => {
                     shells
-                        .get_confined(&req, Arc::new(policy.clone()), net)
+                        .get_for_job(
+                            &req,
+                            Arc::new(policy.clone()),
+                            net,
+                            self.agent_adjust.clone(),
+                        )
                         .await
                 }
                 false => shells.get(&req).await,
@@ -175,20 +181,30 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             present: shell.env.is_some(),
         });
         let Some(env) = &shell.env else {
-            return Ok((None, Some(Vec::new())));
+            return Ok((None, Some(Closure::default())));
         };
         let copy = paths.job_dir.join("devshell.sh");
         std::fs::copy(&env.script, &copy)
             .map_err(|e| format!("copying the devShell script: {e}"))?;
         paths.devshell_script = Some(copy);
-        let closure = (!env.closure.is_empty()).then(|| env.closure.clone());
+        let closure = (!env.closure.is_empty()).then(|| Closure {
+            paths: env.closure.clone(),
+            store: env.store.clone(),
+        });
         Ok((Some(shell.attr.clone()), closure))
     }
 
     /// The job's view of the store ([`crate::sandbox::store`]): `closure`, unless a program
-    /// its namespace runs lives in the store (NixOS), or the closure is not known.
-    fn store_view(&self, closure: Option<Vec<PathBuf>>) -> Option<Vec<PathBuf>> {
+    /// its namespace runs lives in the store (NixOS), or the closure is not known. Where a
+    /// program does and the devShell was built in its repository's store, the view adds the
+    /// programs' closures from the host's store: the whole host store would not hold the
+    /// devShell.
+    async fn store_view(&self, closure: Option<Closure>) -> Option<StoreView> {
         let closure = closure?;
+        let real = closure
+            .store
+            .as_deref()
+            .map(crate::devshell::repo_store::real_dir);
         let tool = match self.job.agent {
             AgentKind::Claude => Tool::Claude,
             AgentKind::Opencode => Tool::Opencode,
@@ -199,8 +215,27 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             .chain(crate::jobshell::runner_binary().ok())
             .collect();
         let store = crate::store_path::store_dir();
-        match crate::sandbox::store::view(&store, &closure, &programs) {
-            Ok(view) => Some(view),
+        match crate::sandbox::store::view(&store, &closure.paths, &programs) {
+            Ok(paths) => Some(StoreView {
+                real,
+                paths,
+                host: Vec::new(),
+            }),
+            Err(why) if real.is_some() => {
+                let host = match crate::sandbox::store::programs_closure(&programs).await {
+                    Ok(host) => host,
+                    Err(e) => {
+                        tracing::warn!("{why}, and their closure is unknown: {e}");
+                        Vec::new()
+                    }
+                };
+                tracing::info!("{why}: the view adds their closure ({} paths)", host.len());
+                Some(StoreView {
+                    real,
+                    paths: closure.paths,
+                    host,
+                })
+            }
             Err(why) => {
                 tracing::info!("{why}");
                 None
@@ -396,4 +431,12 @@ async fn with_progress<F: std::future::Future>(build: F, rev: &str) -> F::Output
             ),
         }
     }
+}
+
+/// The store paths a devShell needs, and the root of the repository store holding them
+/// (`None`: the host's).
+#[derive(Debug, Default)]
+pub(super) struct Closure {
+    paths: Vec<PathBuf>,
+    store: Option<PathBuf>,
 }

@@ -239,18 +239,13 @@ pub enum NixStore {
     Daemon { socket: PathBuf },
 }
 
-/// The store a job's confined nix client opens.
+/// The store a job's confined nix client opens: a daemon's socket, bound into the namespace,
+/// and where the paths of the store it serves are on the host (a repository's store), mounted
+/// read-only at the store's place: the client reads the paths it has the daemon add.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum ClientStore {
-    /// A daemon's socket, bound into the namespace: the system's (setup (b)) or the one the
-    /// runner started for this run (setup (a)).
-    Daemon { socket: PathBuf },
-    /// The runner's own single-user store, writable (it is the user's own).
-    Own {
-        store: PathBuf,
-        state: PathBuf,
-        log: PathBuf,
-    },
+pub struct ClientStore {
+    pub socket: PathBuf,
+    pub real_store_dir: PathBuf,
 }
 
 /// The command that starts the devShell's nix client inside the job's boundary: the policy's
@@ -279,14 +274,24 @@ pub fn nix_plan(
         ..policy.clone()
     };
     let mut own = own.clone();
-    match store {
-        ClientStore::Own { store, state, log } => {
-            own.write
-                .extend([store.clone(), state.clone(), log.clone()]);
-        }
-        ClientStore::Daemon { socket } => own.read.push(socket.clone()),
-    }
+    own.read.push(store.socket.clone());
     let mut args = namespace_args(&view, &own, None);
+    // The repository's store at the store's place, its paths only: the host's store and its
+    // database are not in the namespace ([`crate::devshell::repo_store`]).
+    let at = args
+        .iter()
+        .position(|a| a == "/proc")
+        .map_or(args.len(), |i| i + 1);
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let store_dir = crate::store_path::store_dir();
+    args.splice(
+        at..at,
+        [
+            "--ro-bind".to_string(),
+            s(&store.real_store_dir),
+            s(&store_dir),
+        ],
+    );
     // The hidden trees stay writable (empty, in memory, gone with the build): nix writes its
     // caches under the HOME it is given, which the policy hides.
     while let Some(at) = args.iter().position(|a| a == "--remount-ro") {

@@ -49,6 +49,11 @@ pub fn system_denied_reads(platform: Platform) -> Vec<PathBuf> {
             "/run/secrets-for-users",
             "/run/secrets-for-users.d",
             "/run/agenix.d",
+            // The host store's database (every path's name and hash, whoever added it) and
+            // its daemon, which hands out any path's contents by name: a job's devShell is
+            // its repository's store (`devshell::repo_store`), shown path by path.
+            "/nix/var/nix/db",
+            "/nix/var/nix/daemon-socket",
         ],
         Platform::Macos => &[
             "/Users",

@@ -69,7 +69,7 @@ pub struct SandboxPolicy {
     pub devshell_script: Option<PathBuf>,
     /// The store paths the job's namespace shows, the rest of the store absent
     /// ([`super::store`]); `None`: the whole store, which every user may read.
-    pub store_view: Option<Vec<PathBuf>>,
+    pub store_view: Option<super::store::StoreView>,
 }
 
 /// Builds the policy. Pure: the private files' directories were resolved before.

@@ -42,12 +42,81 @@ pub fn view(
     Ok(paths)
 }
 
+/// The store paths a job's namespace shows, and where they are on the host.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreView {
+    /// The directory holding the paths on the host: a repository's store
+    /// (`devshell::repo_store`), whose paths keep the store's names; `None`: the host's store.
+    pub real: Option<PathBuf>,
+    /// The paths, by their names in the store.
+    pub paths: Vec<PathBuf>,
+    /// Paths bound from the host's store even so: the closures of the programs the namespace
+    /// runs, where they live in the store (NixOS).
+    pub host: Vec<PathBuf>,
+}
+
+impl StoreView {
+    /// Where `path` (named in `store`) is on the host.
+    pub fn source(&self, store: &Path, path: &Path) -> PathBuf {
+        match (&self.real, path.strip_prefix(store)) {
+            (Some(real), Ok(rest)) => real.join(rest),
+            _ => path.to_path_buf(),
+        }
+    }
+}
+
+/// The store paths `programs` need, where they live in the host's store: asked of the host's
+/// store by the runner's nix (a path it did not build for any job; nothing a job chose).
+pub async fn programs_closure(programs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let store = crate::store_path::store_dir();
+    let in_store: Vec<PathBuf> = programs
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .chain(
+            SYSTEM_PROGRAMS
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok()),
+        )
+        .filter(|p| p.starts_with(&store))
+        .collect();
+    if in_store.is_empty() {
+        return Ok(Vec::new());
+    }
+    let nix = crate::binaries::find(crate::binaries::Tool::Nix).map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::new(&nix);
+    cmd.args([
+        "--extra-experimental-features",
+        "nix-command",
+        "path-info",
+        "--recursive",
+    ])
+    .args(&in_store);
+    let out = crate::process::run_captured(cmd, "nix")
+        .await
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(out.error_message());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| PathBuf::from(l.trim()))
+        .filter(|p| crate::store_path::is_store_path(p, &store))
+        .collect())
+}
+
 /// bubblewrap's options for the view, after the system's read-only bind: an empty store with
 /// each path bound back (each a mount of its own), then the empty store made read-only.
-pub(super) fn view_args(store: &Path, view: &[PathBuf]) -> Vec<String> {
+pub(super) fn view_args(store: &Path, view: &StoreView) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut out = vec!["--tmpfs".to_string(), s(store)];
-    for path in view {
+    for path in &view.paths {
+        out.extend([
+            "--ro-bind".to_string(),
+            s(&view.source(store, path)),
+            s(path),
+        ]);
+    }
+    for path in view.host.iter().filter(|p| !view.paths.contains(p)) {
         out.extend(["--ro-bind".to_string(), s(path), s(path)]);
     }
     out.extend(["--remount-ro".to_string(), s(store)]);
@@ -83,7 +152,20 @@ mod tests {
         let got = view(store, &closure, &[PathBuf::from("/usr/bin/true")]);
         if let Ok(got) = got {
             assert_eq!(got.len(), 2, "{got:?}");
-            let args = view_args(store, &got);
+            let view = StoreView {
+                real: Some(PathBuf::from("/state/devshell/stores/x/nix/store")),
+                paths: got,
+                host: Vec::new(),
+            };
+            let args = view_args(store, &view);
+            assert_eq!(
+                args[2..5],
+                [
+                    "--ro-bind",
+                    "/state/devshell/stores/x/nix/store/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-a",
+                    "/nix/store/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-a"
+                ]
+            );
             assert_eq!(args[..2], ["--tmpfs", "/nix/store"]);
             assert_eq!(args[args.len() - 2..], ["--remount-ro", "/nix/store"]);
         }

@@ -110,9 +110,8 @@ fn hostile_rev(repo: &Repo, evil: &str, locked: serde_json::Value, extra: &str) 
     let bash = fixture_bash();
     let flake = format!(
         r#"{{
-  inputs.bash = {{ url = "{}"; flake = false; }};
   inputs.evil = {{ {evil} flake = false; }};
-  outputs = {{ self, bash, evil }}: {{
+  outputs = {{ self, evil }}: {{
     devShells.{system}.default = derivation {{
       name = "confined-shell";
       system = "{system}";
@@ -124,8 +123,7 @@ fn hostile_rev(repo: &Repo, evil: &str, locked: serde_json::Value, extra: &str) 
     }};
   }};
 }}
-"#,
-        bash.url()
+"#
     );
     let mut lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
     let mut original = locked.clone();
@@ -139,25 +137,44 @@ fn hostile_rev(repo: &Repo, evil: &str, locked: serde_json::Value, extra: &str) 
     repo.commit_exact(&[("flake.nix", &flake), ("flake.lock", &lock)])
 }
 
-fn store_names() -> BTreeSet<String> {
-    std::fs::read_dir(quest_runner::store_path::store_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+/// Every store a build of the fixture can write, where its paths are on the host: the host's
+/// (the unconfined control's) and each repository's under the state dir (a job's).
+fn stores(w: &Fixture) -> Vec<PathBuf> {
+    let mut out = vec![quest_runner::store_path::store_dir()];
+    if let Ok(dirs) = std::fs::read_dir(w.state.join("devshell/stores")) {
+        for dir in dirs.flatten() {
+            out.push(quest_runner::devshell::repo_store::real_dir(&dir.path()));
+        }
+    }
+    out
+}
+
+/// The paths in every store of the fixture.
+fn store_names(w: &Fixture) -> BTreeSet<PathBuf> {
+    stores(w)
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
         .collect()
 }
 
 /// Whether a store path made since `before` holds `needle` in a file's name or bytes.
-fn store_gained(before: &BTreeSet<String>, needle: &str) -> Option<PathBuf> {
-    let store = quest_runner::store_path::store_dir();
-    for name in store_names().difference(before) {
-        if name.ends_with(".chroot") {
+fn store_gained(w: &Fixture, before: &BTreeSet<PathBuf>, needle: &str) -> Option<PathBuf> {
+    for path in store_names(w).difference(before) {
+        if path.to_string_lossy().ends_with(".chroot") {
             continue;
         }
-        if let Some(found) = holds(&store.join(name), needle.as_bytes()) {
+        if let Some(found) = holds(path, needle.as_bytes()) {
             return Some(found);
         }
     }
     None
+}
+
+/// Whether the store path `path` (by its name) holds `needle` in any of `stores`.
+fn held_in(stores: &[PathBuf], path: &str, needle: &[u8]) -> Option<PathBuf> {
+    let name = Path::new(path).strip_prefix("/nix/store/").ok()?;
+    stores.iter().find_map(|s| holds(&s.join(name), needle))
 }
 
 /// Whether a file under `path` holds `needle`: regular files only, for a concurrent test's
@@ -219,19 +236,26 @@ fn build(w: &Fixture, repo: &Repo, rev: &str, confined: bool) -> Result<String, 
 struct Seen {
     answer: Result<String, DevShellError>,
     leaked: Option<PathBuf>,
+    /// Where the stores it could write are on the host.
+    stores: Vec<PathBuf>,
 }
 
 fn attempt(w: &Fixture, repo: &Repo, rev: &str, secret: &str, confined: bool) -> Seen {
-    let before = store_names();
+    let before = store_names(w);
     let answer = build(w, repo, rev, confined);
-    let mut leaked = store_gained(&before, secret);
+    let mut leaked = store_gained(w, &before, secret);
+    let stores = stores(w);
     if let Ok(script) = &answer {
         // With the right hash the devShell names the copy: the job reads it through EVIL.
         if let Some(path) = script_value(script, "EVIL") {
-            leaked = leaked.or_else(|| holds(Path::new(&path), secret.as_bytes()));
+            leaked = leaked.or_else(|| held_in(&stores, &path, secret.as_bytes()));
         }
     }
-    Seen { answer, leaked }
+    Seen {
+        answer,
+        leaked,
+        stores,
+    }
 }
 
 fn script_value(script: &str, var: &str) -> Option<String> {
@@ -265,7 +289,7 @@ fn assert_refused(id: &str, control: Seen, confined: Seen, secret: &str) {
     for path in err.split(|c: char| c.is_whitespace() || "'\"`".contains(c)) {
         if path.starts_with("/nix/store/") {
             assert!(
-                holds(Path::new(path), secret.as_bytes()).is_none(),
+                held_in(&confined.stores, path, secret.as_bytes()).is_none(),
                 "{path}"
             );
         }
@@ -606,11 +630,7 @@ fn fod_rev(repo: &Repo, port: u16, tag: &str) -> String {
       }};"#,
         token(),
     );
-    let bash = fixture_bash();
-    let nix = format!(r#"type = "path"; path = "{}";"#, bash.dir().display());
-    let lock: serde_json::Value = serde_json::from_str(&bash.lock_file()).unwrap();
-    let locked = lock["nodes"]["bash"]["locked"].clone();
-    hostile_rev(repo, &nix, locked, &fod)
+    repo.commit(&[("flake.nix", &flake(&fod))])
 }
 
 /// A fixed-output derivation in the devShell's closure whose builder connects to the
@@ -889,7 +909,11 @@ fn the_job_sees_its_devshell_closure_not_the_whole_store() {
             .expect("nothing the test runs is in the store");
     let run = |view: Option<Vec<PathBuf>>, path: &Path| {
         let mut policy = w.policy.clone();
-        policy.store_view = view;
+        policy.store_view = view.map(|paths| quest_runner::sandbox::store::StoreView {
+            real: None,
+            paths,
+            host: Vec::new(),
+        });
         let tools = Tools {
             bwrap: which::which("bwrap").unwrap(),
             setpriv: PathBuf::new(),
@@ -934,4 +958,141 @@ fn the_job_sees_its_devshell_closure_not_the_whole_store() {
         "refused-after store-view: {} is absent",
         other_path.display()
     );
+}
+
+/// Tenancy of the store (issue 38): repository B names a store path of repository A by its
+/// hash — a fixed-output derivation whose output is A's path (a file A's flake copied into
+/// the store), so Nix takes it as already built — and reads it while evaluating. No file of
+/// the host is read and no path rule applies: only a store that does not hold A's path stops
+/// it. The control: both built unconfined, in the one host store, B's devShell carries A's
+/// secret. Confined, each repository builds in its own store and B's build has to run the
+/// derivation, which fails (trusted) or is refused before it starts (untrusted).
+#[test]
+fn another_repositorys_store_path_named_by_hash() {
+    for trust in BOTH {
+        another_repositorys_store_path_named_by_hash_at(trust);
+    }
+}
+
+fn another_repositorys_store_path_named_by_hash_at(trust: Trust) {
+    let secret = token();
+    let system = system();
+    let a = Repo::new();
+    let a_rev = a.commit(&[
+        ("flake.nix", &flake(r#"SECRET_FILE = "${./secret.txt}";"#)),
+        ("secret.txt", &secret),
+    ]);
+    let copy = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(copy.path(), &secret).unwrap();
+    let hash = quest_runner::nar::nar_hash(copy.path()).unwrap();
+    let b = Repo::new();
+    let b_rev = b.commit(&[(
+        "flake.nix",
+        &flake(&format!(
+            r#"LEAK = builtins.readFile (derivation {{
+        name = "secret.txt"; system = "{system}"; builder = "{BUILDER}";
+        args = [ "-c" "exit 1" ];
+        outputHashMode = "recursive"; outputHashAlgo = "sha256"; outputHash = "{hash}";
+      }});"#
+        )),
+    )]);
+    let run = |confined: bool| {
+        let w = world_of(trust);
+        let a_script = build(&w, &a, &a_rev, confined).expect("repository A builds");
+        let a_path = script_value(&a_script, "SECRET_FILE").expect("A names its file");
+        let seen = attempt(&w, &b, &b_rev, &secret, confined);
+        let leaked = match &seen.answer {
+            Ok(script) => script_value(script, "LEAK").filter(|v| v.contains(&secret)),
+            Err(_) => None,
+        };
+        (a_path, seen, leaked)
+    };
+    let id = format!("store-tenancy ({trust:?})");
+    let (a_path, control, leaked) = run(false);
+    assert!(
+        leaked.is_some(),
+        "{id}: the unconfined control did not read A's {a_path}: {:?}",
+        control.answer.as_ref().err()
+    );
+    println!("ESCAPED-before {id}: B's devShell read A's {a_path} by its hash");
+    let (a_path, confined, leaked) = run(true);
+    assert!(leaked.is_none(), "{id}: B read A's {a_path} confined");
+    let err = match confined.answer {
+        Ok(script) => panic!("{id}: B's confined build succeeded:\n{script}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!err.contains(&secret), "{id}: {err}");
+    println!("refused-after {id}: {}", first_line(&err));
+}
+
+/// An untrusted revision's build within the job's `limits.disk` (issue 38): a builder writing
+/// one file larger than the limit is stopped (RLIMIT_FSIZE on the daemon, which its builders
+/// inherit), and one filling its scratch directory finds it full (a file system of the limit's
+/// size in the daemon's namespace); each error names the limit, and nothing of the output is
+/// left in the store. The control: the same builds with no disk limit succeed, in the same
+/// confinement.
+#[test]
+fn builds_stop_at_the_jobs_disk_limit() {
+    let system = system();
+    // 8 MiB from a 64 KiB string: bash's builtins only (the build sandbox has nothing else).
+    let big = |to: &str, tag: &str| {
+        format!(
+            r#"BIG = derivation {{ name = "big-{tag}-{}"; system = "{system}"; builder = "{BUILDER}";
+        args = [ "-c" "set -e; x=x; for i in {{1..16}}; do x=$x$x; done; for i in {{1..128}}; do printf '%s' $x; done > {to}; [ -e $out ] || echo > $out" ]; }};"#,
+            token()
+        )
+    };
+    let repo = Repo::new();
+    let output = repo.commit(&[("flake.nix", &flake(&big("$out", "out")))]);
+    // Eight files of 1 MiB, each under the limit: only the scratch directory's size stops it.
+    let scratch = repo.commit(&[(
+        "flake.nix",
+        &flake(&format!(
+            r#"BIG = derivation {{ name = "big-tmp-{}"; system = "{system}"; builder = "{BUILDER}";
+        args = [ "-c" "set -e; x=x; for i in {{1..16}}; do x=$x$x; done; for f in {{1..8}}; do for i in {{1..16}}; do printf '%s' $x; done > $TMPDIR/big$f; done; echo > $out" ]; }};"#,
+            token()
+        )),
+    )]);
+    for (what, rev) in [("output", &output), ("scratch", &scratch)] {
+        for limit in [None, Some(4u64 << 20)] {
+            let w = world_of(Trust::Untrusted);
+            let mut config = config();
+            config.limits.disk.limit = limit;
+            let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config));
+            let req = Request {
+                repo: repo.bare(),
+                rev: rev.clone(),
+                git_ref: Some("main".into()),
+                attr: None,
+            };
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let answer = rt.block_on(shells.get_confined(&req, Arc::new(w.policy.clone()), None));
+            match limit {
+                None => {
+                    answer.unwrap_or_else(|e| panic!("{what}: the control failed: {e}"));
+                    println!("ESCAPED-before disk-{what}: 8 MiB written with no disk limit");
+                }
+                Some(bytes) => {
+                    let err = answer
+                        .expect_err("a build over the disk limit succeeded")
+                        .to_string();
+                    assert!(err.contains("limits.disk"), "{what}: {err}");
+                    let stores = stores(&w);
+                    let left: Vec<PathBuf> = store_names(&w)
+                        .into_iter()
+                        .filter(|p| {
+                            p.to_string_lossy().contains("-big-") && !stores[0].starts_with(p)
+                        })
+                        .filter(|p| !p.starts_with(&stores[0]))
+                        .filter(|p| !p.to_string_lossy().ends_with(".drv"))
+                        .collect();
+                    assert!(left.is_empty(), "{what}: left in the store: {left:?}");
+                    println!(
+                        "refused-after disk-{what} ({bytes} bytes): {}",
+                        first_line(&err)
+                    );
+                }
+            }
+        }
+    }
 }
