@@ -37,6 +37,10 @@ pub struct GcReport {
     pub kept: usize,
     /// Roots and staged directories with no entry, left by builders that died.
     pub swept: usize,
+    /// Repository stores collected (`nix store gc` on each), and those whose collection
+    /// failed, with nix's error.
+    pub stores_collected: usize,
+    pub stores_failed: Vec<String>,
 }
 
 impl DevShells {
@@ -98,7 +102,45 @@ impl DevShells {
         }
         report.kept = kept;
         report.swept = self.sweep_orphans()?;
+        self.collect_stores(&mut report);
         Ok(report)
+    }
+
+    /// Collects each repository store's garbage: what no entry's root keeps (a removed
+    /// entry's devShell, a failed build's sources). Nix's own collector, so a build running
+    /// meanwhile keeps what it uses (its daemon's temporary roots). As the runner, outside any
+    /// boundary: the stores are its own.
+    fn collect_stores(&self, report: &mut GcReport) {
+        let dir = self.state.root().join("devshell").join("stores");
+        let Ok(stores) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let nix = match super::nix_version::resolve(self.nix.as_deref(), &self.layout.probes()) {
+            Ok(nix) => nix.path,
+            Err(e) => {
+                report.stores_failed.push(e.to_string());
+                return;
+            }
+        };
+        for store in stores.flatten() {
+            let store = super::repo_store::RepoStore::at(store.path());
+            let out = std::process::Command::new(&nix)
+                .args(["--extra-experimental-features", "nix-command"])
+                .args(["store", "gc", "--store", &store.uri()])
+                .stdin(std::process::Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => report.stores_collected += 1,
+                Ok(o) => report.stores_failed.push(format!(
+                    "{}: {}",
+                    store.root().display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+                Err(e) => report
+                    .stores_failed
+                    .push(format!("{}: {e}", store.root().display())),
+            }
+        }
     }
 
     /// Runs `f` holding `key`'s lock; `None` when a builder holds it.

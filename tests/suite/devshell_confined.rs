@@ -1096,3 +1096,42 @@ fn builds_stop_at_the_jobs_disk_limit() {
         }
     }
 }
+
+/// `cache gc` collects the repository stores: a devShell whose entry it removed is gone from
+/// its repository's store, while one still cached stays.
+#[test]
+fn cache_gc_collects_the_repository_stores() {
+    use quest_runner::devshell::GcPolicy;
+    let w = fixture();
+    let repo = Repo::new();
+    let old = repo.commit(&[("flake.nix", &flake(&format!("OLD = \"{}\";", token())))]);
+    let new = repo.commit(&[("flake.nix", &flake(&format!("NEW = \"{}\";", token())))]);
+    let (shells, _) = shells_and_request(&w, &repo, &old);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut built = Vec::new();
+    for rev in [&old, &new] {
+        let (_, req) = shells_and_request(&w, &repo, rev);
+        let shell = rt
+            .block_on(shells.get_confined(&req, Arc::new(w.policy.clone()), None))
+            .unwrap();
+        let env = shell.env.unwrap();
+        let store = quest_runner::devshell::repo_store::RepoStore::at(env.store.unwrap());
+        built.push(store.real_path(&env.store_path));
+        // Entries are ordered by their creation second.
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    assert!(built.iter().all(|p| p.exists()));
+    let report = shells
+        .gc(&GcPolicy {
+            max_entries: Some(1),
+            older_than: None,
+        })
+        .unwrap();
+    assert_eq!(report.stores_collected, 1, "{report:?}");
+    assert!(report.stores_failed.is_empty(), "{report:?}");
+    assert!(
+        !built[0].exists(),
+        "the removed entry's devShell is still in its store"
+    );
+    assert!(built[1].exists(), "the kept entry's devShell was collected");
+}
