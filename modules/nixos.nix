@@ -173,8 +173,11 @@ in
         message = "services.quest-runner.stateDir must be below /var/lib (systemd's StateDirectory= creates and owns it), not ${cfg.stateDir}.";
       }
       {
-        assertion = !cfg.apparmor.enable || (cfg.package.passthru.bwrap or null) != null;
-        message = "services.quest-runner.apparmor.enable needs a package that names its bwrap (passthru.bwrap), as the flake's does.";
+        assertion =
+          !cfg.apparmor.enable
+          || (cfg.package.passthru.bwrap or null) != null
+            && (cfg.package.passthru.applySeccomp or null) != null;
+        message = "services.quest-runner.apparmor.enable needs a package that names its bwrap and srt's seccomp helper (passthru.bwrap, passthru.applySeccomp), as the flake's does.";
       }
       {
         assertion = !cfg.apparmor.enable || config.security.apparmor.enable;
@@ -255,7 +258,11 @@ in
     };
 
     security.apparmor.policies.quest-runner-bwrap = mkIf cfg.apparmor.enable {
-      profile = import ../nix/apparmor/profile.nix cfg.package.passthru.bwrap;
+      profile = import ../nix/apparmor/profile.nix {
+        inherit (cfg.package.passthru) bwrap applySeccomp;
+        # nix-daemon is a link to nix: the profile attaches to the file it resolves to.
+        nixDaemon = "${config.nix.package}/bin/nix";
+      };
     };
   };
 }

@@ -176,6 +176,15 @@ rustPlatform.buildRustPackage {
     # The bwrap the runner and both agents use: the NixOS module attaches the AppArmor
     # profile to this binary.
     bwrap = if isLinux then "${bubblewrap}/bin/bwrap" else null;
+    # srt's seccomp helper, which starts every command of a job: the profile lets it (by this
+    # exact path) make the command's namespaces.
+    applySeccomp =
+      if isLinux then
+        "${sandbox-runtime}/lib/node_modules/@anthropic-ai/sandbox-runtime/vendor/seccomp/${
+          if stdenv.hostPlatform.isAarch64 then "arm64" else "x64"
+        }/apply-seccomp"
+      else
+        null;
     inherit sandbox-runtime claude-code opencode agentVersions;
   };
 

@@ -15,7 +15,8 @@ impl From<DeployError> for Failure {
             // The host lacks something: bwrap, or a readable path to ourselves.
             DeployError::CurrentExe(_)
             | DeployError::Bwrap(_)
-            | DeployError::Canonicalize { .. } => Exit::HostNotReady,
+            | DeployError::Canonicalize { .. }
+            | DeployError::SeccompHelper { .. } => Exit::HostNotReady,
             DeployError::Settings(_) => Exit::Failed,
         };
         Failure::new(code, e)
@@ -59,7 +60,7 @@ pub fn systemd_unit_command(args: &SystemdUnitArgs) -> Result<(), Failure> {
 
 /// Prints the AppArmor profile for the bwrap this installation resolves.
 pub fn apparmor_profile_command() -> Result<(), Failure> {
-    let bwrap = crate::deploy::apparmor::resolved_bwrap()?;
-    super::out_raw(crate::deploy::apparmor::render(&bwrap)?)?;
+    let programs = crate::deploy::apparmor::Programs::resolved()?;
+    super::out_raw(crate::deploy::apparmor::render(&programs)?)?;
     Ok(())
 }

@@ -15,6 +15,44 @@ pub const TEMPLATE: &str = include_str!("../../nix/apparmor/quest-runner-bwrap.i
 /// Where the template takes bwrap's path.
 pub const PLACEHOLDER: &str = "@bwrap@";
 
+/// Where the template takes the path of srt's seccomp helper.
+pub const SECCOMP_PLACEHOLDER: &str = "@apply_seccomp@";
+
+/// Where the template takes the path of the nix-daemon a job's devShell is built by.
+pub const NIX_DAEMON_PLACEHOLDER: &str = "@nix_daemon@";
+
+/// The programs a profile names by their exact, canonical paths.
+#[derive(Debug, Clone)]
+pub struct Programs {
+    pub bwrap: PathBuf,
+    /// srt's seccomp helper, which starts every command of a job.
+    pub apply_seccomp: PathBuf,
+    /// The nix-daemon the runner starts for a job's devShell.
+    pub nix_daemon: PathBuf,
+}
+
+impl Programs {
+    /// The programs this installation would run, canonicalized.
+    pub fn resolved() -> Result<Programs, DeployError> {
+        Ok(Programs {
+            bwrap: resolved_bwrap()?,
+            apply_seccomp: resolved_apply_seccomp()?,
+            nix_daemon: resolved_nix_daemon()?,
+        })
+    }
+}
+
+/// The nix-daemon the runner starts for a job (`QUEST_RUNNER_NIX_DAEMON`, else the one beside
+/// `nix`, as `devshell::daemon` finds it), canonicalized.
+pub fn resolved_nix_daemon() -> Result<PathBuf, DeployError> {
+    let nix = binaries::find(Tool::Nix)?;
+    let found = crate::devshell::daemon::nix_daemon(&nix)?;
+    std::fs::canonicalize(&found).map_err(|source| DeployError::Canonicalize {
+        path: found,
+        source,
+    })
+}
+
 /// The name of the profile that attaches to bwrap (and of its file under /etc/apparmor.d).
 pub const PROFILE_NAME: &str = "quest_runner_bwrap";
 
@@ -28,14 +66,51 @@ pub fn resolved_bwrap() -> Result<PathBuf, DeployError> {
     })
 }
 
-/// The profile for the bwrap at `bwrap`, which must be an absolute, canonical path.
-pub fn render(bwrap: &Path) -> Result<String, DeployError> {
+/// srt's seccomp helper, which starts every command of a job (`vendor/seccomp/<arch>/
+/// apply-seccomp` in srt's package), canonicalized: found from the srt the runner would run
+/// (`QUEST_RUNNER_SRT`, else `PATH`), as npm installs it or as the Nix package wraps it.
+pub fn resolved_apply_seccomp() -> Result<PathBuf, DeployError> {
+    let srt = binaries::find(Tool::Srt)?;
+    let real = std::fs::canonicalize(&srt).map_err(|source| DeployError::Canonicalize {
+        path: srt.clone(),
+        source,
+    })?;
+    let arch = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "x64",
+    };
+    let helper = Path::new("vendor/seccomp").join(arch).join("apply-seccomp");
+    let wrapped = Path::new("lib/node_modules/@anthropic-ai/sandbox-runtime").join(&helper);
+    // npm: <package>/dist/cli.js; Nix: <out>/bin/srt beside <out>/lib/node_modules/....
+    let found = real
+        .ancestors()
+        .skip(1)
+        .take(4)
+        .flat_map(|dir| [dir.join(&helper), dir.join(&wrapped)])
+        .find(|p| p.is_file())
+        .ok_or_else(|| DeployError::SeccompHelper { srt: real.clone() })?;
+    std::fs::canonicalize(&found).map_err(|source| DeployError::Canonicalize {
+        path: found,
+        source,
+    })
+}
+
+/// The profile for `programs`, each an absolute, canonical path.
+pub fn render(programs: &Programs) -> Result<String, DeployError> {
+    Ok(TEMPLATE
+        .replace(PLACEHOLDER, checked(&programs.bwrap)?)
+        .replace(SECCOMP_PLACEHOLDER, checked(&programs.apply_seccomp)?)
+        .replace(NIX_DAEMON_PLACEHOLDER, checked(&programs.nix_daemon)?))
+}
+
+/// `path` as the profile may name it: absolute, and nothing AppArmor reads as a pattern.
+fn checked(path: &Path) -> Result<&str, DeployError> {
     let bad = |reason| DeployError::ProfilePath {
-        path: bwrap.to_path_buf(),
+        path: path.to_path_buf(),
         reason,
     };
-    let text = bwrap.to_str().ok_or_else(|| bad("it is not UTF-8"))?;
-    if !bwrap.is_absolute() {
+    let text = path.to_str().ok_or_else(|| bad("it is not UTF-8"))?;
+    if !path.is_absolute() {
         return Err(bad("it must be absolute"));
     }
     // AppArmor reads these as globs, variables, alternations or separators: an attachment
@@ -46,15 +121,17 @@ pub fn render(bwrap: &Path) -> Result<String, DeployError> {
             || c.is_control()
             || matches!(
                 c,
-                '*' | '?' | '[' | ']' | '{' | '}' | '^' | '@' | ',' | '#' | '"' | '\\' | '='
+                '*' | '?' | '[' | ']' | '{' | '}' | '^' | ',' | '#' | '"' | '\\' | '='
             )
     };
+    // `@` alone is a name's character (npm's scoped packages: `@anthropic-ai`); `@{` would
+    // start a variable, and `{` is refused.
     if text.chars().any(special) {
         return Err(bad(
-            "it holds a space or one of * ? [ ] { } ^ @ , # \" \\ =, which AppArmor would interpret",
+            "it holds a space or one of * ? [ ] { } ^ , # \" \\ =, which AppArmor would interpret",
         ));
     }
-    Ok(TEMPLATE.replace(PLACEHOLDER, text))
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -32,6 +32,12 @@ pub enum DeployError {
         #[source]
         source: std::io::Error,
     },
-    #[error("bwrap's path {path} cannot be an AppArmor attachment: {reason}")]
+    #[error("{path} cannot be named in an AppArmor profile: {reason}")]
     ProfilePath { path: PathBuf, reason: &'static str },
+    #[error(
+        "no seccomp helper (vendor/seccomp/<arch>/apply-seccomp) in the package of srt at {srt}: \
+         every job's commands start through it, and the profile must name it; point \
+         QUEST_RUNNER_SRT at srt as npm installs it (@anthropic-ai/sandbox-runtime)"
+    )]
+    SeccompHelper { srt: PathBuf },
 }

@@ -193,14 +193,14 @@ pub(super) async fn start(
 
 /// The `nix-daemon` of the `nix` the runner uses (the one beside it), unless the operator
 /// names one.
-fn nix_daemon(nix: &Path) -> Result<PathBuf, DevShellError> {
+pub fn nix_daemon(nix: &Path) -> Result<PathBuf, crate::binaries::BinaryError> {
     if std::env::var_os(Tool::NixDaemon.env_var()).is_none() {
         let beside = nix.with_file_name("nix-daemon");
         if beside.is_file() {
             return Ok(beside);
         }
     }
-    Ok(binaries::find(Tool::NixDaemon)?)
+    binaries::find(Tool::NixDaemon)
 }
 
 /// The daemon's build directories: Nix's `TMPDIR`, made a file system of its own in the

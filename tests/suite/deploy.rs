@@ -271,13 +271,22 @@ fn nix_renders_the_same_apparmor_profile() {
         return;
     };
     let bwrap = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-bubblewrap-0.11.0/bin/bwrap";
+    let seccomp = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-sandbox-runtime-0.0.1/lib/node_modules/@anthropic-ai/sandbox-runtime/vendor/seccomp/x64/apply-seccomp";
+    let daemon = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nix-2.28.0/bin/nix";
     let from_nix = nix_eval(
         &nix,
-        &format!("{{ root }}: import (root + \"/nix/apparmor/profile.nix\") \"{bwrap}\""),
+        &format!(
+            "{{ root }}: import (root + \"/nix/apparmor/profile.nix\") {{ bwrap = \"{bwrap}\"; applySeccomp = \"{seccomp}\"; nixDaemon = \"{daemon}\"; }}"
+        ),
     );
+    let programs = apparmor::Programs {
+        bwrap: bwrap.into(),
+        apply_seccomp: seccomp.into(),
+        nix_daemon: daemon.into(),
+    };
     assert_eq!(
         from_nix.as_str().unwrap(),
-        apparmor::render(Path::new(bwrap)).unwrap()
+        apparmor::render(&programs).unwrap()
     );
 }
 
