@@ -309,16 +309,7 @@ pub(super) async fn nix_command(
         None => None,
     };
     let (store, daemon) = super::confine::client_for(shells, p).await?;
-    args.extend(super::environment::option_args(&shells.nix_options));
-    if p.refuse_fixed_output {
-        // A build the evaluation asks for (import from derivation) would run before the
-        // devShell's derivations can be checked ([`super::fixed_output`]).
-        args.extend(["--option", "allow-import-from-derivation", "false"].map(String::from));
-    }
-    args.extend([
-        "--store".to_string(),
-        format!("unix://{}", store.socket.display()),
-    ]);
+    args.extend(client_options(shells, p, &store));
     args.extend(tail.iter().map(|a| a.to_string()));
     let home = scratch_home(scratch, identity)?;
     let plan = super::confine::plan(policy, p, &store, identity, scratch)?;
@@ -352,6 +343,21 @@ pub(super) async fn nix_command(
         _bridge: bridge,
         daemon: Some(daemon),
     })
+}
+
+/// The confined client's options: the runner's allowlisted settings, its repository store's
+/// daemon, and for an untrusted revision no import from derivation (a build the evaluation
+/// asks for would run before the devShell's derivations can be checked, `fixed_output`).
+fn client_options(shells: &DevShells, p: &Prepared, store: &boundary::ClientStore) -> Vec<String> {
+    let mut args = super::environment::option_args(&shells.nix_options);
+    if p.refuse_fixed_output {
+        args.extend(["--option", "allow-import-from-derivation", "false"].map(String::from));
+    }
+    args.extend([
+        "--store".to_string(),
+        format!("unix://{}", store.socket.display()),
+    ]);
+    args
 }
 
 /// bubblewrap, run as the agent's identity, resolves each bind's source by its path: the

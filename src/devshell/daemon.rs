@@ -76,54 +76,26 @@ pub(super) async fn start(
     host_network: bool,
 ) -> Result<RunnerDaemon, DevShellError> {
     store.ensure()?;
-    let dir = tempfile::Builder::new()
-        .prefix("quest-nixd-")
-        .tempdir()
-        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
-    let root = rustix::process::geteuid().is_root();
-    if root {
-        // The client (the agent's identity, by its group) must reach the socket, and no
-        // other local user: the daemon serves root's store, in the job's network.
-        let group = Some(rustix::fs::Gid::from_raw(crate::agent_id::AGENT_ID));
-        rustix::fs::chown(dir.path(), None, group)
-            .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
-    }
-    set_mode(dir.path(), if root { 0o710 } else { 0o700 })?;
+    let dir = private_dir()?;
     let build = dir.path().join("build");
-    std::fs::create_dir(&build).map_err(|e| DevShellError::io("creating", &build, e))?;
-    set_mode(&build, 0o700)?;
     let socket = dir.path().join("socket");
-    let daemon = nix_daemon(&p.nix.path)?;
-    let unshare = binaries::find(Tool::Unshare)?;
-    let bwrap = binaries::find(Tool::Bwrap)?;
-
     // What the daemon says before it serves: shown when it fails to start. Once it serves, a
     // client's errors go to the client.
     let log_path = dir.path().join("daemon.log");
     let log = std::fs::File::create(&log_path)
         .map_err(|e| DevShellError::io("creating", &log_path, e))?;
+    let daemon = nix_daemon(&p.nix.path)?;
     let scratch = Scratch {
         dir: &build,
         bytes: shells.build_disk,
     };
-    let mut cmd = match root {
-        true => {
-            let mut cmd = Command::new(&unshare);
-            cmd.args(plan(&bwrap, &daemon, net, host_network, &scratch));
-            cmd
-        }
-        false => {
-            let mut cmd = Command::new(&bwrap);
-            cmd.args(plan_unprivileged(&daemon, net, host_network, &scratch));
-            cmd
-        }
-    };
+    let mut cmd = command(&daemon, net, host_network, &scratch)?;
     cmd.args(environment::option_args(&shells.nix_options))
         .args(["--option", "store", &store.uri()])
         // Nix keeps a file of this size beside the database for its own emergencies; here it
         // would be larger than a small `limits.disk` lets any file be.
         .args(["--option", "gc-reserved-space", "0"]);
-    if !root {
+    if !rustix::process::geteuid().is_root() {
         // No build users to switch to: Nix builds in a user namespace as this user.
         cmd.args(["--option", "build-users-group", ""]);
     }
@@ -139,31 +111,94 @@ pub(super) async fn start(
     if let Some(net) = net {
         super::network::apply_env(&mut cmd, net);
     }
+    limit(cmd.as_std_mut(), shells, p, net);
+    // `unshare` or bubblewrap, whose end ends the rest: a runner killed outright leaves no
+    // daemon.
+    crate::process::die_with_runner(cmd.as_std_mut());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| DevShellError::io("starting", &daemon, e))?;
+    wait_for_socket(&mut child, &socket, &log_path).await?;
+    Ok(RunnerDaemon {
+        socket,
+        child,
+        store: store.clone(),
+        _dir: dir,
+    })
+}
+
+/// The daemon's directory: its socket (reached by the client, the agent's identity by its
+/// group where the runner is root, and no other local user: the daemon serves the runner's
+/// store, in the job's network), its log and its build directory.
+fn private_dir() -> Result<tempfile::TempDir, DevShellError> {
+    let dir = tempfile::Builder::new()
+        .prefix("quest-nixd-")
+        .tempdir()
+        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        let group = Some(rustix::fs::Gid::from_raw(crate::agent_id::AGENT_ID));
+        rustix::fs::chown(dir.path(), None, group)
+            .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
+    }
+    set_mode(dir.path(), if root { 0o710 } else { 0o700 })?;
+    let build = dir.path().join("build");
+    std::fs::create_dir(&build).map_err(|e| DevShellError::io("creating", &build, e))?;
+    set_mode(&build, 0o700)?;
+    Ok(dir)
+}
+
+/// The command that starts `daemon` in its namespaces: [`plan`]'s as root,
+/// [`plan_unprivileged`]'s otherwise.
+fn command(
+    daemon: &Path,
+    net: Option<&NixNet>,
+    host_network: bool,
+    scratch: &Scratch,
+) -> Result<Command, DevShellError> {
+    let bwrap = binaries::find(Tool::Bwrap)?;
+    Ok(match rustix::process::geteuid().is_root() {
+        true => {
+            let mut cmd = Command::new(binaries::find(Tool::Unshare)?);
+            cmd.args(plan(&bwrap, daemon, net, host_network, scratch));
+            cmd
+        }
+        false => {
+            let mut cmd = Command::new(&bwrap);
+            cmd.args(plan_unprivileged(daemon, net, host_network, scratch));
+            cmd
+        }
+    })
+}
+
+/// The job's limits on the daemon and so on its builders: the job's rlimit hook, and
+/// `limits.disk` as the largest file any of them may write (SIGXFSZ, which the error names).
+fn limit(cmd: &mut std::process::Command, shells: &DevShells, p: &Prepared, net: Option<&NixNet>) {
     let adjust = p
         .adjust
         .as_ref()
         .map(|h| h.0.clone())
         .or_else(|| net.and_then(|n| n.adjust.clone()));
-    let std_cmd = cmd.as_std_mut();
     if let Some(adjust) = adjust {
-        adjust(std_cmd);
+        adjust(cmd);
     }
     if let Some(bytes) = shells.build_disk {
-        // No file a build writes (an output, a scratch file) is larger than the job may
-        // have on disk at all; the builder gets SIGXFSZ, which the error names.
         use std::os::unix::process::CommandExt;
         // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
         unsafe {
-            std_cmd.pre_exec(move || {
+            cmd.pre_exec(move || {
                 crate::util::rlimit::set_capped(rustix::process::Resource::Fsize, bytes, bytes)
             });
         }
     }
-    // `unshare`, whose end ends the rest: a runner killed outright leaves no root daemon.
-    crate::process::die_with_runner(std_cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| DevShellError::io("starting", &daemon, e))?;
+}
+
+/// Waits until the daemon has made its socket; its log's end when it exits first.
+async fn wait_for_socket(
+    child: &mut Child,
+    socket: &Path,
+    log_path: &Path,
+) -> Result<(), DevShellError> {
     let deadline = Instant::now() + START;
     while !socket.exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -171,7 +206,7 @@ pub(super) async fn start(
                 what: "the job's nix-daemon".to_string(),
                 message: format!(
                     "exited before it made its socket ({status}): {}",
-                    last_lines(&log_path)
+                    last_lines(log_path)
                 ),
             });
         }
@@ -183,12 +218,7 @@ pub(super) async fn start(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Ok(RunnerDaemon {
-        socket,
-        child,
-        store: store.clone(),
-        _dir: dir,
-    })
+    Ok(())
 }
 
 /// The `nix-daemon` of the `nix` the runner uses (the one beside it), unless the operator

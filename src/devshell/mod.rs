@@ -205,7 +205,7 @@ pub(crate) struct Prepared {
 
 /// The hook that sets a job's limits on a process (`serve`'s rlimits), for [`Prepared`].
 #[derive(Clone)]
-pub(crate) struct LimitsHook(pub crate::run::CommandHook);
+pub(crate) struct LimitsHook(pub crate::process::CommandHook);
 
 impl std::fmt::Debug for LimitsHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -398,7 +398,7 @@ impl DevShells {
         req: &Request,
         policy: Arc<SandboxPolicy>,
         net: Option<network::NixNet>,
-        adjust: Option<crate::run::CommandHook>,
+        adjust: Option<crate::process::CommandHook>,
     ) -> Result<DevShell, DevShellError> {
         let mut prepared = self.prepare(req)?;
         prepared.adjust = adjust.map(LimitsHook);
