@@ -118,7 +118,10 @@ pub fn describe(store: &NixStore) -> String {
                    database cannot be named; only what the configured binary caches hold is \
                    shared";
     let fixed = "fixed-output builds share the daemon's network, so they reach the job's \
-                 proxy and nothing else; untrusted revisions' fixed-output builds are refused";
+                 proxy and nothing else; untrusted revisions' fixed-output builds and imports \
+                 from derivation are refused; builds are bounded by limits.disk (the largest \
+                 file, and the scratch directory's size) and serve's rlimits, not yet by the \
+                 job's cgroup (memory, pids, cpu), which is made when the agent starts";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
             "setup (a), root: {client}; {tenancy}; builds as the build users in Nix's \
