@@ -1,14 +1,12 @@
-//! Fixed-output derivations where the job's boundary cannot hold their builds.
+//! Fixed-output derivations of an untrusted revision, which gets no network for its builds.
 //!
-//! Nix gives a fixed-output build the network of whoever builds it. With the local store
-//! (setup (a)) that is the confined nix client's own, empty network namespace; through a
-//! nix-daemon (setup (b)) it is the daemon's, which the runner cannot confine: such a builder
-//! reaches host loopback services and any host. An untrusted revision gets no network for
-//! its builds at all. So there, before anything is built, the devShell's closure is read
-//! (`nix show-derivation -r`, inside the boundary) and the build is refused when a
-//! fixed-output derivation's output is neither in the store already nor in a configured
-//! substituter: substituting it fetches from the operator's cache, never from where the
-//! revision points.
+//! Nix gives a fixed-output build the network of whoever builds it: the daemon the runner
+//! starts for the run, in the job's network (`super::daemon`). An untrusted revision gets no
+//! network for its builds at all. So there, before anything is built, the devShell's closure
+//! is read (`nix show-derivation -r`, inside the boundary) and the build is refused when a
+//! fixed-output derivation's output is neither in the repository's store already nor in a
+//! configured substituter: substituting it fetches from the operator's cache, never from
+//! where the revision points.
 
 use std::process::Stdio;
 
@@ -57,15 +55,9 @@ pub(super) async fn refuse_unconfinable(
     if missing.len() > NAMED {
         drvs.push(format!("and {} more", missing.len() - NAMED));
     }
-    let (why, setup) = match p.confine.as_ref().map(|c| c.trust) {
-        Some(crate::job::Trust::Trusted) => (
-            "their builders would run in the nix-daemon's network, which the job's boundary \
-             does not reach",
-            ", or run the runner as root with the local store, where they build without \
-             network",
-        ),
-        _ => ("an untrusted revision's builds get no network", ""),
-    };
+    // Only an untrusted revision's are refused: a trusted one's build in the daemon the runner
+    // started for the run, in the job's network.
+    let (why, setup) = ("an untrusted revision's builds get no network", "");
     Err(DevShellError::UnconfinedFixedOutput {
         drvs: drvs.join(", "),
         why: why.to_string(),
