@@ -59,9 +59,11 @@ fn bwrap_gets_userns_and_its_children_do_not() {
     let seccomp = format!("px {SECCOMP} -> quest_runner_bwrap//&quest_runner_bwrap_seccomp,");
     let agent = rules_of(&profile, "quest_runner_bwrap_agent");
     assert!(agent.contains(&nested.as_str()), "{agent:?}");
+    let daemon = format!("px {NIX_DAEMON} -> quest_runner_bwrap//&quest_runner_nix_daemon,");
+    assert!(agent.contains(&daemon.as_str()), "{agent:?}");
     assert!(!agent
         .iter()
-        .any(|r| r.contains("->") && *r != nested && *r != seccomp));
+        .any(|r| r.contains("->") && *r != nested && *r != seccomp && *r != daemon));
     // Every profile a task running the helper may hold sends it to the helper's profile (the
     // new label is the union of each profile's transition).
     for name in [
@@ -76,7 +78,6 @@ fn bwrap_gets_userns_and_its_children_do_not() {
         );
     }
     // The devShell's nix-daemon may build in Nix's sandbox; its builders are commands.
-    let daemon = format!("px {NIX_DAEMON} -> quest_runner_bwrap//&quest_runner_nix_daemon,");
     assert!(bwrap.contains(&daemon.as_str()), "{bwrap:?}");
     let nix = rules_of(&profile, "quest_runner_nix_daemon");
     assert!(nix.contains(&"userns,") && nix.contains(&"capability,"));

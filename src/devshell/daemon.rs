@@ -94,7 +94,12 @@ pub(super) async fn start(
         .args(["--option", "store", &store.uri()])
         // Nix keeps a file of this size beside the database for its own emergencies; here it
         // would be larger than a small `limits.disk` lets any file be.
-        .args(["--option", "gc-reserved-space", "0"]);
+        .args(["--option", "gc-reserved-space", "0"])
+        // A job's builds run in Nix's sandbox or not at all: where it cannot make one (a
+        // container without user namespaces), Nix would otherwise build unsandboxed, as the
+        // runner's user, seeing all the runner sees.
+        .args(["--option", "sandbox", "true"])
+        .args(["--option", "sandbox-fallback", "false"]);
     if !rustix::process::geteuid().is_root() {
         // No build users to switch to: Nix builds in a user namespace as this user.
         cmd.args(["--option", "build-users-group", ""]);
