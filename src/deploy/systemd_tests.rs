@@ -194,7 +194,7 @@ fn drop_in_lines_extend_the_shipped_lists() {
     let lines = service_lines(&unit);
     assert_eq!(
         values(&lines, "SystemCallFilter"),
-        ["@system-service", "@mount", "seccomp"]
+        ["@system-service", "@mount", "seccomp", "sethostname"]
     );
     assert_eq!(
         values(&lines, "RestrictAddressFamilies"),
