@@ -30,8 +30,11 @@ use super::log::{self, Counts, NetLog};
 use super::rules::NetRules;
 use crate::util::io::{IoContext, IoError};
 
-/// How long the proxy may take to start (Node's start-up, the hello) before the job fails.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the proxy may take to start (Node's start-up, the hello) before the job fails:
+/// as long as the job's sandbox gets (`jobshell::host`). On a slow or emulated CPU Node's
+/// start-up alone took over 20 s (scripts/vm-test's guest under TCG); a proxy that fails
+/// exits, which is reported at once, so only a hung one waits this long.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the proxy gets to shut down after its lifeline closes (it gives open requests a
 /// second) before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
