@@ -194,7 +194,13 @@ fn drop_in_lines_extend_the_shipped_lists() {
     let lines = service_lines(&unit);
     assert_eq!(
         values(&lines, "SystemCallFilter"),
-        ["@system-service", "@mount", "seccomp", "sethostname"]
+        [
+            "@system-service",
+            "@mount",
+            "seccomp",
+            "sethostname",
+            "setdomainname"
+        ]
     );
     assert_eq!(
         values(&lines, "RestrictAddressFamilies"),
