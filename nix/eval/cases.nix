@@ -419,6 +419,8 @@ in
             "@system-service"
             "@mount"
             "seccomp"
+            "sethostname"
+            "setdomainname"
             "~@clock"
           ]
         ) "${how}: ~@clock is added to the allow-list: ${builtins.toJSON g.service.serviceConfig.SystemCallFilter}"
