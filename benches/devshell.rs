@@ -174,37 +174,12 @@ fn main() {
 /// the job's proxy, bridged in, as `run` does by default): medians.
 fn confined_misses(repo: &SampleRepo, state: &std::path::Path) -> (Duration, Duration, Duration) {
     use quest_runner::devshell::{DevShells, Request};
-    use quest_runner::sandbox::{plan, Platform, PolicyInputs};
-    let mut config = quest_runner::config::Config::default();
-    config
-        .nix
-        .options
-        .insert("substituters".to_string(), String::new());
     let shells = std::sync::Arc::new(DevShells::new(
         &quest_runner::state::StateDir::at(state),
-        &config,
+        &offline_config(),
     ));
     let job = state.join("jobs/bench");
-    let ws = quest_runner::workspace::WorkspacePaths {
-        checkout: job.join("checkout"),
-        bare_clone: repo.bare(),
-        git_store: job.join("git"),
-        worktree_admin: job.join("git/worktrees/checkout"),
-        temp_dir: PathBuf::from("/tmp/quest-job-bench"),
-        job_dir: job.clone(),
-        devshell_script: None,
-        helper_tmp: PathBuf::from("/tmp/quest-srt-bench"),
-    };
-    let inputs = PolicyInputs {
-        platform: Platform::Linux,
-        trust: quest_runner::job::Trust::Trusted,
-        extra_hosts: Vec::new(),
-        full_access_hosts: Vec::new(),
-        state_dir: state.to_path_buf(),
-        operator_home: std::env::var_os("HOME").map(PathBuf::from),
-        private: Vec::new(),
-    };
-    let mut policy = plan(&ws, &inputs);
+    let mut policy = bench_policy(state, &repo.bare());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (proxy, net) = job_proxy(&rt, &mut policy, &job);
     let policy = std::sync::Arc::new(policy);
@@ -268,11 +243,7 @@ fn second_repository(work: &std::path::Path) -> Tenancy {
             std::env::consts::ARCH,
         )
     };
-    let mut config = quest_runner::config::Config::default();
-    config
-        .nix
-        .options
-        .insert("substituters".to_string(), String::new());
+    let config = offline_config();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let run = |tag: &str, confined: bool| -> (Duration, f64) {
         let base = work.join(format!("tenancy-{tag}"));
@@ -282,7 +253,8 @@ fn second_repository(work: &std::path::Path) -> Tenancy {
             &quest_runner::state::StateDir::at(&state),
             &config,
         ));
-        let policy = std::sync::Arc::new(bench_policy(&state, &base));
+        let first = base.join("first/repo/bare.git");
+        let policy = std::sync::Arc::new(bench_policy(&state, &first));
         let mut took = Duration::ZERO;
         let host_before = du_mib(&quest_runner::store_path::store_dir());
         for which in ["first", "second"] {
@@ -325,16 +297,27 @@ fn second_repository(work: &std::path::Path) -> Tenancy {
     }
 }
 
-/// A trusted job's policy for a state dir under `base`.
+/// The runner's config with no binary cache (none is reachable here).
+fn offline_config() -> quest_runner::config::Config {
+    let mut config = quest_runner::config::Config::default();
+    config
+        .nix
+        .options
+        .insert("substituters".to_string(), String::new());
+    config
+}
+
+/// A trusted job's policy, its job directory in `state`, for the repository cloned at
+/// `bare_clone`.
 fn bench_policy(
     state: &std::path::Path,
-    base: &std::path::Path,
+    bare_clone: &std::path::Path,
 ) -> quest_runner::sandbox::SandboxPolicy {
     use quest_runner::sandbox::{plan, Platform, PolicyInputs};
     let job = state.join("jobs/bench");
     let ws = quest_runner::workspace::WorkspacePaths {
         checkout: job.join("checkout"),
-        bare_clone: base.join("first/repo/bare.git"),
+        bare_clone: bare_clone.to_path_buf(),
         git_store: job.join("git"),
         worktree_admin: job.join("git/worktrees/checkout"),
         temp_dir: PathBuf::from("/tmp/quest-job-bench"),

@@ -402,10 +402,7 @@ fn profile_store_path(
         what: what.clone(),
         message: format!("no profile link at {}: {e}", root.display()),
     })?;
-    let real = match store {
-        Some(s) => s.real_path(&store_path),
-        None => store_path.clone(),
-    };
+    let real = super::repo_store::located(store.map(RepoStore::root), &store_path);
     if !store_path::is_store_path(&store_path, &store_path::store_dir()) || !real.exists() {
         return Err(DevShellError::Nix {
             what,

@@ -111,7 +111,7 @@ pub fn describe(store: &NixStore) -> String {
                   host loopback or link-local address; with nix.network \"proxy\", the \
                   default, the job's proxy bridged in, so it fetches from the job's allowed \
                   hosts only";
-    let tenancy = "its repository's own store (state dir's devshell/v2/stores), served by a \
+    let tenancy = "its repository's own store (the state dir's devshell/stores), served by a \
                    nix-daemon the runner starts for the one run, in a network namespace with \
                    only the job's proxy and a PID namespace whose end ends its builders: \
                    another repository's sources and outputs, the host store's paths and its \
@@ -183,7 +183,7 @@ mod tests {
         let socket = dir.path().join("tmp/quest-nixd-1/socket");
         let store = ClientStore {
             socket: socket.clone(),
-            real_store_dir: dir.path().join("state/devshell/v2/stores/x/nix/store"),
+            real_store_dir: dir.path().join("state/devshell/stores/x/nix/store"),
         };
         let plan = boundary::nix_plan(
             &p,
@@ -223,7 +223,7 @@ mod tests {
         let socket = dir.path().join("tmp/daemon/socket");
         let store = ClientStore {
             socket: socket.clone(),
-            real_store_dir: dir.path().join("state/devshell/v2/stores/x/nix/store"),
+            real_store_dir: dir.path().join("state/devshell/stores/x/nix/store"),
         };
         let plan = boundary::nix_plan(
             &p,

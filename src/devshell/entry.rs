@@ -170,10 +170,7 @@ fn check_root(layout: &Layout, key: &str, shell: &ShellMeta) -> Result<(), Inval
             store_path.display()
         )));
     }
-    let real = match &shell.store {
-        Some(root) => super::repo_store::RepoStore::at(root.clone()).real_path(store_path),
-        None => store_path.clone(),
-    };
+    let real = super::repo_store::located(shell.store.as_deref(), store_path);
     if !real.exists() {
         return Err(Invalid::Broken(format!(
             "{} is gone from its store",

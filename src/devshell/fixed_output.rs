@@ -57,11 +57,8 @@ pub(super) async fn refuse_unconfinable(
     }
     // Only an untrusted revision's are refused: a trusted one's build in the daemon the runner
     // started for the run, in the job's network.
-    let (why, setup) = ("an untrusted revision's builds get no network", "");
     Err(DevShellError::UnconfinedFixedOutput {
         drvs: drvs.join(", "),
-        why: why.to_string(),
-        setup: setup.to_string(),
     })
 }
 
@@ -91,17 +88,13 @@ pub(super) fn fixed_outputs(json: &[u8]) -> Vec<(String, String)> {
 /// outside the boundary: the caches are the operator's, not the revision's.
 async fn available(shells: &DevShells, p: &Prepared, path: &str, substituters: &[String]) -> bool {
     let own = shells.repo_store(&p.repo).uri();
-    let stores = std::iter::once(&own).chain(substituters.iter());
-    for store in stores.map(Some) {
+    for store in std::iter::once(&own).chain(substituters) {
         let mut cmd = Command::new(&p.nix.path);
         cmd.args(["--extra-experimental-features", "nix-command flakes"]);
         for (name, value) in &shells.nix_options {
             cmd.arg("--option").arg(name).arg(value);
         }
-        cmd.arg("path-info");
-        if let Some(url) = store {
-            cmd.args(["--store", url]);
-        }
+        cmd.args(["path-info", "--store", store]);
         cmd.arg(path).stdin(Stdio::null());
         if process::run_captured(cmd, "nix")
             .await

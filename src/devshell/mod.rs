@@ -66,13 +66,10 @@ pub enum DevShellError {
     Nix { what: String, message: String },
     #[error(
         "the devShell needs fixed-output derivations built that are in no substituter ({drvs}); \
-         refused: {why}. Put their outputs in a binary cache the runner's Nix uses{setup}"
+         refused: an untrusted revision's builds get no network. Put their outputs in a binary \
+         cache the runner's Nix uses"
     )]
-    UnconfinedFixedOutput {
-        drvs: String,
-        why: String,
-        setup: String,
-    },
+    UnconfinedFixedOutput { drvs: String },
     #[error(transparent)]
     Binary(#[from] BinaryError),
     #[error("{0}")]

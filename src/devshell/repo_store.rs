@@ -108,6 +108,15 @@ impl RepoStore {
     }
 }
 
+/// Where `store_path` (a logical `/nix/store/...` path) is on the host: under the repository
+/// store at `root`, or where it is named when `None` (the host's store).
+pub fn located(root: Option<&Path>, store_path: &Path) -> PathBuf {
+    match root {
+        Some(root) => RepoStore::at(root.to_path_buf()).real_path(store_path),
+        None => store_path.to_path_buf(),
+    }
+}
+
 /// `<root>` joined with the store's logical directory (`/nix/store` → `<root>/nix/store`).
 pub fn real_dir(root: &Path) -> PathBuf {
     let store = crate::store_path::store_dir();
