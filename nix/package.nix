@@ -132,10 +132,12 @@ rustPlatform.buildRustPackage {
 
   postInstall =
     lib.optionalString isLinux ''
-      # Claude Code's sandbox starts bwrap and socat by name: give the agent (and only the
-      # agent) the same bwrap the runner uses, the one the AppArmor profile is attached to.
+      # Claude Code's sandbox starts bwrap and socat by name. A job's Claude Code finds the
+      # runner's bwrap first on its PATH (src/jobshell/seccomp_stage.rs), which runs the
+      # package's (QUEST_RUNNER_BWRAP, the one the AppArmor profile is attached to): these
+      # come after it, for socat and for a Claude Code started outside a job.
       makeWrapper ${lib.getExe claude-code} $out/libexec/quest-runner/claude \
-        --prefix PATH : ${bubblewrap}/bin:${socat}/bin
+        --suffix PATH : ${bubblewrap}/bin:${socat}/bin
     ''
     # Completions and the man page, from the binary's own command definition (before the
     # wrapper: they need none of its variables).

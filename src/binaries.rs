@@ -90,6 +90,12 @@ pub enum BinaryError {
         program: &'static str,
         var: &'static str,
     },
+    #[error(
+        "srt's seccomp helper (vendor/seccomp/<arch>/apply-seccomp) is not in the package of \
+         srt at {srt}: point QUEST_RUNNER_SRT at srt as npm installs it \
+         (@anthropic-ai/sandbox-runtime), or {var} at the helper"
+    )]
+    NoSeccompHelper { srt: PathBuf, var: &'static str },
 }
 
 /// Resolves `tool` from the process environment.
@@ -146,3 +152,49 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 #[path = "binaries_tests.rs"]
 mod tests;
+
+/// The variable naming srt's seccomp helper where it is not in srt's package.
+pub const APPLY_SECCOMP_VAR: &str = "QUEST_RUNNER_APPLY_SECCOMP";
+
+/// srt's seccomp helper, canonical: `QUEST_RUNNER_APPLY_SECCOMP`, else the one in the package
+/// of the srt the runner runs ([`srt_seccomp_helper`]). It starts every command of a job, for
+/// both agents (src/jobshell), and the AppArmor profile names it.
+pub fn apply_seccomp() -> Result<PathBuf, BinaryError> {
+    if let Some(value) = std::env::var_os(APPLY_SECCOMP_VAR).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(value);
+        return std::fs::canonicalize(&path)
+            .ok()
+            .filter(|p| is_executable(p))
+            .ok_or(BinaryError::BadOverride {
+                program: "apply-seccomp",
+                var: APPLY_SECCOMP_VAR,
+                path,
+            });
+    }
+    let srt = find(Tool::Srt)?;
+    srt_seccomp_helper(&srt).ok_or(BinaryError::NoSeccompHelper {
+        srt,
+        var: APPLY_SECCOMP_VAR,
+    })
+}
+
+/// srt's seccomp helper (`vendor/seccomp/<arch>/apply-seccomp` in srt's package), canonical,
+/// found from `srt` as npm installs it (`<package>/dist/cli.js`) or as the Nix package wraps
+/// it (`<out>/bin/srt` beside `<out>/lib/node_modules/...`). It starts every command of a
+/// job, for both agents (src/jobshell), and the AppArmor profile names it.
+pub fn srt_seccomp_helper(srt: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(srt).ok()?;
+    let arch = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "x64",
+    };
+    let helper = Path::new("vendor/seccomp").join(arch).join("apply-seccomp");
+    let wrapped = Path::new("lib/node_modules/@anthropic-ai/sandbox-runtime").join(&helper);
+    let found = real
+        .ancestors()
+        .skip(1)
+        .take(4)
+        .flat_map(|dir| [dir.join(&helper), dir.join(&wrapped)])
+        .find(|p| p.is_file())?;
+    std::fs::canonicalize(found).ok()
+}

@@ -76,6 +76,7 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
         srt: None,
         node: None,
         runner: None,
+        bwrap_shim: None,
         host_env: host_env(),
         gateway: Some(&claude_gateway()),
     })
@@ -203,6 +204,7 @@ fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() 
         srt: None,
         node: None,
         runner: None,
+        bwrap_shim: None,
         host_env: env,
         gateway: Some(&claude_gateway()),
     })
@@ -307,6 +309,7 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
             srt: None,
             node: None,
             runner: None,
+            bwrap_shim: None,
             host_env: vec![],
             gateway: Some(&claude_gateway()),
         })
@@ -353,6 +356,7 @@ fn opencode_launch_via(
         srt: Some(&srt),
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/opt/qr/bin/quest-runner")),
+        bwrap_shim: None,
         host_env: host_env(),
         gateway,
     })
@@ -560,6 +564,7 @@ fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
         srt: None,
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/bin/quest-runner")),
+        bwrap_shim: None,
         host_env: vec![],
         gateway: None,
     })

@@ -30,6 +30,13 @@ pub fn token_file(job_dir: &Path) -> PathBuf {
     config_dir(job_dir).join("gateway-token")
 }
 
+/// Claude Code's own programs, first on its `PATH`: the `bwrap` its sandbox runs, the
+/// runner's (src/jobshell/seccomp_stage.rs). Claude Code finds bwrap on `PATH`; its
+/// `sandbox.bwrapPath` is read from the machine's managed settings only.
+pub fn bin_dir(job_dir: &Path) -> PathBuf {
+    job_dir.join("claude-bin")
+}
+
 /// The settings file: sandbox, permissions, and the API key helper, which hands Claude Code
 /// the job's gateway token (`token_file`), never the account's key.
 pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
@@ -125,7 +132,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     let token_file = token_file(job_dir);
     let settings = settings(policy, &token_file);
 
-    let files = vec![
+    let mut files = vec![
         PlannedFile {
             path: config_dir.clone(),
             contents: Contents::Dir,
@@ -146,6 +153,19 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
             contents: Contents::File(gateway.token.clone(), 0o600),
         },
     ];
+    let mut read = vec![job_dir.clone()];
+    if let Some(shim) = inputs.bwrap_shim {
+        files.push(PlannedFile {
+            path: bin_dir(job_dir),
+            contents: Contents::Dir,
+        });
+        files.push(PlannedFile {
+            path: bin_dir(job_dir).join("bwrap"),
+            contents: Contents::File(shim.script(inputs.program), 0o700),
+        });
+        // Where the stage finds it, inside the job's namespace and the commands' sandbox.
+        read.push(shim.helper.clone());
+    }
 
     Ok(Launch {
         program: inputs.program.to_path_buf(),
@@ -159,7 +179,7 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         // Its settings and token are read, never written: they confine it and name its
         // model's grant. The rest of its config dir is its own (sessions, todos, state).
         own: OwnFiles {
-            read: vec![job_dir.clone()],
+            read,
             write: vec![config_dir.clone()],
             read_only: vec![config_dir.join("settings.json"), self::token_file(job_dir)],
         },
@@ -194,6 +214,14 @@ fn launch_env(
         ("DISABLE_AUTOUPDATER", "1".to_string()),
     ] {
         env.insert(k.to_string(), v);
+    }
+    if inputs.bwrap_shim.is_some() {
+        let dir = bin_dir(&inputs.workspace.job_dir);
+        let path = match env.get("PATH") {
+            Some(rest) if !rest.is_empty() => format!("{}:{rest}", dir.display()),
+            _ => dir.to_string_lossy().into_owned(),
+        };
+        env.insert("PATH".to_string(), path);
     }
     // The account's own base_url is the gateway's upstream.
     env.insert("ANTHROPIC_BASE_URL".to_string(), gateway.base_url.clone());

@@ -78,6 +78,9 @@ pub struct AgentInputs<'a> {
     pub node: Option<&'a Path>,
     /// The runner's own binary: opencode's shell and the sandbox's executor.
     pub runner: Option<&'a Path>,
+    /// Claude Code on Linux: the bwrap its sandbox runs, which moves its seccomp stage onto
+    /// srt's helper (src/jobshell/seccomp_stage.rs).
+    pub bwrap_shim: Option<&'a crate::jobshell::seccomp_stage::BwrapShim>,
     /// The runner's own environment, filtered by the policy.
     pub host_env: Vec<(String, String)>,
     /// The job's way to its model through the runner's gateway; `None`: the agent holds the

@@ -15,8 +15,7 @@ impl From<DeployError> for Failure {
             // The host lacks something: bwrap, or a readable path to ourselves.
             DeployError::CurrentExe(_)
             | DeployError::Bwrap(_)
-            | DeployError::Canonicalize { .. }
-            | DeployError::SeccompHelper { .. } => Exit::HostNotReady,
+            | DeployError::Canonicalize { .. } => Exit::HostNotReady,
             DeployError::Settings(_) => Exit::Failed,
         };
         Failure::new(code, e)

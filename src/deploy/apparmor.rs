@@ -66,33 +66,9 @@ pub fn resolved_bwrap() -> Result<PathBuf, DeployError> {
     })
 }
 
-/// srt's seccomp helper, which starts every command of a job (`vendor/seccomp/<arch>/
-/// apply-seccomp` in srt's package), canonicalized: found from the srt the runner would run
-/// (`QUEST_RUNNER_SRT`, else `PATH`), as npm installs it or as the Nix package wraps it.
+/// srt's seccomp helper, which starts every command of a job ([`binaries::apply_seccomp`]).
 pub fn resolved_apply_seccomp() -> Result<PathBuf, DeployError> {
-    let srt = binaries::find(Tool::Srt)?;
-    let real = std::fs::canonicalize(&srt).map_err(|source| DeployError::Canonicalize {
-        path: srt.clone(),
-        source,
-    })?;
-    let arch = match std::env::consts::ARCH {
-        "aarch64" => "arm64",
-        _ => "x64",
-    };
-    let helper = Path::new("vendor/seccomp").join(arch).join("apply-seccomp");
-    let wrapped = Path::new("lib/node_modules/@anthropic-ai/sandbox-runtime").join(&helper);
-    // npm: <package>/dist/cli.js; Nix: <out>/bin/srt beside <out>/lib/node_modules/....
-    let found = real
-        .ancestors()
-        .skip(1)
-        .take(4)
-        .flat_map(|dir| [dir.join(&helper), dir.join(&wrapped)])
-        .find(|p| p.is_file())
-        .ok_or_else(|| DeployError::SeccompHelper { srt: real.clone() })?;
-    std::fs::canonicalize(&found).map_err(|source| DeployError::Canonicalize {
-        path: found,
-        source,
-    })
+    Ok(binaries::apply_seccomp()?)
 }
 
 /// The profile for `programs`, each an absolute, canonical path.

@@ -34,10 +34,4 @@ pub enum DeployError {
     },
     #[error("{path} cannot be named in an AppArmor profile: {reason}")]
     ProfilePath { path: PathBuf, reason: &'static str },
-    #[error(
-        "no seccomp helper (vendor/seccomp/<arch>/apply-seccomp) in the package of srt at {srt}: \
-         every job's commands start through it, and the profile must name it; point \
-         QUEST_RUNNER_SRT at srt as npm installs it (@anthropic-ai/sandbox-runtime)"
-    )]
-    SeccompHelper { srt: PathBuf },
 }

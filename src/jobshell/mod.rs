@@ -26,6 +26,7 @@ pub mod client;
 pub mod executor;
 pub mod fingerprint;
 pub mod host;
+pub mod seccomp_stage;
 pub mod wire;
 
 use std::ffi::OsStr;
@@ -33,8 +34,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Names this binary's other modes, chosen before the command line is parsed: srt runs the
-/// executor with `ARGV0` set, opencode runs its shell through a link named [`client::NAME`].
+/// executor with `ARGV0` set, opencode runs its shell through a link named [`client::NAME`],
+/// Claude Code runs its bwrap and its seccomp stage through [`seccomp_stage`].
 pub fn dispatch() -> Option<ExitCode> {
+    if let Some(code) = seccomp_stage::dispatch() {
+        return Some(code);
+    }
     if std::env::var_os("ARGV0").as_deref() == Some(OsStr::new(executor::ARGV0)) {
         return Some(executor::main());
     }

@@ -305,6 +305,13 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
         let program = crate::binaries::find(tool)
             .ok()
             .ok_or_else(|| Stop::error("the agent binary vanished"))?;
+        // Claude Code's seccomp stage, onto srt's helper (src/jobshell/seccomp_stage.rs).
+        let bwrap_shim = match self.job.agent {
+            AgentKind::Claude if cfg!(target_os = "linux") => {
+                Some(crate::jobshell::seccomp_stage::BwrapShim::resolve().map_err(Stop::error)?)
+            }
+            _ => None,
+        };
         let model = self
             .runner
             .open_model_access(self.job, self.account)
@@ -320,6 +327,7 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             srt: srt.as_deref(),
             node: node.as_deref(),
             runner: runner_binary.as_deref(),
+            bwrap_shim: bwrap_shim.as_ref(),
             host_env: self.runner.env_source.clone(),
             gateway: model.as_ref().map(|(_, access)| access),
         };

@@ -295,8 +295,11 @@ async fn claude_job_uses_the_devshell_and_commits() {
         // A copy, as repositories keep one for each agent: sent once.
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
+    // The command also names what started it (pid 1 of its own PID namespace): srt's helper,
+    // to which the runner moves Claude Code's seccomp stage (Claude Code's own stage, run
+    // from its descriptor, would be named "3"), with neither variable of the move left.
     let server = ModelServer::start_isolated_if_root(vec![Step::bash(
-        "echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
+        "echo \"stage=$(cat /proc/1/comm) argv0=${ARGV0-unset} helper=${QUEST_RUNNER_APPLY_SECCOMP-unset}\"; echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
@@ -371,6 +374,13 @@ async fn claude_job_uses_the_devshell_and_commits() {
     let results = server.tool_results();
     assert!(
         results.iter().any(|r| r.text.contains("COMMITTED")),
+        "{}",
+        diagnostics()
+    );
+    assert!(
+        results.iter().any(|r| r
+            .text
+            .contains("stage=apply-seccomp argv0=unset helper=unset")),
         "{}",
         diagnostics()
     );
@@ -457,6 +467,12 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
         agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
     )
     .env("QUEST_RUNNER_SRT", &broken_srt)
+    // The commands' seccomp helper, which the broken srt's package does not hold.
+    .env(
+        quest_runner::binaries::APPLY_SECCOMP_VAR,
+        quest_runner::binaries::srt_seccomp_helper(&agent_binary("QUEST_RUNNER_SRT", "srt"))
+            .expect("srt's seccomp helper"),
+    )
     .args(["run", "--job"])
     .arg(&file);
     server.confine(&mut cmd);
