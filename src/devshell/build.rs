@@ -318,6 +318,10 @@ pub(super) async fn nix_command(
     }
     let mut cmd = Command::new(&plan.program);
     cmd.args(plan.args(&p.nix.path, &args));
+    // The job's limits and group: evaluation is this process's (a build, the daemon's).
+    if let Some(adjust) = p.job_hook() {
+        adjust(cmd.as_std_mut());
+    }
     // Nix reads no checkout: as root it starts where none is mounted (its bubblewrap would
     // otherwise copy every running job's; see `workspace::namespace`).
     if rustix::process::geteuid().is_root() {

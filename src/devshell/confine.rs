@@ -120,8 +120,10 @@ pub fn describe(store: &NixStore) -> String {
     let fixed = "fixed-output builds share the daemon's network, so they reach the job's \
                  proxy and nothing else; untrusted revisions' fixed-output builds and imports \
                  from derivation are refused; builds are bounded by limits.disk (the largest \
-                 file, and the scratch directory's size) and serve's rlimits, not yet by the \
-                 job's cgroup (memory, pids, cpu), which is made when the agent starts";
+                 file, and the scratch directory's size), serve's rlimits and, where serve \
+                 has cgroups, the job's group (memory, pids, cpu), which holds the devShell's \
+                 nix and daemon as it holds the agent; the store's bytes are the state \
+                 directory's, not the job's limits.disk";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
             "setup (a), root: {client}; {tenancy}; builds as the build users in Nix's \

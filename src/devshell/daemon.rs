@@ -116,7 +116,7 @@ pub(super) async fn start(
     if let Some(net) = net {
         super::network::apply_env(&mut cmd, net);
     }
-    limit(cmd.as_std_mut(), shells, p, net);
+    limit(cmd.as_std_mut(), shells, p);
     // `unshare` or bubblewrap, whose end ends the rest: a runner killed outright leaves no
     // daemon.
     crate::process::die_with_runner(cmd.as_std_mut());
@@ -178,13 +178,8 @@ fn command(
 
 /// The job's limits on the daemon and so on its builders: the job's rlimit hook, and
 /// `limits.disk` as the largest file any of them may write (SIGXFSZ, which the error names).
-fn limit(cmd: &mut std::process::Command, shells: &DevShells, p: &Prepared, net: Option<&NixNet>) {
-    let adjust = p
-        .adjust
-        .as_ref()
-        .map(|h| h.0.clone())
-        .or_else(|| net.and_then(|n| n.adjust.clone()));
-    if let Some(adjust) = adjust {
+fn limit(cmd: &mut std::process::Command, shells: &DevShells, p: &Prepared) {
+    if let Some(adjust) = p.job_hook() {
         adjust(cmd);
     }
     if let Some(bytes) = shells.build_disk {

@@ -195,9 +195,20 @@ pub(crate) struct Prepared {
     /// The confined nix reaches the job's proxy (`nix.network = "proxy"`, a job whose policy
     /// reaches some host).
     pub net: Option<network::NixNet>,
-    /// Sets the job's limits on the daemon that builds for it, as on the job's other
-    /// processes (`serve`'s rlimits).
+    /// Sets the job's limits on the nix that evaluates for it and the daemon that builds for
+    /// it, as on the job's other processes (`serve`'s rlimits and the job's cgroup).
     pub adjust: Option<LimitsHook>,
+}
+
+impl Prepared {
+    /// The hook for the job's nix processes: the job's own, else its network's (the same
+    /// hook, where only that one was given).
+    pub(crate) fn job_hook(&self) -> Option<crate::process::CommandHook> {
+        self.adjust
+            .as_ref()
+            .map(|h| h.0.clone())
+            .or_else(|| self.net.as_ref().and_then(|n| n.adjust.clone()))
+    }
 }
 
 /// The hook that sets a job's limits on a process (`serve`'s rlimits), for [`Prepared`].

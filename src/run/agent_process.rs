@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 
 use super::error::AgentError;
-use super::hooks::AgentEnclosure;
 use super::tree::ProcessTree;
 use crate::agent::Launch;
 use crate::jobshell::host::Prepared;
@@ -26,12 +25,10 @@ pub(super) enum AgentEnd {
 }
 
 /// What bounds the agent's process tree besides its timeout.
-pub(super) struct AgentLimits<'a, E> {
+pub(super) struct AgentLimits<'a> {
     /// Adjusts the agent's command (the boundary suite's confinement, the enclosure's
-    /// rlimits).
+    /// rlimits and placement).
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
-    /// What the caller puts around the agent of the job of this id (`serve`'s cgroup).
-    pub enclosure: (&'a str, &'a E),
     /// RLIMIT_FSIZE: the disk limit, per file.
     pub file_size: Option<u64>,
     pub disk: Option<&'a mut crate::disk::watch::Watchdog>,
@@ -48,60 +45,27 @@ pub(super) struct EndsEarly {
     pub limit_fired: Option<tokio::sync::watch::Receiver<Option<String>>>,
 }
 
-/// How the agent's run ended, and what its enclosure said once the agent's tree was stopped
-/// (`None` when the agent never got that far).
-pub(super) struct AgentRun<R> {
-    pub end: Result<AgentEnd, AgentError>,
-    pub report: Option<R>,
-}
-
 /// How long an agent whose request a token cap refused may take to show the error and exit
 /// before its tree is stopped.
 const TOKENS_SPENT_GRACE: Duration = Duration::from_secs(10);
 
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
-/// cancelled job) stops the agent's whole process tree, as does a timeout, and drops the
-/// enclosure's guard after it.
-pub(super) async fn run_agent<E: AgentEnclosure>(
+/// cancelled job) stops the agent's whole process tree, as does a timeout.
+pub(super) async fn run_agent(
     launch: &Launch,
     timeout: Duration,
-    limits: AgentLimits<'_, E>,
+    limits: AgentLimits<'_>,
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
     ends: EndsEarly,
-) -> AgentRun<E::Report> {
+) -> Result<AgentEnd, AgentError> {
     let AgentLimits {
         adjust,
-        enclosure: (job_id, enclosure),
         file_size,
         disk,
         namespace,
     } = limits;
-    let (mut cmd, mut companion) = match commands(launch, adjust, file_size, namespace) {
-        Ok(commands) => commands,
-        Err(e) => {
-            return AgentRun {
-                end: Err(e),
-                report: None,
-            }
-        }
-    };
-    let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
-    if let Some(c) = companion.as_mut() {
-        commands.push(c.command_mut());
-    }
-    // Declared before the agent's run, so dropped after it (and its tree) when a cancelled
-    // job drops this future.
-    let guard = match enclosure.enter(job_id, &mut commands) {
-        Ok(guard) => guard,
-        Err(e) => {
-            return AgentRun {
-                end: Err(AgentError::Enclosure(e.to_string())),
-                report: None,
-            }
-        }
-    };
-    drop(commands);
+    let (mut cmd, companion) = commands(launch, adjust, file_size, namespace)?;
     let started = Started {
         launch,
         cmd: &mut cmd,
@@ -111,11 +75,7 @@ pub(super) async fn run_agent<E: AgentEnclosure>(
         spawned,
         markers,
     };
-    let end = started.until_end(disk, ends).await;
-    AgentRun {
-        end,
-        report: Some(enclosure.finish(guard)),
-    }
+    started.until_end(disk, ends).await
 }
 
 /// The agent's and its companion's commands, in the job's namespace, adjusted and limited:

@@ -18,9 +18,6 @@ pub enum AgentError {
     /// The sandbox of the agent's commands (opencode's companion), at its start or later.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
-    /// The caller's enclosure refused the agent (`serve`: its job's cgroup).
-    #[error("{0}")]
-    Enclosure(String),
     /// The agent's network bridge (its loopback ports, outside its namespace).
     #[error("{0}")]
     Bridge(String),

@@ -10,33 +10,32 @@ use crate::sandbox::SandboxPolicy;
 /// Adjusts the agent's command before it starts.
 pub use crate::process::CommandHook;
 
-/// What a caller puts around each job's agent: set up just before the agent starts, ended
-/// once its whole process tree is stopped, with what it counted returned through the run
+/// What a caller puts around each job: set up before its devShell is built, ended once every
+/// process of the job is stopped, with what it counted returned through the run
 /// ([`super::Runner::run_enclosed`]). `serve`'s: a parent-death signal and rlimits on every
-/// process started for the agent, and the job's cgroup, whose counters name the limit that
+/// process started for the job, and the job's cgroup, whose counters name the limit that
 /// fired.
 pub trait AgentEnclosure: Send + Sync {
-    /// Held while the agent's tree runs. Dropped without [`AgentEnclosure::finish`] (a
-    /// cancelled job, an agent that never started) it must still release what it holds.
+    /// Held while the job's processes run. Dropped without [`AgentEnclosure::finish`] (a
+    /// cancelled job) it must still release what it holds.
     type Guard: Send;
     /// What [`AgentEnclosure::finish`] says of the job's run.
     type Report: Send;
     /// Why [`AgentEnclosure::enter`] refused the agent; the job's message says it.
     type Error: std::fmt::Display;
 
-    /// Applied to every process the runner starts for the agent: the agent, the companion
-    /// that runs its commands, the network bridges (its own and its devShell's nix's).
+    /// Applied to every process the runner starts for the job from its devShell on: nix and
+    /// the daemon that builds it, the agent, the companion that runs its commands, the
+    /// network bridges.
     fn adjust(&self) -> Option<CommandHook>;
 
-    /// Just before job `job_id`'s agent starts: places its commands (the agent's, and its
-    /// companion's). An error fails the job before the agent starts.
-    fn enter(
-        &self,
-        job_id: &str,
-        commands: &mut [&mut Command],
-    ) -> Result<Self::Guard, Self::Error>;
+    /// Once job `job_id`'s workspace is ready, before its devShell is built: the guard, and
+    /// the hook that places every process [`AgentEnclosure::adjust`] applies to (`serve`: in
+    /// the job's cgroup, so its builds count against its limits as its agent does). An error
+    /// fails the job before anything of it runs.
+    fn enter(&self, job_id: &str) -> Result<(Self::Guard, Option<CommandHook>), Self::Error>;
 
-    /// Once the agent's whole tree is stopped.
+    /// Once every process of the job is stopped (its agent's tree, its devShell's daemon).
     fn finish(&self, guard: Self::Guard) -> Self::Report;
 }
 
@@ -63,8 +62,8 @@ impl AgentEnclosure for Unenclosed {
         None
     }
 
-    fn enter(&self, _: &str, _: &mut [&mut Command]) -> Result<(), Self::Error> {
-        Ok(())
+    fn enter(&self, _: &str) -> Result<((), Option<CommandHook>), Self::Error> {
+        Ok(((), None))
     }
 
     fn finish(&self, (): ()) {}

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::agent_process::{run_agent, AgentEnd, AgentLimits, AgentRun, EndsEarly};
-use super::hooks::{AgentEnclosure, CommandHook};
+use super::agent_process::{run_agent, AgentEnd, AgentLimits, EndsEarly};
+use super::hooks::CommandHook;
 use super::model::ModelAccess;
 use super::outcome::{add_agent_log, add_model_error, record_end, timed_out_while, Stop};
 use super::prompt::system_prompt;
@@ -25,12 +25,10 @@ use crate::sandbox::SandboxPolicy;
 use crate::workspace::{self, Workspace, WorkspacePaths};
 
 /// One job in its workspace: what every step reads.
-pub(super) struct JobRun<'a, E: AgentEnclosure> {
+pub(super) struct JobRun<'a> {
     pub runner: &'a Runner,
-    /// What the caller puts around the agent.
-    pub enclosure: &'a E,
-    /// Applied to every process started for the agent: the suite's hook, then the
-    /// enclosure's.
+    /// Applied to every process started for the job (its devShell's nix, its agent): the
+    /// suite's hook, then the enclosure's (its limits, its placement).
     pub agent_adjust: Option<CommandHook>,
     pub job: &'a Job,
     pub account: &'a Account,
@@ -41,8 +39,6 @@ pub(super) struct JobRun<'a, E: AgentEnclosure> {
     /// The job, once its agent has stopped, still counted by the disk reserve with what it
     /// had on disk: the caller drops it after the workspace is removed.
     pub counted: std::sync::Mutex<Option<crate::disk::watch::Counted>>,
-    /// What the enclosure said once the agent's tree was stopped, for the caller.
-    pub enclosure_report: std::sync::Mutex<Option<E::Report>>,
 }
 
 /// What the agent's run needs besides its launch plan, each stopped or dropped once the
@@ -52,7 +48,7 @@ struct Services {
     model: Option<ModelAccess>,
 }
 
-impl<E: AgentEnclosure> JobRun<'_, E> {
+impl JobRun<'_> {
     /// Runs the job's steps in its workspace, filling `result`; an error names the step.
     pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
         let mut paths = self.ws.paths.clone();
@@ -377,13 +373,12 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             runner.disk,
             runner.disk_jobs.clone(),
         );
-        let AgentRun { end: ended, report } = run_agent(
+        let ended = run_agent(
             launch,
             self.deadline
                 .saturating_duration_since(tokio::time::Instant::now()),
             AgentLimits {
                 adjust: self.agent_adjust.as_deref(),
-                enclosure: (job.id.as_str(), self.enclosure),
                 file_size: runner.disk.limit,
                 disk: disk.as_mut(),
                 namespace: self.agent_namespace(paths, launch)?,
@@ -396,10 +391,6 @@ impl<E: AgentEnclosure> JobRun<'_, E> {
             },
         )
         .await;
-        *self
-            .enclosure_report
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = report;
         result.disk_used = disk.as_ref().map(|d| d.peak());
         if let Some(disk) = disk {
             *self.counted.lock().unwrap_or_else(|e| e.into_inner()) = Some(disk.stop());

@@ -223,9 +223,9 @@ impl Runner {
         self.run_enclosed(job, cancel, &Unenclosed).await.0
     }
 
-    /// [`Runner::run_unsaved`] with the agent inside `enclosure` (`serve`'s limits and
-    /// cgroup), and what it reported once the agent's tree was stopped: `None` when the job
-    /// ended before its agent started, or was cancelled.
+    /// [`Runner::run_unsaved`] with the job inside `enclosure` (`serve`'s limits and cgroup)
+    /// from its devShell on, and what it reported once the job's processes were stopped:
+    /// `None` when the job ended before its workspace was ready, or was cancelled.
     pub async fn run_enclosed<E: AgentEnclosure>(
         &self,
         job: &Job,
@@ -285,27 +285,33 @@ impl Runner {
                 return None;
             }
         };
+        // From here every process of the job is the enclosure's (serve: its cgroup), its
+        // devShell's builds as much as its agent.
+        let (guard, place) = match enclosure.enter(&job.id) {
+            Ok(entered) => entered,
+            Err(e) => {
+                result.end(Outcome::Error, format!("the job's enclosure: {e}"));
+                return None;
+            }
+        };
+        let adjust = hooks::chain(enclosure.adjust(), place);
         let steps = JobRun {
             runner: self,
-            enclosure,
-            agent_adjust: hooks::chain(self.hooks.agent_command.clone(), enclosure.adjust()),
+            agent_adjust: hooks::chain(self.hooks.agent_command.clone(), adjust),
             job,
             account,
             ws: &ws,
             started,
             deadline,
             counted: Default::default(),
-            enclosure_report: Default::default(),
         };
         if let Err(stop) = steps.run(result).await {
             result.end(stop.outcome, stop.message);
         }
+        // Every process of the job is stopped: the agent's tree, the devShell's daemon.
+        let report = enclosure.finish(guard);
         let counted = steps
             .counted
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner());
-        let report = steps
-            .enclosure_report
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         keep_work(&ws, job, result).await;
@@ -313,7 +319,7 @@ impl Runner {
         // on their file systems.
         drop(ws);
         drop(counted);
-        report
+        Some(report)
     }
 
     /// The job's workspace (clone, fetch, worktree, temp dir), within its timeout.

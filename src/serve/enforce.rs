@@ -29,9 +29,9 @@ impl Enforcement {
     }
 }
 
-/// Each agent runs with the plan's rlimits and parent-death signal, in its job's cgroup where
-/// the host has them; the report is what that group counted (or why it could not be read),
-/// `None` without a group.
+/// Each job's processes (its devShell's nix and builds, its agent) run with the plan's rlimits
+/// and parent-death signal, in the job's cgroup where the host has them; the report is what
+/// that group counted (or why it could not be read), `None` without a group.
 impl AgentEnclosure for Enforcement {
     type Guard = Option<JobGroupGuard>;
     type Report = Option<Result<cgroup::Report, cgroup::CgroupError>>;
@@ -41,22 +41,19 @@ impl AgentEnclosure for Enforcement {
         Some(limits::agent_hook(self.plan.rlimits))
     }
 
-    fn enter(
-        &self,
-        job_id: &str,
-        commands: &mut [&mut std::process::Command],
-    ) -> Result<Self::Guard, Self::Error> {
+    fn enter(&self, job_id: &str) -> Result<(Self::Guard, Option<CommandHook>), Self::Error> {
         let Some(plan) = &self.plan.cgroup else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let group = cgroup::JobCgroup::create(plan, job_id)?;
-        for cmd in commands.iter_mut() {
-            group.place(cmd);
-        }
-        Ok(Some(JobGroupGuard {
-            id: job_id.to_string(),
-            group: Some(group),
-        }))
+        let place = group.placing();
+        Ok((
+            Some(JobGroupGuard {
+                id: job_id.to_string(),
+                group: Some(group),
+            }),
+            Some(place),
+        ))
     }
 
     fn finish(&self, guard: Self::Guard) -> Self::Report {
@@ -102,8 +99,8 @@ async fn sweep_job_groups<S: JobSource>(source: &S, group: &cgroup::CgroupPlan) 
     }
 }
 
-/// Kept while a job's agent runs: its group, which [`JobGroupGuard::finish`] ends once the
-/// agent's tree is stopped (kills whatever is left in it, reads what it counted, removes it).
+/// Kept while a job's processes run: its group, which [`JobGroupGuard::finish`] ends once
+/// they are stopped (kills whatever is left in it, reads what it counted, removes it).
 /// Dropped instead (a cancelled job), it kills and removes the group all the same.
 pub(super) struct JobGroupGuard {
     id: String,

@@ -160,20 +160,13 @@ impl JobCgroup {
     /// Makes `cmd`'s child enter this group before it execs, so the program and all it
     /// starts are members from their first instruction.
     pub fn place(&self, cmd: &mut std::process::Command) {
+        place_in(&self.procs, cmd);
+    }
+
+    /// [`JobCgroup::place`], as a hook for every command of the job.
+    pub fn placing(&self) -> crate::process::CommandHook {
         let procs = self.procs.clone();
-        // SAFETY: only open, write and close between fork and exec (async-signal-safe);
-        // the path was allocated before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                use rustix::fs::{Mode, OFlags};
-                let fd = rustix::fs::open(&procs, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
-                // "0" is the writing process itself.
-                match rustix::io::write(&fd, b"0")? {
-                    1 => Ok(()),
-                    _ => Err(std::io::ErrorKind::WriteZero.into()),
-                }
-            });
-        }
+        std::sync::Arc::new(move |cmd: &mut std::process::Command| place_in(&procs, cmd))
     }
 
     /// The pids in the group now.
@@ -188,5 +181,23 @@ impl JobCgroup {
         let report = Report::read(&self.dir);
         remove(&self.dir)?;
         Ok(report)
+    }
+}
+
+/// `cmd`'s child writes itself into `procs` (a group's `cgroup.procs`) before it execs.
+fn place_in(procs: &CString, cmd: &mut std::process::Command) {
+    let procs = procs.clone();
+    // SAFETY: only open, write and close between fork and exec (async-signal-safe); the path
+    // was allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            use rustix::fs::{Mode, OFlags};
+            let fd = rustix::fs::open(&procs, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+            // "0" is the writing process itself.
+            match rustix::io::write(&fd, b"0")? {
+                1 => Ok(()),
+                _ => Err(std::io::ErrorKind::WriteZero.into()),
+            }
+        });
     }
 }

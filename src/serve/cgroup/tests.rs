@@ -402,7 +402,8 @@ fn a_job_group_holds_a_detaching_tree_and_its_end_kills_all_of_it() {
     );
     let mut cmd = std::process::Command::new("/bin/sh");
     cmd.args(["-c", &script]);
-    let guard = limits.enter("t1", &mut [&mut cmd]).unwrap();
+    let (guard, place) = limits.enter("t1").unwrap();
+    place.expect("a hook that places the job's commands")(&mut cmd);
     let job_dir = group.base.join("job-t1");
     assert!(job_dir.is_dir());
     let mut agent = cmd.spawn().unwrap();
