@@ -27,9 +27,9 @@ pub fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
     devshell_check(ctx)?;
     let mut failures = Vec::new();
     for agent in &opts.agents {
-        failures.extend(boundary_check(&runtime, *agent, opts.untrusted)?);
+        failures.extend(boundary_check(&runtime, *agent, opts)?);
         if opts.mutations {
-            failures.extend(mutation_checks(&runtime, *agent)?);
+            failures.extend(mutation_checks(&runtime, *agent, opts.job_timeout)?);
         }
     }
     if failures.is_empty() {
@@ -51,10 +51,11 @@ pub fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
 fn boundary_check(
     runtime: &tokio::runtime::Runtime,
     agent: AgentKind,
-    untrusted: bool,
+    opts: &SelftestOptions,
 ) -> Result<Vec<String>, Failure> {
+    let job_timeout = opts.job_timeout;
     let mut trusts = vec![Trust::Trusted];
-    if untrusted {
+    if opts.untrusted {
         trusts.push(Trust::Untrusted);
     }
     let mut failures = Vec::new();
@@ -69,6 +70,7 @@ fn boundary_check(
             mutation: None,
             controls: true,
             agent_rules_off: false,
+            job_timeout,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(
@@ -92,6 +94,7 @@ fn boundary_check(
 fn mutation_checks(
     runtime: &tokio::runtime::Runtime,
     agent: AgentKind,
+    job_timeout: std::time::Duration,
 ) -> Result<Vec<String>, Failure> {
     out(format_args!("\n== mutation checks: {}", agent.name()))?;
     let mut failures = Vec::new();
@@ -103,6 +106,7 @@ fn mutation_checks(
             mutation: Some(m),
             controls: false,
             agent_rules_off: false,
+            job_timeout,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))

@@ -19,6 +19,8 @@ pub struct SelftestOptions {
     pub mutations: bool,
     /// Only the real-registry reads, instead of everything else.
     pub registries: bool,
+    /// How long each suite job may run.
+    pub job_timeout: std::time::Duration,
 }
 
 /// The `selftest` subcommand's handler: `quest_runner_selftest::command::run`.

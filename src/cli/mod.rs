@@ -215,6 +215,9 @@ struct SelftestArgs {
     /// only; skipped when the host has no route to them).
     #[arg(long, conflicts_with_all = ["untrusted", "mutations"])]
     registries: bool,
+    /// How long each suite job may run: more on a slow host (an emulated CPU).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    job_timeout: std::time::Duration,
 }
 
 /// A job, from a file and/or flags (flags override the file's fields).
@@ -509,6 +512,7 @@ fn run(cli: Cli, selftest: extension::Selftest) -> Result<(), Failure> {
                     untrusted: args.untrusted,
                     mutations: args.mutations,
                     registries: args.registries,
+                    job_timeout: args.job_timeout,
                 },
             )
         }

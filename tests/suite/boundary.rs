@@ -51,6 +51,7 @@ async fn suite_with(
         mutation,
         controls: mutation.is_none() && !agent_rules_off,
         agent_rules_off,
+        job_timeout: quest_runner_selftest::boundary::JOB_TIMEOUT,
     };
     boundary::run(&cfg).await.expect("the suite runs")
 }

@@ -25,4 +25,4 @@ pub mod secret_search;
 pub mod suite;
 
 pub use mutation::{Mutation, FILE_TOOL_ATTEMPTS};
-pub use suite::{run, SuiteConfig, SuiteReport};
+pub use suite::{run, SuiteConfig, SuiteReport, JOB_TIMEOUT};

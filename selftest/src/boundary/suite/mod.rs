@@ -51,7 +51,12 @@ pub struct SuiteConfig {
     /// opencode without the runner's plugin), the namespace kept: the run of the file-tool
     /// attempts that shows the kernel boundary holds alone.
     pub agent_rules_off: bool,
+    /// The suite job's timeout (5 minutes; more on an emulated CPU).
+    pub job_timeout: Duration,
 }
+
+/// The suite job's timeout where nothing else is asked.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn agent_binary(agent: AgentKind) -> Option<PathBuf> {
     quest_runner::binaries::find(match agent {
@@ -76,7 +81,7 @@ fn suite_job(cfg: &SuiteConfig, fixture: &Fixture) -> Job {
         agent: cfg.agent,
         account: "main".into(),
         prompt: "Carry out the boundary suite's steps.".into(),
-        timeout: Duration::from_secs(300),
+        timeout: cfg.job_timeout,
     }
 }
 
