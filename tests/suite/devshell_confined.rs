@@ -695,6 +695,37 @@ fn a_plain_revision_builds_confined() {
     assert_eq!(script, again);
 }
 
+/// The job's hook (`serve`'s rlimits and its placement in the job's cgroup) reaches both
+/// processes that act for the job: the confined client, which evaluates, and the daemon's
+/// launcher, whose tree builds. Shown by what the hook was handed; the VM test shows the
+/// cgroup's limit firing on a build (scripts/vm-guest, "build-pids").
+#[test]
+fn the_jobs_hook_reaches_its_nix_and_its_daemon() {
+    let w = fixture();
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(r#"GREETING = "hooked";"#))]);
+    let (shells, req) = shells_and_request(&w, &repo, &rev);
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let record = seen.clone();
+    let hook: quest_runner::process::CommandHook =
+        Arc::new(move |cmd: &mut std::process::Command| {
+            let line: Vec<String> = std::iter::once(cmd.get_program())
+                .chain(cmd.get_args())
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            record.lock().unwrap().push(line.join(" "));
+        });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let shell = rt
+        .block_on(shells.get_for_job(&req, Arc::new(w.policy.clone()), None, Some(hook)))
+        .expect("the devShell builds");
+    assert!(shell.env.is_some());
+    let seen = seen.lock().unwrap().clone();
+    let daemon = seen.iter().any(|l| l.contains("nix-daemon"));
+    let client = seen.iter().any(|l| l.contains("print-dev-env"));
+    assert!(daemon && client, "the hook saw: {seen:#?}");
+}
+
 /// A confined miss dropped mid-build stops nix, its namespace and its builder, and leaves no
 /// lock or staged entry; the cache then builds the next revision as before.
 #[test]
