@@ -205,6 +205,31 @@ fn userns_fix() -> String {
     }
 }
 
+/// srt's seccomp helper, which starts every command of either agent: opencode's through the
+/// runner's executor, Claude Code's in place of the helper in its own executable
+/// (src/jobshell/seccomp_stage.rs). The AppArmor profile names it.
+fn seccomp_helper_check() -> Check {
+    let name = "apply-seccomp";
+    match binaries::apply_seccomp() {
+        Ok(path) => Check::ok(
+            name,
+            format!(
+                "{} (srt's seccomp helper: starts each command of both agents)",
+                path.display()
+            ),
+        ),
+        Err(e) => Check::fail(
+            name,
+            e.to_string(),
+            Some(
+                "install @anthropic-ai/sandbox-runtime (scripts/setup does) and point \
+                 QUEST_RUNNER_SRT at its srt"
+                    .into(),
+            ),
+        ),
+    }
+}
+
 /// The checks a job of `agent` needs. `nix` is checked when a devShell will be built.
 pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -249,6 +274,7 @@ pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
             "apt-get install socat, or set QUEST_RUNNER_SOCAT",
         ));
         checks.push(userns_check());
+        checks.push(seccomp_helper_check());
     }
     if needs_nix {
         checks.push(binary_check(
