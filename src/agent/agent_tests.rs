@@ -119,6 +119,70 @@ fn file<'a>(launch: &'a Launch, name: &str) -> &'a Contents {
         .contents
 }
 
+/// On Linux the job's Claude Code finds the runner's bwrap first on its PATH, and its
+/// commands' sandbox may read srt's helper wherever it is installed (a hidden home included).
+#[test]
+fn claude_runs_its_commands_through_the_runners_bwrap_and_srts_helper() {
+    let ws = workspace();
+    let policy = policy(&ws);
+    let job = job(AgentKind::Claude);
+    let acct = Account::Claude(key_account());
+    let shim = crate::jobshell::seccomp_stage::BwrapShim {
+        runner: "/opt/qr/bin/quest-runner".into(),
+        bwrap: "/usr/bin/bwrap".into(),
+        helper: "/root/npm/sandbox-runtime/vendor/seccomp/x64/apply-seccomp".into(),
+    };
+    let launch = plan(&AgentInputs {
+        job: &job,
+        account: &acct,
+        policy: &policy,
+        workspace: &ws,
+        system_prompt: "SYSTEM",
+        program: Path::new("/bin/claude"),
+        srt: None,
+        node: None,
+        runner: None,
+        bwrap_shim: Some(&shim),
+        host_env: host_env(),
+        gateway: Some(&claude_gateway()),
+    })
+    .unwrap();
+    let bin = claude::bin_dir(&ws.job_dir);
+    let path = &launch.env["PATH"];
+    assert!(
+        path.starts_with(&format!("{}:", bin.display())),
+        "PATH: {path}"
+    );
+    let script = launch
+        .files
+        .iter()
+        .find(|f| f.path == bin.join("bwrap"))
+        .map(|f| match &f.contents {
+            Contents::File(text, mode) => (text.clone(), *mode),
+            other => panic!("{other:?}"),
+        })
+        .expect("the bwrap script");
+    assert!(
+        script
+            .0
+            .contains("--quest-bwrap '/usr/bin/bwrap' '/bin/claude'"),
+        "{}",
+        script.0
+    );
+    assert_eq!(script.1 & 0o111, 0o100, "executable by its owner only");
+    let settings = match file(&launch, "settings.json") {
+        Contents::File(text, _) => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    let settings: serde_json::Value = serde_json::from_str(&settings).unwrap();
+    let allow_read = settings["sandbox"]["filesystem"]["allowRead"].to_string();
+    assert!(
+        allow_read.contains(&shim.helper.display().to_string()),
+        "{allow_read}"
+    );
+    assert!(launch.own.read.contains(&shim.helper));
+}
+
 #[test]
 fn claude_flags_keep_project_config_out() {
     let launch = claude_launch(&key_account());
@@ -623,6 +687,7 @@ fn claude_settings_render_macos_paths() {
     let s = claude::settings(
         &policy,
         Path::new("/Users/op/Library/quest/jobs/j1/runner/claude/gateway-token"),
+        None,
     );
     let fs = &s["sandbox"]["filesystem"];
     let deny_read = fs["denyRead"].to_string();

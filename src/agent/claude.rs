@@ -39,7 +39,10 @@ pub fn bin_dir(job_dir: &Path) -> PathBuf {
 
 /// The settings file: sandbox, permissions, and the API key helper, which hands Claude Code
 /// the job's gateway token (`token_file`), never the account's key.
-pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
+/// `helper`: srt's seccomp helper, where the runner moves Claude Code's seccomp stage
+/// (src/jobshell/seccomp_stage.rs): read by the commands' sandbox, wherever it is installed
+/// (under a home directory the policy hides, say).
+pub fn settings(policy: &SandboxPolicy, token_file: &Path, helper: Option<&Path>) -> Value {
     let checkout = rule_path(&policy.checkout);
     let temp = rule_path(&policy.tmpdir);
     // dontAsk denies whatever no rule allows, so these rules are the file tools' whole reach.
@@ -55,6 +58,12 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
             .map(String::from)
             .to_vec()
     };
+    let allow_read: Vec<PathBuf> = policy
+        .allow_read
+        .iter()
+        .cloned()
+        .chain(helper.map(Path::to_path_buf))
+        .collect();
     let mut allow: Vec<String> = vec!["Bash".into()];
     allow.extend(file_rules);
     allow.extend(["Glob", "Grep", "WebSearch", "TodoWrite"].map(String::from));
@@ -74,7 +83,7 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
             "excludedCommands": [],
             "filesystem": {
                 "denyRead": paths(&policy.deny_read),
-                "allowRead": paths(&policy.allow_read),
+                "allowRead": paths(&allow_read),
                 "allowWrite": paths(&policy.allow_write),
                 "denyWrite": paths(&policy.deny_write),
             },
@@ -130,7 +139,8 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
     let config_dir = config_dir(job_dir);
     let hook = job_dir.join("devshell-hook.sh");
     let token_file = token_file(job_dir);
-    let settings = settings(policy, &token_file);
+    let helper = inputs.bwrap_shim.map(|shim| shim.helper.as_path());
+    let settings = settings(policy, &token_file, helper);
 
     let mut files = vec![
         PlannedFile {

@@ -17,7 +17,10 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);
-            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token)})
+            let helper = cfg!(target_os = "linux")
+                .then(crate::binaries::apply_seccomp)
+                .and_then(Result::ok);
+            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token, helper.as_deref())})
         }
         Some(Account::Opencode(_)) => {
             let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
