@@ -149,10 +149,6 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-#[cfg(test)]
-#[path = "binaries_tests.rs"]
-mod tests;
-
 /// The variable naming srt's seccomp helper where it is not in srt's package.
 pub const APPLY_SECCOMP_VAR: &str = "QUEST_RUNNER_APPLY_SECCOMP";
 
@@ -198,3 +194,7 @@ pub fn srt_seccomp_helper(srt: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())?;
     std::fs::canonicalize(found).ok()
 }
+
+#[cfg(test)]
+#[path = "binaries_tests.rs"]
+mod tests;

@@ -72,16 +72,20 @@ impl Check {
 }
 
 fn binary_check(tool: Tool, why: &str, fix: &str) -> Check {
-    match binaries::find(tool) {
-        Ok(path) => Check::ok(
-            tool.program().to_string(),
-            format!("{} ({why})", path.display()),
-        ),
-        Err(e) => Check::fail(
-            tool.program().to_string(),
-            e.to_string(),
-            Some(fix.to_string()),
-        ),
+    found_check(tool.program(), binaries::find(tool), why, fix)
+}
+
+/// The check named `name` for a program found (its path, and `why` the job needs it) or not
+/// (the error, and `fix`).
+fn found_check(
+    name: &str,
+    found: Result<std::path::PathBuf, binaries::BinaryError>,
+    why: &str,
+    fix: &str,
+) -> Check {
+    match found {
+        Ok(path) => Check::ok(name, format!("{} ({why})", path.display())),
+        Err(e) => Check::fail(name, e.to_string(), Some(fix.to_string())),
     }
 }
 
@@ -209,25 +213,13 @@ fn userns_fix() -> String {
 /// runner's executor, Claude Code's in place of the helper in its own executable
 /// (src/jobshell/seccomp_stage.rs). The AppArmor profile names it.
 fn seccomp_helper_check() -> Check {
-    let name = "apply-seccomp";
-    match binaries::apply_seccomp() {
-        Ok(path) => Check::ok(
-            name,
-            format!(
-                "{} (srt's seccomp helper: starts each command of both agents)",
-                path.display()
-            ),
-        ),
-        Err(e) => Check::fail(
-            name,
-            e.to_string(),
-            Some(
-                "install @anthropic-ai/sandbox-runtime (scripts/setup does) and point \
-                 QUEST_RUNNER_SRT at its srt"
-                    .into(),
-            ),
-        ),
-    }
+    found_check(
+        "apply-seccomp",
+        binaries::apply_seccomp(),
+        "srt's seccomp helper: starts each command of both agents",
+        "install @anthropic-ai/sandbox-runtime (scripts/setup does) and point QUEST_RUNNER_SRT \
+         at its srt",
+    )
 }
 
 /// The checks a job of `agent` needs. `nix` is checked when a devShell will be built.

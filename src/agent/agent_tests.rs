@@ -62,6 +62,14 @@ fn host_env() -> Vec<(String, String)> {
 }
 
 fn claude_launch(account: &ClaudeAccount) -> Launch {
+    claude_launch_with(account, None)
+}
+
+/// [`claude_launch`], with Claude Code's bwrap moved onto the runner's (`shim`).
+fn claude_launch_with(
+    account: &ClaudeAccount,
+    shim: Option<&crate::jobshell::seccomp_stage::BwrapShim>,
+) -> Launch {
     let ws = workspace();
     let policy = policy(&ws);
     let job = job(AgentKind::Claude);
@@ -76,7 +84,7 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
         srt: None,
         node: None,
         runner: None,
-        bwrap_shim: None,
+        bwrap_shim: shim,
         host_env: host_env(),
         gateway: Some(&claude_gateway()),
     })
@@ -124,29 +132,12 @@ fn file<'a>(launch: &'a Launch, name: &str) -> &'a Contents {
 #[test]
 fn claude_runs_its_commands_through_the_runners_bwrap_and_srts_helper() {
     let ws = workspace();
-    let policy = policy(&ws);
-    let job = job(AgentKind::Claude);
-    let acct = Account::Claude(key_account());
     let shim = crate::jobshell::seccomp_stage::BwrapShim {
         runner: "/opt/qr/bin/quest-runner".into(),
         bwrap: "/usr/bin/bwrap".into(),
         helper: "/root/npm/sandbox-runtime/vendor/seccomp/x64/apply-seccomp".into(),
     };
-    let launch = plan(&AgentInputs {
-        job: &job,
-        account: &acct,
-        policy: &policy,
-        workspace: &ws,
-        system_prompt: "SYSTEM",
-        program: Path::new("/bin/claude"),
-        srt: None,
-        node: None,
-        runner: None,
-        bwrap_shim: Some(&shim),
-        host_env: host_env(),
-        gateway: Some(&claude_gateway()),
-    })
-    .unwrap();
+    let launch = claude_launch_with(&key_account(), Some(&shim));
     let bin = claude::bin_dir(&ws.job_dir);
     let path = &launch.env["PATH"];
     assert!(
