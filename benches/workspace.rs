@@ -14,6 +14,10 @@
 //! as a delta over the cached one (`workspace::tree_delta`), against the same job where no tree
 //! is cached (the whole tree written). Ratios against the baseline; nothing is asserted on time.
 //!
+//! A runner that is not root layers checkouts too, in a user namespace of the job's own
+//! (`workspace::owned_mount`): run as root with `QUEST_RUNNER_BENCH_USER=<user>`, the bench
+//! runs again as that user, the service user's lines after root's.
+//!
 //! `cargo bench --bench workspace` (`QUEST_RUNNER_BENCH_FILES=1000,20000` for other sizes).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,7 +32,9 @@ use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::run::confine::{chown_tree, hand_over};
 use quest_runner::state::StateDir;
 use quest_runner::workspace::job_git::JobGit;
+use quest_runner::workspace::namespace::JobNamespace;
 use quest_runner::workspace::Workspace;
+use std::sync::Arc;
 
 mod support;
 
@@ -161,7 +167,7 @@ async fn one_job(state: &StateDir, temp: &Path, job: &Job) -> JobTimes {
         .sum();
     t.walk = start.elapsed();
     assert!(bytes > 0);
-    t.status = status(&ws.paths.checkout);
+    t.status = status(&ws.paths.checkout, ws.namespace.as_ref());
     t.layered = ws.layer.is_some();
     let start = Instant::now();
     drop(ws);
@@ -206,18 +212,23 @@ async fn full_checkout(bare: &Path, rev: &str, dir: &Path) -> JobTimes {
     let mut seen = Seen::with_roots([git.checkout.as_path(), git.store.as_path()]);
     assert!(measure(&git.checkout, &mut seen).bytes > 0);
     t.walk = start.elapsed();
-    t.status = status(&git.checkout);
+    t.status = status(&git.checkout, None);
     let start = Instant::now();
     quest_runner::remove::remove_tree(dir).unwrap();
     t.removal = start.elapsed();
     t
 }
 
-/// `git status` in `checkout`: its time, and whether it was clean.
-fn status(checkout: &Path) -> (Duration, bool) {
+/// `git status` in `checkout` (in the job's namespace, where only that holds it): its time,
+/// and whether it was clean.
+fn status(checkout: &Path, ns: Option<&Arc<JobNamespace>>) -> (Duration, bool) {
     let start = Instant::now();
-    let out = Command::new("git")
-        .current_dir(checkout)
+    let mut git = Command::new("git");
+    git.current_dir(checkout);
+    if let Some(ns) = ns {
+        ns.enter(&mut git);
+    }
+    let out = git
         .args([
             "-c",
             "safe.directory=*",
@@ -280,9 +291,11 @@ async fn bench_size(files: usize) {
         ms(generated),
         ms(first.ready())
     );
-    let path = match first.layered {
-        true => "layered (new)",
-        false => "full checkout (not root: what jobs get here)",
+    let root = rustix::process::geteuid().is_root();
+    let path = match (first.layered, root) {
+        (true, true) => "layered (root)",
+        (true, false) => "layered (service user: in the job's user namespace)",
+        (false, _) => "full checkout (no overlay here: what jobs get)",
     };
     for n in 2..=3 {
         let t = one_job(&state, &temp, &job(&format!("j{n}"), &repo, &rev)).await;
@@ -341,9 +354,50 @@ async fn bench_new_revision(files: usize, dir: &Path, repo: &Path, state: &State
     );
 }
 
+/// The same bench as an unprivileged user (a runner that is its service user), when run as
+/// root and `QUEST_RUNNER_BENCH_USER` names one: this executable, copied where that user may
+/// run it, under `setpriv`, its lines after root's.
+fn as_service_user() {
+    let Ok(user) = std::env::var("QUEST_RUNNER_BENCH_USER") else {
+        println!(
+            "workspace: as root only (QUEST_RUNNER_BENCH_USER=<user> adds the service user's path)"
+        );
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("quest-bench-")
+        .tempdir()
+        .unwrap();
+    let exe = dir.path().join("workspace-bench");
+    std::fs::copy("/proc/self/exe", &exe).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for (path, mode) in [(dir.path(), 0o755), (exe.as_path(), 0o755)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, &user]).output().unwrap();
+        assert!(out.status.success(), "no user {user}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (uid, gid) = (id("-u"), id("-g"));
+    println!("workspace: the same jobs as {user} (uid {uid}), a runner that is not root");
+    let status = Command::new("setpriv")
+        .args(["--reuid", &uid, "--regid", &gid, "--clear-groups", "--"])
+        .arg(&exe)
+        .current_dir("/")
+        .env("TMPDIR", "/tmp")
+        .env_remove("QUEST_RUNNER_BENCH_USER")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the bench as {user}: {status}");
+}
+
 #[tokio::main]
 async fn main() {
     for files in sizes() {
         bench_size(files).await;
+    }
+    if rustix::process::geteuid().is_root() {
+        as_service_user();
     }
 }

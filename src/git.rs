@@ -109,6 +109,19 @@ pub struct Git {
     /// For a linked worktree: its common directory and its files.
     worktree: Option<Worktree>,
     operator_config: bool,
+    /// Applied to each of its commands: entering the job's namespace, the only one where a
+    /// checkout of a runner that is not root is mounted (`workspace::owned_mount`).
+    hook: Option<Hook>,
+}
+
+/// A [`process::CommandHook`], shown by its presence only.
+#[derive(Clone)]
+struct Hook(process::CommandHook);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +138,7 @@ impl Git {
             git_dir: git_dir.to_path_buf(),
             worktree: None,
             operator_config: false,
+            hook: None,
         })
     }
 
@@ -149,6 +163,14 @@ impl Git {
             operator_config: true,
             ..Git::new(git_dir)?
         })
+    }
+
+    /// This git, `hook` applied to each of its commands.
+    pub fn with_hook(self, hook: process::CommandHook) -> Git {
+        Git {
+            hook: Some(Hook(hook)),
+            ..self
+        }
     }
 
     pub fn git_dir(&self) -> &Path {
@@ -190,6 +212,9 @@ impl Git {
                 .arg(&wt.work_tree);
         }
         cmd.args(args);
+        if let Some(Hook(hook)) = &self.hook {
+            hook(cmd.as_std_mut());
+        }
         cmd
     }
 

@@ -190,8 +190,8 @@ fn file_systems_check(ctx: &Context) -> Check {
 
 /// How jobs get their checkout: layered on a revision's shared tree (ready in milliseconds at
 /// any size), or written whole for each job, and why (`workspace::overlay`). Information, not
-/// a warning: a full checkout is as safe, only slower on a large repository, and the setup
-/// without root (a service user) is the one to prefer.
+/// a warning: a full checkout is as safe, only slower on a large repository. A runner that is
+/// not root layers them too where it may make a user namespace (`workspace::owned_mount`).
 fn checkouts_check(ctx: &Context) -> Check {
     let trees = ctx
         .state
@@ -201,8 +201,12 @@ fn checkouts_check(ctx: &Context) -> Check {
         Ok(()) => Check::ok(
             "job checkouts",
             format!(
-                "an overlay per job on the revision's tree, written once in {}",
-                trees.display()
+                "an overlay per job on the revision's tree, written once in {}{}",
+                trees.display(),
+                match rustix::process::geteuid().is_root() {
+                    true => "",
+                    false => ", mounted in a user namespace of the job's own",
+                }
             ),
         ),
         Err(why) => Check::ok(

@@ -99,7 +99,7 @@ impl JobRun<'_> {
             proxy = self.start_network(&paths, &mut policy).await?;
         }
         let system_prompt = {
-            let instructions = crate::instructions::read(&paths.checkout);
+            let instructions = crate::instructions::read(&self.ws.checkout_view());
             system_prompt(self.job, &policy, devshell_attr.as_deref(), &instructions)
         };
         // `model` is dropped when this returns: the job's token is worthless from then on.
@@ -337,8 +337,8 @@ impl JobRun<'_> {
     }
 
     /// The mount namespace a root runner starts the confined agent in: its own checkout and
-    /// no other job's (`workspace::namespace`). A runner that is its service user mounts no
-    /// checkout, and has no namespace to make.
+    /// no other job's (`workspace::namespace`). A runner that is its service user starts it
+    /// in the namespace that alone holds its layered checkout, when it has one.
     fn agent_namespace(
         &self,
         paths: &WorkspacePaths,
@@ -346,7 +346,10 @@ impl JobRun<'_> {
     ) -> Result<Option<Arc<crate::workspace::namespace::JobNamespace>>, Stop> {
         let plant = self.runner.hooks.agent_mounts.clone();
         let root = rustix::process::geteuid().is_root();
-        if !root || (launch.confined.is_none() && plant.is_none()) {
+        if !root {
+            return Ok(self.ws.namespace.clone());
+        }
+        if launch.confined.is_none() && plant.is_none() {
             return Ok(None);
         }
         crate::workspace::namespace::JobNamespace::new(Some(&paths.checkout), plant)

@@ -89,13 +89,16 @@ pub(super) fn clean(job_root: &Path, lock_wait: std::time::Duration) {
     };
     // Removing through a mount would only cover the job's layer in whiteouts: unmounted
     // first, and left for the next sweep when that fails.
+    // A runner that is not root mounted it in the job's own namespace alone, gone with its
+    // descriptors (`owned_mount`): nothing is mounted in this one.
+    let root = rustix::process::geteuid().is_root();
     let unmounted = match &record.layer {
-        Some(_) => overlay::unmount(&record.checkout)
+        Some(_) if root => overlay::unmount(&record.checkout)
             .inspect_err(|e| {
                 tracing::warn!("could not unmount the job's checkout: {e}; the next sweep retries")
             })
             .is_ok(),
-        None => true,
+        _ => true,
     };
     let mut ok = unmounted;
     let mut remove = |dir: &Path| {

@@ -24,8 +24,10 @@
 //! objects and checkout) is all inside its own directory, and is removed with it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::namespace::JobNamespace;
 use super::overlay::Layer;
 use super::WorkspaceError;
 use crate::git::Git;
@@ -139,6 +141,8 @@ pub struct JobGit {
     pub checkout: PathBuf,
     /// How long the runner's git may take over the job's data ([`JOB_GIT_LIMIT`]).
     pub limit: Duration,
+    /// The namespace that alone holds the checkout's overlay, for a runner that is not root.
+    pub namespace: Option<Arc<JobNamespace>>,
 }
 
 impl JobGit {
@@ -150,6 +154,7 @@ impl JobGit {
             store,
             checkout: job_root.join("checkout"),
             limit: JOB_GIT_LIMIT,
+            namespace: None,
         }
     }
 
@@ -172,7 +177,7 @@ impl JobGit {
     /// the store and the `.git` file, and the tree's index, whose stat data is what the job's
     /// git sees through the mount, so `git status` finds it clean without reading a file.
     pub async fn create_layered(
-        &self,
+        &mut self,
         bare: &Path,
         rev: &str,
         exclude: &str,
@@ -186,9 +191,17 @@ impl JobGit {
         // is empty and the checkout still holds it.
         let dotgit = self.checkout.join(".git");
         std::fs::rename(&dotgit, layer.upper.join(".git")).at("moving", &dotgit)?;
+        if !rustix::process::geteuid().is_root() {
+            // Mounted in the job's own namespaces, which the runner's git enters from now on.
+            let ns = JobNamespace::owned(layer, &self.checkout).map_err(|e| {
+                IoError::at("mounting the checkout's overlay on", &self.checkout, e)
+            })?;
+            self.namespace = Some(ns);
+            return Ok(());
+        }
         // The layer goes to the agent's identity now, as a full checkout does when the agent
         // starts: once mounted, it may change only through the mount, or overlayfs' view of
-        // it goes stale (layers are only made by a root runner, which always hands over).
+        // it goes stale.
         crate::agent_id::chown_tree(&layer.upper)
             .at("handing to the agent's identity", &layer.upper)?;
         layer.mount(&self.checkout)?;
@@ -242,7 +255,11 @@ impl JobGit {
     /// The runner's git on the checkout: the runner's own paths for the admin dir, the common
     /// dir and the files (see `crate::git`).
     pub fn git(&self) -> Result<Git, WorkspaceError> {
-        Ok(Git::worktree(&self.admin, &self.store, &self.checkout)?)
+        let git = Git::worktree(&self.admin, &self.store, &self.checkout)?;
+        Ok(match &self.namespace {
+            Some(ns) => git.with_hook(ns.hook()),
+            None => git,
+        })
     }
 
     /// The commit the checkout's HEAD names: an object id the job chose, not yet a verified

@@ -40,7 +40,9 @@ use crate::util::io::{IoContext, IoError};
 use cleanup::{clean, Cleanup};
 use clone::{fetch, lock_bare, nix_ref};
 use job_git::JobGit;
+use namespace::JobNamespace;
 use overlay::Layer;
+use std::sync::Arc;
 use stubs::exclude_text;
 
 mod cleanup;
@@ -48,6 +50,7 @@ mod clone;
 pub mod job_git;
 pub mod namespace;
 pub mod overlay;
+mod owned_mount;
 mod paths;
 pub mod revision_tree;
 mod stubs;
@@ -103,6 +106,9 @@ pub struct Workspace {
     pub proxy_tmp: PathBuf,
     /// The job's layer when its checkout is an overlay of the revision's shared tree.
     pub layer: Option<Layer>,
+    /// The namespace that alone holds the layered checkout of a runner that is not root
+    /// (`owned_mount`): the agent starts in it, and the runner's git enters it.
+    pub namespace: Option<Arc<JobNamespace>>,
     git: JobGit,
     /// Released after the drop's cleanup has unmounted the overlay.
     _tree_hold: Option<revision_tree::TreeHold>,
@@ -163,7 +169,7 @@ impl Workspace {
             job_root: layout.root.clone(),
             armed: true,
         };
-        let git = JobGit::at(&layout.root);
+        let mut git = JobGit::at(&layout.root);
         std::fs::create_dir(&layout.runner_dir).at("creating", &layout.runner_dir)?;
         // The job's own store and worktree: no lock, nothing shared is written.
         match (&tree, &layer) {
@@ -189,6 +195,7 @@ impl Workspace {
             job_root: layout.root,
             proxy_tmp,
             layer,
+            namespace: git.namespace.clone(),
             git,
             _tree_hold: tree_hold,
             _lock: lock,
@@ -229,6 +236,14 @@ impl Workspace {
 }
 
 impl Workspace {
+    /// The checkout as the runner's own process reads it: at its path, or, when only the job's
+    /// namespace holds it (a runner that is not root), through that namespace's descriptor
+    /// of it (a path of this process's alone, which no child inherits).
+    pub fn checkout_view(&self) -> PathBuf {
+        let view = self.namespace.as_ref().and_then(|ns| ns.checkout_view());
+        view.unwrap_or_else(|| self.paths.checkout.clone())
+    }
+
     /// What the job writes, for the disk watchdog: all of it is the job's own (the shared
     /// clone is the runner's alone). A tree inside another (the checkout and the git store in
     /// the job's directory) counts under its own name.
@@ -254,6 +269,10 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
+        // The job's own namespace first: with it goes its mount (this is the last hold once
+        // the job's processes are gone).
+        self.namespace = None;
+        self.git.namespace = None;
         clean(&self.job_root, CLEANUP_LOCK_WAIT);
     }
 }
@@ -279,8 +298,10 @@ async fn shared_tree(
     if overlay::available(&trees).is_err() {
         return Ok(None);
     }
-    // The agent's identity owns the files of every checkout a root runner makes.
-    let hand_over = Some(crate::agent_id::chown_tree);
+    // The agent's identity owns the files of every checkout a root runner makes; any other
+    // runner's are its own.
+    let root = rustix::process::geteuid().is_root();
+    let hand_over = root.then_some(crate::agent_id::chown_tree);
     // `gc` may take a tree away between its write and the hold: written again then.
     for _ in 0..3 {
         let tree = revision_tree::ensure(state, bare, rev, hand_over).await?;

@@ -26,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::overlay::OVERLAY_SOURCE;
+use super::overlay::{Layer, OVERLAY_SOURCE};
 use crate::util::mount_ns::in_private_namespace;
 
 /// What runs inside the job's namespace as it is made, before any process enters it: the
@@ -34,9 +34,14 @@ use crate::util::mount_ns::in_private_namespace;
 pub type PlantHook = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
 
 /// A job's mount namespace, held open by its descriptor until every process meant to enter
-/// it has been started.
+/// it has been started. A runner that is not root makes it in a user namespace of its own
+/// (`owned_mount`), which whoever enters it enters first.
+#[derive(Debug)]
 pub struct JobNamespace {
     fd: OwnedFd,
+    user: Option<OwnedFd>,
+    /// The checkout mounted in it, when only this namespace has the mount (`owned_mount`).
+    checkout: Option<OwnedFd>,
 }
 
 impl JobNamespace {
@@ -52,7 +57,54 @@ impl JobNamespace {
             let ns = std::fs::File::open("/proc/thread-self/ns/mnt")?;
             Ok(OwnedFd::from(ns))
         })?;
-        Ok(Arc::new(JobNamespace { fd }))
+        Ok(Arc::new(JobNamespace {
+            fd,
+            user: None,
+            checkout: None,
+        }))
+    }
+
+    /// The namespaces of a runner that is not root, with `layer` mounted on `on` in them and
+    /// nowhere else.
+    pub(super) fn owned(layer: &Layer, on: &Path) -> io::Result<Arc<JobNamespace>> {
+        let data = super::overlay::owned_options(layer)?;
+        let mount = super::owned_mount::mount_overlay(&data, on)?;
+        Ok(Arc::new(JobNamespace {
+            fd: mount.mnt,
+            user: Some(mount.user),
+            checkout: Some(mount.checkout),
+        }))
+    }
+
+    /// Where the runner itself reads the checkout mounted only in this namespace: through
+    /// the descriptor of its root (the path is this process's alone; no child inherits it).
+    pub fn checkout_view(&self) -> Option<PathBuf> {
+        let fd = self.checkout.as_ref()?;
+        Some(PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+    }
+
+    /// [`JobNamespace::enter`] as a hook for whoever takes one (the runner's git).
+    pub fn hook(self: &Arc<Self>) -> crate::process::CommandHook {
+        let ns = Arc::clone(self);
+        Arc::new(move |cmd| ns.enter(cmd))
+    }
+
+    /// Between fork and exec: into the user namespace first (whose owner may then enter the
+    /// mount namespace it owns), then the mount namespace, then back to `cwd`.
+    fn move_in(&self, cwd: Option<&std::ffi::CStr>) -> io::Result<()> {
+        use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+        if let Some(user) = &self.user {
+            // SAFETY: the descriptor is kept open by `self`.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(user.as_raw_fd()) };
+            move_into_link_name_space(fd, Some(LinkNameSpaceType::User))?;
+        }
+        // SAFETY: the descriptor is kept open by `self`.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd.as_raw_fd()) };
+        move_into_link_name_space(fd, Some(LinkNameSpaceType::Mount))?;
+        if let Some(cwd) = cwd {
+            rustix::process::chdir(cwd)?;
+        }
+        Ok(())
     }
 
     /// Makes `cmd` enter the namespace between fork and exec, and go back to its working
@@ -63,19 +115,11 @@ impl JobNamespace {
         let cwd = cmd
             .get_current_dir()
             .and_then(|d| CString::new(d.as_os_str().as_bytes()).ok());
-        // SAFETY: setns and chdir are async-signal-safe; the closure touches only a
-        // descriptor (kept open by the `Arc` the command holds) and a string made before the
+        // SAFETY: setns and chdir are async-signal-safe; the closure touches only
+        // descriptors (kept open by the `Arc` the command holds) and a string made before the
         // fork.
         unsafe {
-            cmd.pre_exec(move || {
-                use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
-                let fd = std::os::fd::BorrowedFd::borrow_raw(ns.fd.as_raw_fd());
-                move_into_link_name_space(fd, Some(LinkNameSpaceType::Mount))?;
-                if let Some(cwd) = &cwd {
-                    rustix::process::chdir(cwd.as_c_str())?;
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || ns.move_in(cwd.as_deref()));
         }
     }
 }

@@ -10,18 +10,22 @@
 //! <state>/jobs/<id>/checkout/          the mount: what the job, its git and Nix see
 //! ```
 //!
-//! The mount is in the runner's mount namespace, so the runner's git, the devShell's Nix and
-//! bubblewrap (which binds the checkout like any directory) all see the same view. A job
+//! A root runner's mount is in its own mount namespace, so the runner's git and bubblewrap
+//! (which binds the checkout like any directory) see the same view. A job
 //! cannot reach the lower layer by any path: the trees directory is the runner's alone, and
 //! the namespace binds only the mount. Whatever it writes through the mount — files, deletions
 //! (overlayfs' whiteouts), renames — lands in its upper layer; the extended attributes that
 //! could steer overlayfs (`trusted.overlay.*`) are root's in the host's user namespace, which
 //! no job process is in.
 //!
-//! Needs: root (mounting), and overlayfs with the upper layer on a file system that has
-//! extended attributes (ext4, xfs, btrfs, tmpfs). Without them — a runner that is its service
-//! user, a container without `CAP_SYS_ADMIN` — [`available`] says why once, and jobs get a
-//! full checkout of their own, as before.
+//! A runner that is not root (its service user) mounts the same overlay in a user namespace
+//! of its own instead (`owned_mount`): only the job's processes and the runner's git, which
+//! enter it, see the mount.
+//!
+//! Needs: root, or unprivileged overlayfs in a user namespace (Linux 5.11+, user namespaces
+//! allowed), and overlayfs with the upper layer on a file system that has extended attributes
+//! (ext4, xfs, btrfs, tmpfs). Without them [`available`] says why once, and jobs get a full
+//! checkout of their own, as before.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -115,6 +119,15 @@ pub fn unmount(on: &Path) -> Result<(), IoError> {
     }
 }
 
+/// The options of a mount in a user namespace of the runner's (`owned_mount`): overlayfs keeps
+/// its own attributes as `user.overlay.*` there, which it refuses to set or show through the
+/// mount, so a job can no more steer it than under `trusted.overlay.*`.
+pub(super) fn owned_options(layer: &Layer) -> std::io::Result<std::ffi::CString> {
+    let mut text = options(layer)?.into_bytes();
+    text.extend_from_slice(b",userxattr");
+    std::ffi::CString::new(text).map_err(std::io::Error::other)
+}
+
 /// The mount's options. overlayfs splits them at `,` and its layer lists at `:`, and reads `\`
 /// as an escape: a path holding one is refused rather than escaped (the state directory's path
 /// is the operator's choice, never a job's).
@@ -155,9 +168,11 @@ pub fn available(scratch: &Path) -> Result<(), &'static str> {
     let answer = ANSWER.get_or_init(|| {
         let scratch = scratch.to_path_buf();
         let answer = match rustix::process::geteuid().is_root() {
-            false => Err("the runner is not root, and mounting an overlay needs root".into()),
-            true => crate::util::mount_ns::in_private_namespace(move || Ok(probe(&scratch)))
-                .unwrap_or_else(|e| Err(format!("no mount namespace of its own: {e}"))),
+            false => probe(&scratch, Mounter::Owned),
+            true => crate::util::mount_ns::in_private_namespace(move || {
+                Ok(probe(&scratch, Mounter::Root))
+            })
+            .unwrap_or_else(|e| Err(format!("no mount namespace of its own: {e}"))),
         };
         if let Err(why) = &answer {
             tracing::info!(
@@ -169,7 +184,15 @@ pub fn available(scratch: &Path) -> Result<(), &'static str> {
     answer.as_ref().map(|_| ()).map_err(|why| why.as_str())
 }
 
-fn probe(scratch: &Path) -> Result<(), String> {
+/// Who mounts a job's checkout: a root runner in its own mount namespace, or any other in a
+/// user namespace of its own (`owned_mount`).
+#[derive(Clone, Copy)]
+enum Mounter {
+    Root,
+    Owned,
+}
+
+fn probe(scratch: &Path, mounter: Mounter) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     // Owner only, like the trees that will be made beside the probe.
     std::fs::DirBuilder::new()
@@ -189,9 +212,27 @@ fn probe(scratch: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", dir.path().display()));
     made?;
     layer.create().map_err(|e| e.to_string())?;
-    let mounted = layer.mount(&merged);
-    let _ = unmount(&merged);
-    mounted.map_err(|e| format!("overlayfs could not be mounted here: {e}"))
+    let answer = match mounter {
+        Mounter::Root => {
+            let mounted = layer.mount(&merged);
+            let _ = unmount(&merged);
+            mounted.map_err(|e| format!("overlayfs could not be mounted here: {e}"))
+        }
+        // The namespaces end with the descriptors, dropped here.
+        Mounter::Owned => owned_options(&layer)
+            .and_then(|data| super::owned_mount::mount_overlay(&data, &merged))
+            .map(drop)
+            .map_err(|e| {
+                format!(
+                    "the runner is not root, and overlayfs could not be mounted in a user \
+                     namespace of its own ({e}); it needs Linux 5.11 or later, unprivileged \
+                     user namespaces, and on Ubuntu an AppArmor profile that allows them"
+                )
+            }),
+    };
+    // overlayfs leaves a directory no one may enter in its work dir: made writable first.
+    let _ = crate::remove::remove_tree(dir.path());
+    answer
 }
 
 #[cfg(test)]

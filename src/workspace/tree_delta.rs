@@ -86,7 +86,7 @@ pub(super) async fn write(
     tmp: &Path,
     hand_over: bool,
 ) -> Result<(), WorkspaceError> {
-    let git = JobGit::at(tmp);
+    let mut git = JobGit::at(tmp);
     git.add_worktree(bare, rev, "").await?;
     let index = git.admin.join("index");
     std::fs::copy(&base.index, &index).at("copying", &base.index)?;
@@ -96,8 +96,20 @@ pub(super) async fn write(
     let made = git.checkout.join(".git");
     std::fs::rename(&made, &dotgit).at("moving", &made)?;
     {
-        layer.mount(&git.checkout)?;
-        let _mounted = Mounted(&git.checkout);
+        // A runner that is not root mounts it in namespaces of its own, which its git enters
+        // and which end with the descriptors (`owned_mount`).
+        let _mounted = match rustix::process::geteuid().is_root() {
+            true => {
+                layer.mount(&git.checkout)?;
+                Some(Mounted(&git.checkout))
+            }
+            false => {
+                let ns = super::namespace::JobNamespace::owned(&layer, &git.checkout)
+                    .at("mounting a revision tree's build on", &git.checkout)?;
+                git.namespace = Some(ns);
+                None
+            }
+        };
         // Entries that match the base's index are left alone: only what differs is written.
         git.git()?.output(&["reset", "--hard", "--quiet"]).await?;
         if hand_over {
@@ -107,6 +119,7 @@ pub(super) async fn write(
                 .output_within(&["update-index", "-q", "--refresh"], git.limit)
                 .await?;
         }
+        git.namespace = None;
     }
     std::fs::remove_file(&dotgit).at("removing", &dotgit)?;
     std::fs::rename(&index, tmp.join("index")).at("moving", &index)?;

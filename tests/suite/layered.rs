@@ -1,12 +1,12 @@
 //! A job's checkout layered on its revision's shared tree (issue 31, `workspace::overlay`), as
-//! every job of a root runner gets it: ready without writing the revision's files, clean to
+//! every job gets it (a runner that is not root in a namespace of the job's own, issue 42): ready without writing the revision's files, clean to
 //! git by stat alone, everything the job writes (files, deletions, its commits) in its own
 //! layer, the tree unchanged for the next job, and nothing left mounted or on disk at its end,
 //! also when the runner died mid-job.
 
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use quest_runner::state::StateDir;
@@ -18,7 +18,7 @@ use support::*;
 fn root_or_skip() -> bool {
     let root = rustix::process::geteuid().is_root();
     if !root {
-        eprintln!("skipped: a runner that is not root gives each job a full checkout");
+        eprintln!("skipped: a runner that is not root mounts no checkout in its own namespace");
     }
     root
 }
@@ -32,9 +32,40 @@ fn mounted(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(&path))
 }
 
+/// The checkout as this process reads it: at its path for a root runner, through the
+/// namespace that alone holds it for any other (`workspace::owned_mount`).
+fn seen(ws: &Workspace) -> PathBuf {
+    ws.checkout_view()
+}
+
+/// Whether the job's checkout is mounted where its processes start.
+fn is_mounted(ws: &Workspace) -> bool {
+    let checkout = ws.paths.checkout.to_string_lossy();
+    match &ws.namespace {
+        Some(ns) => mounts_seen_in(ns)
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(&checkout)),
+        None => mounted(&ws.paths.checkout),
+    }
+}
+
+/// Git in the job's checkout, as its processes run it (in its namespace, if it has one).
+fn git_at(ws: &Workspace, args: &[&str]) -> String {
+    git_with(&ws.paths.checkout, ws.namespace.as_ref(), args)
+}
+
 fn git_in(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
+    git_with(dir, None, args)
+}
+
+fn git_with(dir: &Path, ns: Option<&std::sync::Arc<JobNamespace>>, args: &[&str]) -> String {
+    let mut git = std::process::Command::new("git");
+    // Entering goes back to the command's directory, so that is set first.
+    git.current_dir(dir);
+    if let Some(ns) = ns {
+        ns.enter(&mut git);
+    }
+    let out = git
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .args([
@@ -54,9 +85,6 @@ fn git_in(dir: &Path, args: &[&str]) -> String {
 
 #[tokio::test]
 async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
-    if !root_or_skip() {
-        return;
-    }
     let repo = Repo::new();
     let rev = repo.commit(&[("README.md", "hello\n"), ("src/lib.rs", "fn f() {}\n")]);
     let state_dir = tempfile::tempdir().unwrap();
@@ -73,28 +101,28 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
         let layer = ws
             .layer
             .as_ref()
-            .expect("a root runner layers the checkout");
+            .expect("the runner layers the checkout, root or not");
         assert_eq!(layer.lower, std::fs::canonicalize(&tree).unwrap());
-        assert!(
-            mounted(&ws.paths.checkout),
-            "{}",
-            ws.paths.checkout.display()
-        );
+        assert!(is_mounted(ws), "{}", ws.paths.checkout.display());
+        // A runner that is not root has it mounted in the job's namespace alone.
+        let root = rustix::process::geteuid().is_root();
+        assert_eq!(ws.namespace.is_some(), !root);
+        assert_eq!(mounted(&ws.paths.checkout), root);
         assert_eq!(ws.uncommitted().await.unwrap(), Vec::<String>::new());
         assert_eq!(
-            std::fs::read_to_string(ws.paths.checkout.join("README.md")).unwrap(),
+            std::fs::read_to_string(seen(ws).join("README.md")).unwrap(),
             "hello\n"
         );
     }
     // The first job edits, deletes, adds and commits; all of it lands in its layer.
-    let c = &first.paths.checkout.clone();
+    let c = &seen(&first);
     std::fs::write(c.join("README.md"), "edited\n").unwrap();
     std::fs::remove_file(c.join("src/lib.rs")).unwrap();
     std::fs::write(c.join("new.txt"), "new\n").unwrap();
     let status = first.uncommitted().await.unwrap();
     assert_eq!(status, ["README.md", "src/lib.rs", "new.txt"], "{status:?}");
-    git_in(c, &["add", "-A"]);
-    git_in(c, &["commit", "-q", "-m", "job's work"]);
+    git_at(&first, &["add", "-A"]);
+    git_at(&first, &["commit", "-q", "-m", "job's work"]);
     let (head, commits) = first.commits_since("l1", &rev).await.unwrap();
     assert_eq!(commits, std::slice::from_ref(&head));
     let upper = first.layer.clone().unwrap().upper;
@@ -108,7 +136,7 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
         "hello\n"
     );
     assert!(tree.join("src/lib.rs").is_file() && !tree.join("new.txt").exists());
-    let other = &second.paths.checkout;
+    let other = &seen(&second);
     assert_eq!(
         std::fs::read_to_string(other.join("README.md")).unwrap(),
         "hello\n"
@@ -120,7 +148,8 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
     let counted = trees.iter().find(|t| t.label == "checkout").unwrap();
     assert_eq!(counted.path, upper);
     // Its end unmounts and removes its layer; the tree stays for the next job.
-    let (checkout, layer_dir) = (c.clone(), upper.parent().unwrap().to_path_buf());
+    let checkout = first.paths.checkout.clone();
+    let layer_dir = upper.parent().unwrap().to_path_buf();
     drop(first);
     assert!(!mounted(&checkout) && !checkout.exists() && !layer_dir.exists());
     assert!(tree.join("README.md").is_file());
@@ -128,7 +157,7 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
         .await
         .unwrap();
     assert_eq!(
-        std::fs::read_to_string(third.paths.checkout.join("README.md")).unwrap(),
+        std::fs::read_to_string(seen(&third).join("README.md")).unwrap(),
         "hello\n"
     );
     // The first job's commit is in the shared clone, as from a full checkout.
@@ -444,9 +473,6 @@ async fn a_jobs_namespace_holds_no_other_checkout_while_others_start_and_end() {
 /// base while the delta lies on it.
 #[tokio::test]
 async fn a_revision_near_a_cached_one_writes_only_what_changed() {
-    if !root_or_skip() {
-        return;
-    }
     let repo = Repo::new();
     let mut files: Vec<(String, String)> = (0..12)
         .map(|i| (format!("dir/f{i}"), format!("file {i}\n")))
@@ -488,7 +514,7 @@ async fn a_revision_near_a_cached_one_writes_only_what_changed() {
     let layer = ws.layer.as_ref().unwrap();
     assert_eq!(layer.lower, tree.join("delta").canonicalize().unwrap());
     assert_eq!(layer.below, [base.join("files").canonicalize().unwrap()]);
-    let c = &ws.paths.checkout;
+    let c = &seen(&ws);
     assert_eq!(std::fs::read_to_string(c.join("a")).unwrap(), "changed\n");
     assert_eq!(std::fs::read_to_string(c.join("dir/new")).unwrap(), "new\n");
     assert_eq!(
@@ -497,7 +523,7 @@ async fn a_revision_near_a_cached_one_writes_only_what_changed() {
     );
     assert!(!c.join("b").exists());
     assert_eq!(ws.uncommitted().await.unwrap(), Vec::<String>::new());
-    assert_eq!(git_in(c, &["rev-parse", "HEAD"]).trim(), second);
+    assert_eq!(git_at(&ws, &["rev-parse", "HEAD"]).trim(), second);
     // Held, neither goes; unheld, the delta goes first and then its base.
     assert!(revision_tree::gc(&state, Duration::ZERO).is_empty());
     drop(ws);

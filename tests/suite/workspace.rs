@@ -27,7 +27,7 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
     let proxy_tmp = ws.proxy_tmp.clone();
     assert!(proxy_tmp.is_dir());
     assert_eq!(
-        std::fs::read_to_string(p.checkout.join("README.md")).unwrap(),
+        std::fs::read_to_string(ws.checkout_view().join("README.md")).unwrap(),
         "hello\n"
     );
     assert!(p.temp_dir.starts_with("/tmp"));
@@ -52,7 +52,7 @@ async fn prepare_lays_out_the_job_and_drop_removes_it() {
         std::fs::read_to_string(p.git_store.join("objects/info/alternates")).unwrap(),
         format!("{}\n", p.bare_clone.join("objects").display())
     );
-    let head = git(&p.checkout, &["rev-parse", "HEAD"]);
+    let head = git_in_job(&ws, &["rev-parse", "HEAD"]);
     assert_eq!(head, rev);
     assert!(
         ws.uncommitted().await.unwrap().is_empty(),
@@ -220,7 +220,7 @@ async fn jobs_of_one_repository_prepare_and_end_side_by_side() {
                 let ws = Workspace::prepare(&state, &job).await?;
                 // Stagger the ends so drops overlap the next job's add.
                 tokio::time::sleep(Duration::from_millis(n * 7)).await;
-                let head = git(&ws.paths.checkout, &["rev-parse", "HEAD"]);
+                let head = git_in_job(&ws, &["rev-parse", "HEAD"]);
                 drop(ws);
                 Ok::<_, quest_runner::workspace::WorkspaceError>(head)
             }));
@@ -269,7 +269,7 @@ async fn fetching_a_new_revision_while_other_jobs_come_and_go() {
         let ws = Workspace::prepare(&state, &job(&format!("new{round}"), &repo.src(), &rev))
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        assert_eq!(git(&ws.paths.checkout, &["rev-parse", "HEAD"]), rev);
+        assert_eq!(git_in_job(&ws, &["rev-parse", "HEAD"]), rev);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for task in churn {

@@ -20,8 +20,27 @@ pub fn system() -> String {
 }
 
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
+    git_entering(dir, None, args)
+}
+
+/// [`git`] in a job's checkout as the job's processes see it: in the namespace that alone
+/// holds it when the runner is not root (`workspace::owned_mount`).
+pub fn git_in_job(ws: &quest_runner::workspace::Workspace, args: &[&str]) -> String {
+    git_entering(&ws.paths.checkout, ws.namespace.as_ref(), args)
+}
+
+fn git_entering(
+    dir: &Path,
+    ns: Option<&std::sync::Arc<quest_runner::workspace::namespace::JobNamespace>>,
+    args: &[&str],
+) -> String {
+    let mut git = Command::new("git");
+    // Entering goes back to the command's directory, so that is set first.
+    git.current_dir(dir);
+    if let Some(ns) = ns {
+        ns.enter(&mut git);
+    }
+    let out = git
         .args([
             // A root runner's checkout is the agent's identity's from the start (its layer is
             // handed over before it is mounted).

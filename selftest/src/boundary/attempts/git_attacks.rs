@@ -212,7 +212,7 @@ pub fn later_job_view(fixture: &Fixture, file: &str) -> Result<String, String> {
             let ws = Workspace::prepare(&state, &job)
                 .await
                 .map_err(|e| format!("the later job could not be prepared: {e}"))?;
-            let job_sees = std::fs::read_to_string(ws.paths.checkout.join(file))
+            let job_sees = std::fs::read_to_string(ws.checkout_view().join(file))
                 .map_err(|e| format!("the later job's {file}: {e}"))?;
             let fresh = tempfile::Builder::new()
                 .prefix("later-tree-")
