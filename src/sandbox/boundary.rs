@@ -181,14 +181,19 @@ pub fn namespace_args(
     for path in &hidden {
         out.extend(hide(path));
     }
-    let reads = policy.allow_read.iter().chain(&own.read);
-    for path in sorted(reads) {
-        out.extend(bind("--ro-bind-try", &path));
+    let writes = outermost(sorted(policy.allow_write.iter().chain(&own.write)));
+    let reads = outermost(sorted(policy.allow_read.iter().chain(&own.read)));
+    // A read bound where a write is bound later would be covered by it.
+    for path in reads
+        .iter()
+        .filter(|r| !writes.iter().any(|w| r.starts_with(w)))
+    {
+        out.extend(bind("--ro-bind-try", path));
     }
-    for path in sorted(policy.allow_write.iter().chain(&own.write)) {
-        out.extend(bind("--bind-try", &path));
+    for path in &writes {
+        out.extend(bind("--bind-try", path));
     }
-    for path in sorted(policy.deny_write.iter().chain(&own.read_only)) {
+    for path in outermost(sorted(policy.deny_write.iter().chain(&own.read_only))) {
         out.extend(bind("--ro-bind-try", &path));
     }
     if let Some(passwd) = passwd {
@@ -342,6 +347,21 @@ fn hide(path: &Path) -> Vec<String> {
 fn bind(option: &str, path: &Path) -> Vec<String> {
     let p = path.to_string_lossy().into_owned();
     vec![option.to_string(), p.clone(), p]
+}
+
+/// `paths` (parents first) without those inside another of them. Each step binds its paths
+/// the same way, each recursively from the host's tree, so a path inside one bound before
+/// shows the same files either way: its own bind would only add a mount, and every mount a
+/// job's namespace holds is one more that each bubblewrap started inside it (Claude Code's,
+/// for every command) copies and walks, once per mount it makes (issue 42).
+fn outermost(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::with_capacity(paths.len());
+    for path in paths {
+        if !out.iter().any(|kept| path.starts_with(kept)) {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// Parents before children (a later bind covers an earlier one below it), each path once.

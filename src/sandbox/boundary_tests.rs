@@ -85,6 +85,41 @@ fn denied_trees_are_hidden_before_the_workspace_is_bound_back() {
 }
 
 #[test]
+fn no_bind_is_made_where_another_of_its_step_or_a_later_write_shows_the_same_files() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let policy = policy(r);
+    let runner = r.join("state/jobs/j1/runner");
+    let own = OwnFiles {
+        // The runner's dir and a file inside it; the checkout, also written below.
+        read: vec![
+            runner.join("devshell.sh"),
+            runner.clone(),
+            policy.checkout.clone(),
+        ],
+        write: vec![runner.join("claude"), runner.join("claude/projects")],
+        read_only: vec![runner.join("claude/a"), runner.join("claude/a/b")],
+    };
+    let args = namespace_args(&policy, &own, None);
+    let count = |option: &str, path: &Path| {
+        let p = path.to_string_lossy();
+        args.windows(3)
+            .filter(|w| w[0] == option && w[1] == p && w[2] == p)
+            .count()
+    };
+    assert_eq!(count("--ro-bind-try", &runner), 1);
+    assert_eq!(count("--ro-bind-try", &runner.join("devshell.sh")), 0);
+    // Read, then written: the write alone.
+    assert_eq!(count("--ro-bind-try", &policy.checkout), 0);
+    assert_eq!(count("--bind-try", &policy.checkout), 1);
+    assert_eq!(count("--bind-try", &runner.join("claude")), 1);
+    assert_eq!(count("--bind-try", &runner.join("claude/projects")), 0);
+    // Read-only inside a written tree stays, once per outermost path.
+    assert_eq!(count("--ro-bind-try", &runner.join("claude/a")), 1);
+    assert_eq!(count("--ro-bind-try", &runner.join("claude/a/b")), 0);
+}
+
+#[test]
 fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
     let root = tempfile::tempdir().unwrap();
     let policy = policy(root.path());
