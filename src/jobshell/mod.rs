@@ -22,6 +22,7 @@
 //! AF_UNIX socket a command would need to reach it anyway; the boundary suite tries
 //! (`shell-socket`).
 
+pub mod bwrap_args;
 pub mod client;
 pub mod executor;
 pub mod fingerprint;

@@ -18,6 +18,9 @@
 //!                      apply-seccomp <shell> -c <command>
 //! ```
 //!
+//! On the way, the bwrap mode drops the mounts of Claude Code's line that a later one repeats
+//! (`bwrap_args`): the same view, built with fewer mounts.
+//!
 //! Both helpers take the same arguments and make the same namespaces and filters; srt's keeps
 //! `ARGV0` in the command's environment (Claude Code's drops it), and zsh would take it as the
 //! name of every program it runs, so the stage drops it first.
@@ -114,8 +117,9 @@ fn bwrap_mode((bwrap, agent, helper): (&Path, &Path, &Path), args: Vec<OsString>
         eprintln!("quest-runner: Claude Code's seccomp stage: {e}");
         return ExitCode::from(CANNOT_EXECUTE);
     }
+    // The same view with fewer mounts: each costs every command (`bwrap_args`).
     let e = std::process::Command::new(bwrap)
-        .args(args)
+        .args(super::bwrap_args::without_repeats(args))
         .env(HELPER_VAR, helper)
         .exec();
     eprintln!("quest-runner: starting {}: {e}", bwrap.display());
