@@ -939,6 +939,16 @@ async fn nothing_the_runner_started_outlives_its_kill_9() {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
     assert!(left.is_empty(), "survived the runner's kill -9: {left:#?}");
+    // What the next runner's start does: the killed job's workspace swept (a root runner's
+    // checkout is still mounted), so nothing of it outlives the test either.
+    let state = quest_runner::state::StateDir::at(runner.state());
+    assert_eq!(quest_runner::workspace::sweep_abandoned(&state), 1);
+    let checkout = runner.state().join("jobs/killed/checkout");
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(checkout.to_string_lossy().as_ref()));
+    assert!(!mounted && !checkout.exists(), "the killed job's checkout is left");
 }
 
 /// An agent installed in a hidden tree brings itself into the namespace, not its neighbours:
