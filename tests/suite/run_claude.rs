@@ -948,7 +948,10 @@ async fn nothing_the_runner_started_outlives_its_kill_9() {
         .unwrap()
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(checkout.to_string_lossy().as_ref()));
-    assert!(!mounted && !checkout.exists(), "the killed job's checkout is left");
+    assert!(
+        !mounted && !checkout.exists(),
+        "the killed job's checkout is left"
+    );
 }
 
 /// An agent installed in a hidden tree brings itself into the namespace, not its neighbours:
