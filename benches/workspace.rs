@@ -167,7 +167,7 @@ async fn one_job(state: &StateDir, temp: &Path, job: &Job) -> JobTimes {
         .sum();
     t.walk = start.elapsed();
     assert!(bytes > 0);
-    t.status = status(&ws.paths.checkout, ws.namespace.as_ref());
+    t.status = status(&ws.paths.checkout, ws.namespace());
     t.layered = ws.layer.is_some();
     let start = Instant::now();
     drop(ws);

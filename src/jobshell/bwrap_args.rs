@@ -11,22 +11,23 @@
 //! source (bubblewrap resolves every source in the original tree, never in the one it builds)
 //! over everything at that destination. Dropping the earlier one is then exact. Anything that
 //! touches the destination in between (a mount at or below it, a `--chmod`, a `--remount-ro`
-//! of it or of a parent) keeps it, as does a `--perms` or `--size` attached to it; a line with an option this parser does
-//! not know, or with `--args` (more options from a descriptor), is passed on whole.
+//! of it or of a parent) keeps it, as does a `--perms` or `--size` attached to it; a line with
+//! an option this parser does not know, or with `--args` (more options from a descriptor), is
+//! passed on whole.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// The operations that may be dropped: a source and a destination, or a destination.
-const DROPPABLE: &[&str] = &[
-    "--bind",
-    "--bind-try",
-    "--ro-bind",
-    "--ro-bind-try",
-    "--dev-bind",
-    "--dev-bind-try",
-    "--tmpfs",
+const DROPPABLE: &[&[u8]] = &[
+    b"--bind",
+    b"--bind-try",
+    b"--ro-bind",
+    b"--ro-bind-try",
+    b"--dev-bind",
+    b"--dev-bind-try",
+    b"--tmpfs",
 ];
 
 /// How many values each option takes, and whether its last one is a path it mounts or
@@ -94,7 +95,7 @@ pub fn without_repeats(args: Vec<OsString>) -> Vec<OsString> {
     let mut drop = vec![false; ops.len()];
     for (i, op) in ops.iter().enumerate() {
         let attached = i > 0 && matches!(ops[i - 1].name(), b"--perms" | b"--size");
-        let droppable = DROPPABLE.contains(&String::from_utf8_lossy(op.name()).as_ref());
+        let droppable = DROPPABLE.contains(&op.name());
         let Some(dest) = op.destination().filter(|_| droppable && !attached) else {
             continue;
         };

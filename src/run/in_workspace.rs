@@ -347,7 +347,7 @@ impl JobRun<'_> {
         let plant = self.runner.hooks.agent_mounts.clone();
         let root = rustix::process::geteuid().is_root();
         if !root {
-            return Ok(self.ws.namespace.clone());
+            return Ok(self.ws.namespace().cloned());
         }
         if launch.confined.is_none() && plant.is_none() {
             return Ok(None);

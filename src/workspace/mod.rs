@@ -106,9 +106,6 @@ pub struct Workspace {
     pub proxy_tmp: PathBuf,
     /// The job's layer when its checkout is an overlay of the revision's shared tree.
     pub layer: Option<Layer>,
-    /// The namespace that alone holds the layered checkout of a runner that is not root
-    /// (`owned_mount`): the agent starts in it, and the runner's git enters it.
-    pub namespace: Option<Arc<JobNamespace>>,
     git: JobGit,
     /// Released after the drop's cleanup has unmounted the overlay.
     _tree_hold: Option<revision_tree::TreeHold>,
@@ -195,7 +192,6 @@ impl Workspace {
             job_root: layout.root,
             proxy_tmp,
             layer,
-            namespace: git.namespace.clone(),
             git,
             _tree_hold: tree_hold,
             _lock: lock,
@@ -236,11 +232,17 @@ impl Workspace {
 }
 
 impl Workspace {
+    /// The namespace that alone holds the layered checkout of a runner that is not root
+    /// (`owned_mount`): the agent starts in it, and the runner's git enters it.
+    pub fn namespace(&self) -> Option<&Arc<JobNamespace>> {
+        self.git.namespace.as_ref()
+    }
+
     /// The checkout as the runner's own process reads it: at its path, or, when only the job's
     /// namespace holds it (a runner that is not root), through that namespace's descriptor
     /// of it (a path of this process's alone, which no child inherits).
     pub fn checkout_view(&self) -> PathBuf {
-        let view = self.namespace.as_ref().and_then(|ns| ns.checkout_view());
+        let view = self.namespace().and_then(|ns| ns.checkout_view());
         view.unwrap_or_else(|| self.paths.checkout.clone())
     }
 
@@ -271,7 +273,6 @@ impl Drop for Workspace {
     fn drop(&mut self) {
         // The job's own namespace first: with it goes its mount (this is the last hold once
         // the job's processes are gone).
-        self.namespace = None;
         self.git.namespace = None;
         clean(&self.job_root, CLEANUP_LOCK_WAIT);
     }

@@ -41,7 +41,7 @@ fn seen(ws: &Workspace) -> PathBuf {
 /// Whether the job's checkout is mounted where its processes start.
 fn is_mounted(ws: &Workspace) -> bool {
     let checkout = ws.paths.checkout.to_string_lossy();
-    match &ws.namespace {
+    match ws.namespace() {
         Some(ns) => mounts_seen_in(ns)
             .lines()
             .any(|l| l.split(' ').nth(4) == Some(&checkout)),
@@ -51,7 +51,7 @@ fn is_mounted(ws: &Workspace) -> bool {
 
 /// Git in the job's checkout, as its processes run it (in its namespace, if it has one).
 fn git_at(ws: &Workspace, args: &[&str]) -> String {
-    git_with(&ws.paths.checkout, ws.namespace.as_ref(), args)
+    git_with(&ws.paths.checkout, ws.namespace(), args)
 }
 
 fn git_in(dir: &Path, args: &[&str]) -> String {
@@ -106,7 +106,7 @@ async fn jobs_at_one_revision_share_its_tree_and_write_only_their_own_layer() {
         assert!(is_mounted(ws), "{}", ws.paths.checkout.display());
         // A runner that is not root has it mounted in the job's namespace alone.
         let root = rustix::process::geteuid().is_root();
-        assert_eq!(ws.namespace.is_some(), !root);
+        assert_eq!(ws.namespace().is_some(), !root);
         assert_eq!(mounted(&ws.paths.checkout), root);
         assert_eq!(ws.uncommitted().await.unwrap(), Vec::<String>::new());
         assert_eq!(

@@ -26,7 +26,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// [`git`] in a job's checkout as the job's processes see it: in the namespace that alone
 /// holds it when the runner is not root (`workspace::owned_mount`).
 pub fn git_in_job(ws: &quest_runner::workspace::Workspace, args: &[&str]) -> String {
-    git_entering(&ws.paths.checkout, ws.namespace.as_ref(), args)
+    git_entering(&ws.paths.checkout, ws.namespace(), args)
 }
 
 fn git_entering(
