@@ -97,10 +97,7 @@ fn cpu_time() -> Duration {
 }
 
 fn trees(root: &Path) -> Vec<Tree> {
-    vec![Tree {
-        label: "checkout",
-        path: root.to_path_buf(),
-    }]
+    vec![Tree::new("checkout", root)]
 }
 
 fn limits(bytes: u64) -> DiskLimits {

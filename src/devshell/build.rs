@@ -204,23 +204,26 @@ async fn print_dev_env(
     // The run holds the job's network for nix, and setup (a)'s daemon, until nix has ended.
     let run = nix_command(shells, p, &tail, scratch.path()).await?;
     tracing::info!(%installable, "nix print-dev-env");
-    let out = process::run_captured(run.cmd, "nix").await;
+    let watchdog = super::build_limits::watchdog(shells, p, scratch.path(), run.daemon.as_ref());
+    let out = super::build_limits::within(process::run_captured(run.cmd, "nix"), watchdog).await;
     if let Some(daemon) = run.daemon {
-        daemon.stop().await;
+        daemon.stop(&p.nix.path).await;
     }
-    let out = out.map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
+    let out = out?.map_err(|e| DevShellError::io("running", &p.nix.path, e))?;
     if !out.status.success() {
         if std::os::unix::process::ExitStatusExt::signal(&out.status).is_some() {
             // Nix was killed: its builders, which it runs in sessions of their own, are left
             // without it. Nothing else will stop them.
             stop_orphaned_builders();
         }
+        let message = super::network::without_network_hint(p, out.error_message());
+        let bytes = shells.build_disk.filter(|_| p.confine.is_some());
+        if let Some(fired) = super::build_limits::file_too_large(&message, bytes) {
+            return Err(fired);
+        }
         return Err(DevShellError::Nix {
             what: what.to_string(),
-            message: super::daemon::name_limit(
-                super::network::without_network_hint(p, out.error_message()),
-                shells.build_disk.filter(|_| p.confine.is_some()),
-            ),
+            message,
         });
     }
     // Rooted at its final place before the scratch link (a root too, through nix's indirect

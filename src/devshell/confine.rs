@@ -119,11 +119,11 @@ pub fn describe(store: &NixStore) -> String {
                    shared";
     let fixed = "fixed-output builds share the daemon's network, so they reach the job's \
                  proxy and nothing else; untrusted revisions' fixed-output builds and imports \
-                 from derivation are refused; builds are bounded by limits.disk (the largest \
-                 file, and the scratch directory's size), serve's rlimits and, where serve \
-                 has cgroups, the job's group (memory, pids, cpu), which holds the devShell's \
-                 nix and daemon as it holds the agent; the store's bytes are the state \
-                 directory's, not the job's limits.disk";
+                 from derivation are refused; builds are bounded by limits.disk and \
+                 limits.disk_files (their scratch, build directories and what they add to the \
+                 repository's store, counted as the job's files are; the largest file), \
+                 serve's rlimits and, where serve has cgroups, the job's group (memory, pids, \
+                 cpu), which holds the devShell's nix and daemon as it holds the agent";
     match store {
         NixStore::LocalAsRoot { .. } => format!(
             "setup (a), root: {client}; {tenancy}; builds as the build users in Nix's \

@@ -25,11 +25,16 @@ use tokio::process::{Child, Command};
 
 use super::network::NixNet;
 use super::repo_store::RepoStore;
+use super::scratch::Scratch;
 use super::{environment, DevShellError, DevShells, Prepared};
 use crate::binaries::{self, Tool};
 
 /// How long the daemon may take to make its socket.
 const START: Duration = Duration::from_secs(10);
+
+/// How long a stopped daemon's processes may take to exit before what they leave is cleared
+/// anyway (a killed PID namespace ends in milliseconds).
+const GONE: Duration = Duration::from_secs(5);
 
 /// A running daemon: stopped, with everything it started, when dropped; [`RunnerDaemon::stop`]
 /// also waits for that and clears what its unfinished builds left.
@@ -37,8 +42,13 @@ pub struct RunnerDaemon {
     socket: PathBuf,
     child: Child,
     store: RepoStore,
-    /// Its socket's and build directories' parent, removed after the daemon is gone (fields
-    /// drop in order).
+    /// Held shared while the daemon runs: another run's cleanup clears a sandbox's directory
+    /// in the store only where no daemon of the store runs.
+    serving: Option<std::fs::File>,
+    /// Nix's TMPDIR, where its builds' directories are: on disk, counted by the job's disk
+    /// watchdog, removed (still locked) after the daemon is gone, swept if the runner dies.
+    build: Scratch,
+    /// Its socket and log, removed after the daemon is gone (fields drop in order).
     _dir: tempfile::TempDir,
 }
 
@@ -47,11 +57,21 @@ impl RunnerDaemon {
         &self.socket
     }
 
+    /// Where its builds' directories are.
+    pub fn build_dir(&self) -> &Path {
+        self.build.path()
+    }
+
+    /// The repository store it serves.
+    pub fn store(&self) -> &RepoStore {
+        &self.store
+    }
+
     /// Stops the daemon and every process it started, waits until they have exited (and so
-    /// released their locks), then removes the lock files a build it did not finish left in
-    /// the store: Nix leaves them, and a failed or stopped build must leave nothing.
-    pub async fn stop(mut self) {
-        const GONE: Duration = Duration::from_secs(5);
+    /// released their locks), then clears what a build it did not finish left in the store
+    /// ([`RepoStore::clear_unfinished`]): Nix leaves it, and a failed or stopped build must
+    /// leave nothing. `nix` tells a half-written path from a valid one.
+    pub async fn stop(mut self, nix: &Path) {
         if let Some(pid) = self.child.id() {
             let tree = crate::procfs::descendants(pid);
             let _ = self.child.start_kill();
@@ -61,7 +81,35 @@ impl RunnerDaemon {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
-        self.store.clear_stale_locks();
+        // Its shared hold goes first: alone, this run may clear the sandboxes' directories.
+        self.serving = None;
+        let store = self.store.clone();
+        drop(self);
+        store.clear_unfinished(nix).await;
+    }
+}
+
+impl Drop for RunnerDaemon {
+    /// A run dropped mid-build (its job's timeout, a cancel): the daemon's namespace is killed
+    /// and, once its processes are gone (waited for here, briefly: they die with the
+    /// namespace), its build directories and stale locks go. A half-written path whose
+    /// validity needs nix to tell is left to the next build of it, which replaces it, or to
+    /// `cache gc`.
+    fn drop(&mut self) {
+        let Some(pid) = self.child.id() else {
+            return;
+        };
+        let tree = crate::procfs::descendants(pid);
+        let _ = self.child.start_kill();
+        let deadline = Instant::now() + GONE;
+        while (crate::procfs::alive(pid) || tree.iter().any(|p| crate::procfs::alive(*p)))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let _ = self.child.try_wait();
+        self.serving = None;
+        self.store.clear_unfinished_now();
     }
 }
 
@@ -76,8 +124,10 @@ pub(super) async fn start(
     host_network: bool,
 ) -> Result<RunnerDaemon, DevShellError> {
     store.ensure()?;
+    let serving = store.serving().await?;
     let dir = private_dir()?;
-    let build = dir.path().join("build");
+    let build = Scratch::create()
+        .map_err(|e| DevShellError::io("creating a directory in", &std::env::temp_dir(), e))?;
     let socket = dir.path().join("socket");
     // What the daemon says before it serves: shown when it fails to start. Once it serves, a
     // client's errors go to the client.
@@ -85,11 +135,7 @@ pub(super) async fn start(
     let log = std::fs::File::create(&log_path)
         .map_err(|e| DevShellError::io("creating", &log_path, e))?;
     let daemon = nix_daemon(&p.nix.path)?;
-    let scratch = Scratch {
-        dir: &build,
-        bytes: shells.build_disk,
-    };
-    let mut cmd = command(&daemon, net, host_network, &scratch)?;
+    let mut cmd = command(&daemon, net, host_network)?;
     cmd.args(environment::option_args(&shells.nix_options))
         .args(["--option", "store", &store.uri()])
         // Nix keeps a file of this size beside the database for its own emergencies; here it
@@ -112,7 +158,7 @@ pub(super) async fn start(
     // Never `auto`: with the socket's variable set, `auto` connects to its own socket.
     cmd.env("NIX_REMOTE", store.uri())
         .env("NIX_DAEMON_SOCKET_PATH", &socket)
-        .env("TMPDIR", &build);
+        .env("TMPDIR", build.path());
     if let Some(net) = net {
         super::network::apply_env(&mut cmd, net);
     }
@@ -128,13 +174,15 @@ pub(super) async fn start(
         socket,
         child,
         store: store.clone(),
+        serving: Some(serving),
+        build,
         _dir: dir,
     })
 }
 
 /// The daemon's directory: its socket (reached by the client, the agent's identity by its
 /// group where the runner is root, and no other local user: the daemon serves the runner's
-/// store, in the job's network), its log and its build directory.
+/// store, in the job's network) and its log.
 fn private_dir() -> Result<tempfile::TempDir, DevShellError> {
     let dir = tempfile::Builder::new()
         .prefix("quest-nixd-")
@@ -147,9 +195,6 @@ fn private_dir() -> Result<tempfile::TempDir, DevShellError> {
             .map_err(|e| DevShellError::io("handing to the agent's group", dir.path(), e.into()))?;
     }
     set_mode(dir.path(), if root { 0o710 } else { 0o700 })?;
-    let build = dir.path().join("build");
-    std::fs::create_dir(&build).map_err(|e| DevShellError::io("creating", &build, e))?;
-    set_mode(&build, 0o700)?;
     Ok(dir)
 }
 
@@ -159,18 +204,17 @@ fn command(
     daemon: &Path,
     net: Option<&NixNet>,
     host_network: bool,
-    scratch: &Scratch,
 ) -> Result<Command, DevShellError> {
     let bwrap = binaries::find(Tool::Bwrap)?;
     Ok(match rustix::process::geteuid().is_root() {
         true => {
             let mut cmd = Command::new(binaries::find(Tool::Unshare)?);
-            cmd.args(plan(&bwrap, daemon, net, host_network, scratch));
+            cmd.args(plan(&bwrap, daemon, net, host_network));
             cmd
         }
         false => {
             let mut cmd = Command::new(&bwrap);
-            cmd.args(plan_unprivileged(daemon, net, host_network, scratch));
+            cmd.args(plan_unprivileged(daemon, net, host_network));
             cmd
         }
     })
@@ -233,46 +277,18 @@ pub fn nix_daemon(nix: &Path) -> Result<PathBuf, crate::binaries::BinaryError> {
     binaries::find(Tool::NixDaemon)
 }
 
-/// The daemon's build directories: Nix's `TMPDIR`, made a file system of its own in the
-/// daemon's mount namespace, `bytes` large (the job's `limits.disk`), gone with the daemon.
-pub struct Scratch<'a> {
-    pub dir: &'a Path,
-    pub bytes: Option<u64>,
-}
-
-impl Scratch<'_> {
-    fn args(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(bytes) = self.bytes {
-            out.extend(["--size".to_string(), bytes.to_string()]);
-        }
-        out.extend([
-            "--tmpfs".to_string(),
-            self.dir.to_string_lossy().into_owned(),
-        ]);
-        out
-    }
-}
-
 /// `unshare`'s arguments: a PID namespace whose `/proc` is its own and uncovered (Nix's build
 /// sandbox mounts another inside it; bubblewrap run by root would cover it), whose first
 /// process's end kills every builder; then bubblewrap for the network namespace (its
 /// loopback up), keeping root's capabilities over the host's tree (the daemon writes the
 /// store and switches to the build users); then the bridge's inside when the job has a proxy.
-pub fn plan(
-    bwrap: &Path,
-    daemon: &Path,
-    net: Option<&NixNet>,
-    host_network: bool,
-    scratch: &Scratch,
-) -> Vec<String> {
+pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: bool) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         .map(String::from)
         .to_vec();
     args.push(s(bwrap));
     args.extend(["--dev-bind", "/", "/"].map(String::from));
-    args.extend(scratch.args());
     if !host_network {
         args.push("--unshare-net".to_string());
     }
@@ -287,16 +303,10 @@ pub fn plan(
 /// bubblewrap's arguments for a runner that is not root: a user namespace in which it keeps
 /// its own uid (Nix makes its build sandbox inside it), a PID namespace with its own `/proc`
 /// whose end ends every builder, and the network namespace as [`plan`]'s.
-pub fn plan_unprivileged(
-    daemon: &Path,
-    net: Option<&NixNet>,
-    host_network: bool,
-    scratch: &Scratch,
-) -> Vec<String> {
+pub fn plan_unprivileged(daemon: &Path, net: Option<&NixNet>, host_network: bool) -> Vec<String> {
     let mut args: Vec<String> = ["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
         .map(String::from)
         .to_vec();
-    args.extend(scratch.args());
     if !host_network {
         args.push("--unshare-net".to_string());
     }
@@ -306,30 +316,6 @@ pub fn plan_unprivileged(
     }
     args.push(daemon.to_string_lossy().into_owned());
     args
-}
-
-/// `message` (nix's error) with the limit named when a build ran into the job's `limits.disk`
-/// (`bytes`): a file larger than it (SIGXFSZ, signal 25, or EFBIG where the builder ignores
-/// the signal) or a full scratch directory (ENOSPC).
-pub fn name_limit(message: String, bytes: Option<u64>) -> String {
-    let Some(bytes) = bytes else {
-        return message;
-    };
-    let hit = [
-        "signal 25",
-        "File size limit exceeded",
-        "File too large",
-        "No space left on device",
-    ]
-    .iter()
-    .any(|m| message.contains(m));
-    match hit {
-        true => format!(
-            "{message} (limit fired: the job's limits.disk, {bytes} bytes, bounds every file a \
-             build writes and its scratch directory)"
-        ),
-        false => message,
-    }
 }
 
 /// The end of the daemon's log, for its failure to start.
@@ -350,30 +336,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_build_over_the_disk_limit_names_it() {
-        let hit = name_limit("builder failed due to signal 25".into(), Some(1024));
-        assert!(hit.contains("limits.disk, 1024 bytes"), "{hit}");
-        let other = name_limit("builder failed with exit code 1".into(), Some(1024));
-        assert_eq!(other, "builder failed with exit code 1");
-        assert_eq!(name_limit("signal 25".into(), None), "signal 25");
-    }
-
-    #[test]
     fn the_daemon_has_its_own_pid_and_network_namespaces() {
-        let scratch = Scratch {
-            dir: Path::new("/tmp/quest-nixd-1/build"),
-            bytes: Some(1 << 30),
-        };
         let args = plan(
             Path::new("/bin/bwrap"),
             Path::new("/bin/nix-daemon"),
             None,
             false,
-            &scratch,
         );
-        assert!(args
-            .windows(4)
-            .any(|w| w == ["--size", "1073741824", "--tmpfs", "/tmp/quest-nixd-1/build"]));
         assert_eq!(
             &args[..4],
             ["--pid", "--fork", "--kill-child", "--mount-proc"]

@@ -16,6 +16,7 @@ use crate::util::git_names::{is_full_rev, is_ref_name};
 use crate::util::io::IoError;
 
 mod build;
+mod build_limits;
 pub mod confine;
 pub mod daemon;
 pub mod entry;
@@ -28,6 +29,7 @@ pub mod nix_version;
 pub mod render;
 pub mod repo_store;
 pub mod scratch;
+mod unfinished;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -70,6 +72,10 @@ pub enum DevShellError {
          cache the runner's Nix uses"
     )]
     UnconfinedFixedOutput { drvs: String },
+    /// A build ran past the job's disk limits (`limits.disk`, `limits.disk_files`, the
+    /// reserve); the message names which.
+    #[error("{message}")]
+    LimitFired { message: String },
     #[error(transparent)]
     Binary(#[from] BinaryError),
     #[error("{0}")]
@@ -231,9 +237,12 @@ pub struct DevShells {
     system: String,
     nix_options: BTreeMap<String, String>,
     nix_network: crate::config::NixNetwork,
-    /// The job's `limits.disk`: the most a build's scratch directory holds, and the largest
-    /// file it may write ([`daemon`]).
+    /// The job's `limits.disk`: the largest file a build may write ([`daemon`]).
     build_disk: Option<u64>,
+    /// The job's disk limits, on what its build writes ([`build_limits`]).
+    disk: crate::disk::DiskLimits,
+    /// The builds under way, for the disk reserve: which of them grows fastest.
+    disk_builds: Arc<crate::disk::watch::Registry>,
     /// The `nix` to run; `None` finds it as every tool is found (`QUEST_RUNNER_NIX`, `PATH`).
     nix: Option<PathBuf>,
     inflight: Mutex<HashMap<String, WeakBuild>>,
@@ -248,6 +257,8 @@ impl DevShells {
             nix_options: config.nix.options.clone(),
             nix_network: config.nix.network,
             build_disk: config.limits.disk.limit,
+            disk: config.limits.disk,
+            disk_builds: Arc::default(),
             nix: None,
             inflight: Mutex::new(HashMap::new()),
         }

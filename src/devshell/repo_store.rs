@@ -82,13 +82,16 @@ impl RepoStore {
     /// Removes the lock files in the store that no process holds: those of builds whose
     /// daemon is gone. A lock another run's daemon holds (a concurrent job of the same
     /// repository) is left alone. As Nix does with a stale lock, the file is marked before it
-    /// is unlinked, so a process that opened it meanwhile knows to take a new one.
-    pub fn clear_stale_locks(&self) {
+    /// is unlinked, so a process that opened it meanwhile knows to take a new one. Returns
+    /// the paths those locks were for that exist: each was being written when its build
+    /// stopped, unless it was made valid just before.
+    pub fn clear_stale_locks(&self) -> Vec<PathBuf> {
         use rustix::fs::FlockOperation;
         let dir = self.real_store_dir();
         let Ok(entries) = std::fs::read_dir(&dir) else {
-            return;
+            return Vec::new();
         };
+        let mut targets = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_none_or(|e| e != "lock") {
@@ -104,7 +107,12 @@ impl RepoStore {
             if let Err(e) = std::fs::remove_file(&path) {
                 tracing::warn!(path = %path.display(), "removing a stale lock: {e}");
             }
+            let target = path.with_extension("");
+            if std::fs::symlink_metadata(&target).is_ok() {
+                targets.push(target);
+            }
         }
+        targets
     }
 }
 

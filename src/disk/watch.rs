@@ -22,7 +22,8 @@
 //! not take, and the filler goes on. The caller stops the job; the result says
 //! `limit_fired: "disk"`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,52 @@ pub struct Tree {
     /// How the message names it: `checkout`, `temp dirs`, `job files`, `git data`.
     pub label: &'static str,
     pub path: PathBuf,
+    /// Entries of the tree's top directory that are not the job's: a directory the job shares
+    /// (a repository's Nix store) counts only what was added to it since these were listed.
+    pub before: Option<Arc<HashSet<OsString>>>,
+}
+
+impl Tree {
+    /// All of `path` is the job's.
+    pub fn new(label: &'static str, path: impl Into<PathBuf>) -> Tree {
+        Tree {
+            label,
+            path: path.into(),
+            before: None,
+        }
+    }
+
+    /// Of the shared directory `path`, only the entries added from now on are the job's (a
+    /// missing directory has none yet).
+    pub fn added_to(label: &'static str, path: impl Into<PathBuf>) -> Tree {
+        let path = path.into();
+        let before = match std::fs::read_dir(&path) {
+            Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
+            Err(_) => HashSet::new(),
+        };
+        Tree {
+            label,
+            path,
+            before: Some(Arc::new(before)),
+        }
+    }
+
+    /// What the job holds of the tree now.
+    fn measure(&self, seen: &mut Seen) -> Usage {
+        let Some(before) = &self.before else {
+            return usage::measure(&self.path, seen);
+        };
+        let mut usage = Usage::default();
+        let Ok(entries) = std::fs::read_dir(&self.path) else {
+            return usage;
+        };
+        for entry in entries.flatten() {
+            if !before.contains(&entry.file_name()) {
+                usage += usage::measure(&entry.path(), seen);
+            }
+        }
+        usage
+    }
 }
 
 /// Why the watchdog fired, in one line for the result's message.
@@ -502,7 +549,7 @@ impl State {
         let mut parts: Vec<(&'static str, Usage)> = Vec::new();
         let mut by_dev = ByDev::new();
         for tree in &self.trees {
-            let usage = usage::measure(&tree.path, &mut seen);
+            let usage = tree.measure(&mut seen);
             if let Ok(st) = rustix::fs::lstat(&tree.path) {
                 let held = by_dev.entry(st.st_dev).or_default();
                 held.bytes += usage.bytes;

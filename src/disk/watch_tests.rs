@@ -24,10 +24,7 @@ fn bytes_only(bytes: u64) -> DiskLimits {
 }
 
 fn tree(label: &'static str, path: &std::path::Path) -> Tree {
-    Tree {
-        label,
-        path: path.to_path_buf(),
-    }
+    Tree::new(label, path)
 }
 
 const NO_RESERVE: Reserve = Reserve::Off;
@@ -68,6 +65,32 @@ fn the_limit_fires_past_the_limit_and_names_the_trees() {
         fired.message
     );
     assert!(s.peak.load(Ordering::Relaxed) > 3 << 20);
+}
+
+/// Of a shared directory (a repository's store), only what was added since the watchdog
+/// listed it counts: a store larger than the limit does not fire, its growth past it does.
+#[test]
+fn a_shared_tree_counts_only_what_was_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    write_file(&store.join("aaaa-public"), 3 << 20);
+    let registry = Arc::new(Registry::default());
+    let trees = vec![Tree::added_to("repository store", &store)];
+    let mut s = state("j1", trees, bytes_only(2 << 20), &registry);
+    assert_eq!(s.tick(), None, "what was there before is not the job's");
+    let built = store.join("bbbb-built.drv.chroot");
+    std::fs::create_dir(&built).unwrap();
+    write_file(&built.join("out"), 1 << 20);
+    write_file(&store.join("cccc-out"), 2 << 20);
+    let fired = s.tick().expect("over the limit");
+    assert!(
+        fired
+            .message
+            .contains("over limits.disk (2 MiB): repository store 3"),
+        "{}",
+        fired.message
+    );
 }
 
 /// Below the reserve, the one job growing fastest on that file system fires; the others go on.

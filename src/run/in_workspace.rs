@@ -165,6 +165,10 @@ impl JobRun<'_> {
         };
         let building = with_progress(building, &job.rev);
         let shell = match tokio::time::timeout_at(self.deadline, building).await {
+            Ok(Err(devshell::DevShellError::LimitFired { message })) => {
+                result.limit_fired = Some("disk".into());
+                return Err(Stop::new(Outcome::Failed, message));
+            }
             Ok(shell) => shell.map_err(Stop::error)?,
             Err(_) => {
                 let message = timed_out_while(job, "building the devShell");

@@ -251,10 +251,7 @@ impl Workspace {
     /// the job's directory) counts under its own name.
     pub fn disk_trees(&self) -> Vec<crate::disk::watch::Tree> {
         use crate::disk::watch::Tree;
-        let tree = |label, path: &Path| Tree {
-            label,
-            path: path.to_path_buf(),
-        };
+        let tree = |label, path: &Path| Tree::new(label, path);
         let p = &self.paths;
         // Of a layered checkout, only the job's layer is the job's: the tree below is shared.
         let checkout = self.layer.as_ref().map_or(&p.checkout, |l| &l.upper);

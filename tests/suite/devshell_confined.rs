@@ -762,6 +762,9 @@ fn a_dropped_confined_build_leaves_nothing() {
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
         assert!(left.is_empty(), "{} not empty: {left:?}", dir.display());
     }
+    // Nor in the repository's store: the builder's sandbox directory, its locks, its output.
+    let left = left_in_repository_stores(&w, &slow.token);
+    assert!(left.is_empty(), "left in the store: {left:?}");
     let rev = repo.commit(&[("flake.nix", &flake(r#"AFTER = "drop";"#))]);
     let script = build(&w, &repo, &rev, true).unwrap();
     assert!(script.contains("export AFTER='drop'"));
@@ -1051,39 +1054,83 @@ fn another_repositorys_store_path_named_by_hash_at(trust: Trust) {
     println!("refused-after {id}: {}", first_line(&err));
 }
 
-/// An untrusted revision's build within the job's `limits.disk` (issue 38): a builder writing
-/// one file larger than the limit is stopped (RLIMIT_FSIZE on the daemon, which its builders
-/// inherit), and one filling its scratch directory finds it full (a file system of the limit's
-/// size in the daemon's namespace); each error names the limit, and nothing of the output is
-/// left in the store. The control: the same builds with no disk limit succeed, in the same
-/// confinement.
+/// An untrusted revision's build within the job's disk limits (issue 38): a builder writing
+/// one file larger than `limits.disk` is stopped at once (RLIMIT_FSIZE on the daemon, which
+/// its builders inherit); one writing outputs, or scratch files, each under the limit but
+/// past it together, or more files than `limits.disk_files`, is stopped by the job's disk
+/// watchdog, which counts the daemon's build directories and what the build adds to the
+/// repository's store. Each error names the limit and what held the bytes, and nothing of the
+/// build is left in the store: no output, no sandbox directory, no lock. The control: the same
+/// builds with no disk limit succeed, in the same confinement.
 #[test]
-fn builds_stop_at_the_jobs_disk_limit() {
+fn builds_stop_at_the_jobs_disk_limits() {
     let system = system();
-    // 8 MiB from a 64 KiB string: bash's builtins only (the build sandbox has nothing else).
-    let big = |to: &str, tag: &str| {
+    // 64 KiB in `$x`, from bash's builtins only (the build sandbox has nothing else); a build
+    // that goes on after writing, as a large one would, until the watchdog stops it.
+    const X: &str = "x=x; for i in {1..16}; do x=$x$x; done";
+    const HOLD: &str = "h=$((SECONDS+10)); while [ $SECONDS -lt $h ]; do :; done";
+    let derivation = |tag: &str, script: &str, attrs: &str| {
         format!(
             r#"BIG = derivation {{ name = "big-{tag}-{}"; system = "{system}"; builder = "{BUILDER}";
-        args = [ "-c" "set -e; x=x; for i in {{1..16}}; do x=$x$x; done; for i in {{1..128}}; do printf '%s' $x; done > {to}; [ -e $out ] || echo > $out" ]; }};"#,
+        args = [ "-c" "set -e; {X}; {script}; {HOLD}; [ -e $out ] || echo > $out" ]; {attrs} }};"#,
             token()
         )
     };
+    let mib =
+        |to: &str, n: u32| format!("for i in {{1..{}}}; do printf '%s' $x; done > {to}", n * 16);
     let repo = Repo::new();
-    let output = repo.commit(&[("flake.nix", &flake(&big("$out", "out")))]);
-    // Eight files of 1 MiB, each under the limit: only the scratch directory's size stops it.
-    let scratch = repo.commit(&[(
-        "flake.nix",
-        &flake(&format!(
-            r#"BIG = derivation {{ name = "big-tmp-{}"; system = "{system}"; builder = "{BUILDER}";
-        args = [ "-c" "set -e; x=x; for i in {{1..16}}; do x=$x$x; done; for f in {{1..8}}; do for i in {{1..16}}; do printf '%s' $x; done > $TMPDIR/big$f; done; echo > $out" ]; }};"#,
-            token()
-        )),
-    )]);
-    for (what, rev) in [("output", &output), ("scratch", &scratch)] {
-        for limit in [None, Some(4u64 << 20)] {
+    let commit = |extra: String| repo.commit(&[("flake.nix", &flake(&extra))]);
+    const BYTES: u64 = 4 << 20;
+    let cases = [
+        (
+            "output",
+            commit(derivation("out", &mib("$out", 8), "")),
+            "limits.disk (4 MiB)",
+            "larger than",
+        ),
+        (
+            "outputs",
+            // Four outputs of 2 MiB (the sandbox has no `mkdir` for a directory of files).
+            commit(derivation(
+                "outs",
+                &format!("for o in $out $o1 $o2 $o3; do {}; done", mib("$o", 2)),
+                r#"outputs = [ "out" "o1" "o2" "o3" ];"#,
+            )),
+            "limits.disk (4 MiB)",
+            "repository store",
+        ),
+        (
+            "scratch",
+            commit(derivation(
+                "tmp",
+                &format!("for f in {{1..8}}; do {}; done", mib("$TMPDIR/big$f", 1)),
+                "",
+            )),
+            "limits.disk (4 MiB)",
+            "nix build dirs",
+        ),
+        (
+            "files",
+            commit(derivation(
+                "files",
+                "for f in {1..3000}; do : > $TMPDIR/f$f; done",
+                "",
+            )),
+            "limits.disk_files (1,000)",
+            "nix build dirs",
+        ),
+    ];
+    for (what, rev, limit_named, held) in &cases {
+        for limited in [false, true] {
             let w = world_of(Trust::Untrusted);
             let mut config = config();
-            config.limits.disk.limit = limit;
+            config.limits.disk.limit = None;
+            config.limits.disk.files = None;
+            if limited && *what == "files" {
+                config.limits.disk.files = Some(1000);
+            } else if limited {
+                config.limits.disk.limit = Some(BYTES);
+            }
             let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config));
             let req = Request {
                 repo: repo.bare(),
@@ -1093,34 +1140,44 @@ fn builds_stop_at_the_jobs_disk_limit() {
             };
             let rt = tokio::runtime::Runtime::new().unwrap();
             let answer = rt.block_on(shells.get_confined(&req, Arc::new(w.policy.clone()), None));
-            match limit {
-                None => {
-                    answer.unwrap_or_else(|e| panic!("{what}: the control failed: {e}"));
-                    println!("ESCAPED-before disk-{what}: 8 MiB written with no disk limit");
-                }
-                Some(bytes) => {
-                    let err = answer
-                        .expect_err("a build over the disk limit succeeded")
-                        .to_string();
-                    assert!(err.contains("limits.disk"), "{what}: {err}");
-                    let stores = stores(&w);
-                    let left: Vec<PathBuf> = store_names(&w)
-                        .into_iter()
-                        .filter(|p| {
-                            p.to_string_lossy().contains("-big-") && !stores[0].starts_with(p)
-                        })
-                        .filter(|p| !p.starts_with(&stores[0]))
-                        .filter(|p| !p.to_string_lossy().ends_with(".drv"))
-                        .collect();
-                    assert!(left.is_empty(), "{what}: left in the store: {left:?}");
-                    println!(
-                        "refused-after disk-{what} ({bytes} bytes): {}",
-                        first_line(&err)
-                    );
-                }
+            if !limited {
+                answer.unwrap_or_else(|e| panic!("{what}: the control failed: {e}"));
+                println!("ESCAPED-before disk-{what}: built with no disk limit");
+                continue;
             }
+            let err = answer.expect_err("a build over the disk limit succeeded");
+            assert!(
+                matches!(err, DevShellError::LimitFired { .. }),
+                "{what}: {err:?}"
+            );
+            let err = err.to_string();
+            assert!(
+                err.starts_with("the disk limit fired: ")
+                    && err.contains(limit_named)
+                    && err.contains(held),
+                "{what}: {err}"
+            );
+            let left = left_in_repository_stores(&w, "-big-");
+            assert!(left.is_empty(), "{what}: left in the store: {left:?}");
+            println!("refused-after disk-{what}: {}", first_line(&err));
         }
     }
+}
+
+/// What a stopped build left in the fixture's repository stores: sandbox directories, locks,
+/// and paths named with `needle` other than derivations.
+fn left_in_repository_stores(w: &Fixture, needle: &str) -> Vec<PathBuf> {
+    let stores = stores(w);
+    store_names(w)
+        .into_iter()
+        .filter(|p| !p.starts_with(&stores[0]))
+        .filter(|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".chroot")
+                || name.ends_with(".lock")
+                || name.contains(needle) && !name.ends_with(".drv")
+        })
+        .collect()
 }
 
 /// `cache gc` collects the repository stores: a devShell whose entry it removed is gone from

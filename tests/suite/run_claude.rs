@@ -561,6 +561,59 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     assert!(server.exchanges().is_empty(), "no agent ran");
 }
 
+/// A job's devShell build past `limits.disk` ends the job as the agent's writes would:
+/// `failed`, `limit_fired: "disk"`, the message naming the limit and what held the bytes
+/// (the build's outputs in its repository's store), and no agent started (issue 38).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_devshell_build_past_the_disk_limit_ends_the_job_and_says_so() {
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    let config = runner.state().join("config.json");
+    let mut value: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    value["limits"] = serde_json::json!({"disk": "4M"});
+    std::fs::write(&config, value.to_string()).unwrap();
+    // Three outputs of 2 MiB, each under the limit, from bash's builtins; then a build that
+    // goes on, as a large one would.
+    let system = system();
+    let script = "x=x; for i in {1..16}; do x=$x$x; done; for o in $out $o1 $o2; do \
+                  for i in {1..32}; do printf '%s' $x; done > $o; done; \
+                  h=$((SECONDS+60)); while [ $SECONDS -lt $h ]; do :; done";
+    let extra = format!(
+        r#"BIG = derivation {{ name = "big-job-{}"; system = "{system}"; builder = "{BUILDER}";
+        outputs = [ "out" "o1" "o2" ]; args = [ "-c" "{script}" ]; }};"#,
+        unique_token()
+    );
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(&extra))]);
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "big-build", "repo": repo.src().to_string_lossy(), "rev": rev,
+                           "timeout": "3m"}),
+    );
+    let mut cmd = runner.command();
+    cmd.args(["run", "--job"]).arg(&file);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(result["outcome"], "failed", "{result}\n{stderr}");
+    assert_eq!(result["limit_fired"], "disk", "{result}");
+    let message = result["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the disk limit fired: ")
+            && message.contains("over limits.disk (4 MiB): repository store "),
+        "{result}"
+    );
+    assert!(server.exchanges().is_empty(), "no agent ran");
+    assert!(
+        !runner.state().join("jobs/big-build/checkout").exists(),
+        "worktree left"
+    );
+}
+
 /// A job past `limits.disk` is stopped with `limit_fired: "disk"` and nothing left: the
 /// kernel refuses one file larger than the limit (RLIMIT_FSIZE: `fallocate -l 10G` dies with
 /// SIGXFSZ and allocates nothing), and the watchdog stops the many files that are each under
