@@ -312,7 +312,7 @@ pub(super) async fn nix_command(
         None => None,
     };
     let (store, daemon) = super::confine::client_for(shells, p).await?;
-    args.extend(client_options(shells, p, &store));
+    args.extend(client_options(shells, p));
     args.extend(tail.iter().map(|a| a.to_string()));
     let home = scratch_home(scratch, identity)?;
     let plan = super::confine::plan(policy, p, &store, identity, scratch)?;
@@ -338,7 +338,9 @@ pub(super) async fn nix_command(
     }
     let git = crate::binaries::find(crate::binaries::Tool::Git)?;
     super::environment::clear(&mut cmd, &[&p.nix.path, &git]);
-    cmd.env("HOME", &home).env("TMPDIR", scratch);
+    cmd.env("HOME", &home)
+        .env("TMPDIR", scratch)
+        .env("NIX_REMOTE", format!("unix://{}", store.socket.display()));
     // Nix reads the shared clone with git (Nix 2.8 runs `git fetch` from it; later releases
     // read it with libgit2): its objects only, never a replace ref, whoever wrote one.
     cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
@@ -352,18 +354,16 @@ pub(super) async fn nix_command(
     })
 }
 
-/// The confined client's options: the runner's allowlisted settings, its repository store's
-/// daemon, and for an untrusted revision no import from derivation (a build the evaluation
-/// asks for would run before the devShell's derivations can be checked, `fixed_output`).
-fn client_options(shells: &DevShells, p: &Prepared, store: &boundary::ClientStore) -> Vec<String> {
+/// The confined client's options: the runner's allowlisted settings, and for an untrusted
+/// revision no import from derivation (a build the evaluation asks for would run before the
+/// devShell's derivations can be checked, `fixed_output`). Its store, the repository store's
+/// daemon, is `NIX_REMOTE` ([`nix_command`]): a `--store` option is a setting the client
+/// forwards to the daemon, which warns in every error that it ignores it (Nix 2.26).
+fn client_options(shells: &DevShells, p: &Prepared) -> Vec<String> {
     let mut args = super::environment::option_args(&shells.nix_options);
     if p.refuse_fixed_output {
         args.extend(["--option", "allow-import-from-derivation", "false"].map(String::from));
     }
-    args.extend([
-        "--store".to_string(),
-        format!("unix://{}", store.socket.display()),
-    ]);
     args
 }
 
