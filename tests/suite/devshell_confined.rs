@@ -1085,8 +1085,12 @@ fn builds_stop_at_the_jobs_disk_limits() {
         (
             "output",
             commit(derivation("out", &mib("$out", 8), "")),
-            "limits.disk (4 MiB)",
-            "larger than",
+            // The kernel's RLIMIT_FSIZE, or the watchdog when its walk sees the output past
+            // the limit first: both are the limit, and either may come first.
+            &[
+                "larger than limits.disk (4 MiB)",
+                "limits.disk (4 MiB): repository store",
+            ][..],
         ),
         (
             "outputs",
@@ -1096,8 +1100,7 @@ fn builds_stop_at_the_jobs_disk_limits() {
                 &format!("for o in $out $o1 $o2 $o3; do {}; done", mib("$o", 2)),
                 r#"outputs = [ "out" "o1" "o2" "o3" ];"#,
             )),
-            "limits.disk (4 MiB)",
-            "repository store",
+            &["limits.disk (4 MiB): repository store"][..],
         ),
         (
             "scratch",
@@ -1106,8 +1109,7 @@ fn builds_stop_at_the_jobs_disk_limits() {
                 &format!("for f in {{1..8}}; do {}; done", mib("$TMPDIR/big$f", 1)),
                 "",
             )),
-            "limits.disk (4 MiB)",
-            "nix build dirs",
+            &["limits.disk (4 MiB): nix build dirs"][..],
         ),
         (
             "files",
@@ -1116,11 +1118,11 @@ fn builds_stop_at_the_jobs_disk_limits() {
                 "for f in {1..3000}; do : > $TMPDIR/f$f; done",
                 "",
             )),
-            "limits.disk_files (1,000)",
-            "nix build dirs",
+            &["limits.disk_files (1,000): nix build dirs"][..],
         ),
     ];
-    for (what, rev, limit_named, held) in &cases {
+    // Each refusal names the limit and, first, what held the most.
+    for (what, rev, named) in &cases {
         for limited in [false, true] {
             let w = world_of(Trust::Untrusted);
             let mut config = config();
@@ -1152,9 +1154,7 @@ fn builds_stop_at_the_jobs_disk_limits() {
             );
             let err = err.to_string();
             assert!(
-                err.starts_with("the disk limit fired: ")
-                    && err.contains(limit_named)
-                    && err.contains(held),
+                err.starts_with("the disk limit fired: ") && named.iter().any(|n| err.contains(n)),
                 "{what}: {err}"
             );
             let left = left_in_repository_stores(&w, "-big-");
