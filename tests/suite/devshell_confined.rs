@@ -1080,36 +1080,38 @@ fn builds_stop_at_the_jobs_disk_limits() {
         |to: &str, n: u32| format!("for i in {{1..{}}}; do printf '%s' $x; done > {to}", n * 16);
     let repo = Repo::new();
     let commit = |extra: String| repo.commit(&[("flake.nix", &flake(&extra))]);
-    const BYTES: u64 = 4 << 20;
+    // Well above what nix's own scratch holds (its fetches' caches: 1–4 MiB here), so what
+    // fires is what the build wrote.
+    const BYTES: u64 = 16 << 20;
     let cases = [
         (
             "output",
-            commit(derivation("out", &mib("$out", 8), "")),
+            commit(derivation("out", &mib("$out", 32), "")),
             // The kernel's RLIMIT_FSIZE, or the watchdog when its walk sees the output past
             // the limit first: both are the limit, and either may come first.
             &[
-                "larger than limits.disk (4 MiB)",
-                "limits.disk (4 MiB): repository store",
+                "larger than limits.disk (16 MiB)",
+                "limits.disk (16 MiB): repository store",
             ][..],
         ),
         (
             "outputs",
-            // Four outputs of 2 MiB (the sandbox has no `mkdir` for a directory of files).
+            // Four outputs of 8 MiB (the sandbox has no `mkdir` for a directory of files).
             commit(derivation(
                 "outs",
-                &format!("for o in $out $o1 $o2 $o3; do {}; done", mib("$o", 2)),
+                &format!("for o in $out $o1 $o2 $o3; do {}; done", mib("$o", 8)),
                 r#"outputs = [ "out" "o1" "o2" "o3" ];"#,
             )),
-            &["limits.disk (4 MiB): repository store"][..],
+            &["limits.disk (16 MiB): repository store"][..],
         ),
         (
             "scratch",
             commit(derivation(
                 "tmp",
-                &format!("for f in {{1..8}}; do {}; done", mib("$TMPDIR/big$f", 1)),
+                &format!("for f in {{1..8}}; do {}; done", mib("$TMPDIR/big$f", 4)),
                 "",
             )),
-            &["limits.disk (4 MiB): nix build dirs"][..],
+            &["limits.disk (16 MiB): nix build dirs"][..],
         ),
         (
             "files",

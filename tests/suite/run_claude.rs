@@ -571,13 +571,14 @@ async fn a_devshell_build_past_the_disk_limit_ends_the_job_and_says_so() {
     let runner = claude_runner(&server, keys.path());
     let config = runner.state().join("config.json");
     let mut value: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    value["limits"] = serde_json::json!({"disk": "4M"});
+    value["limits"] = serde_json::json!({"disk": "16M"});
     std::fs::write(&config, value.to_string()).unwrap();
-    // Three outputs of 2 MiB, each under the limit, from bash's builtins; then a build that
-    // goes on, as a large one would.
+    // Three outputs of 8 MiB, each under the limit, from bash's builtins; then a build that
+    // goes on, as a large one would. (The limit is well above what nix's own scratch holds,
+    // its fetches' caches: up to 4 MiB seen.)
     let system = system();
     let script = "x=x; for i in {1..16}; do x=$x$x; done; for o in $out $o1 $o2; do \
-                  for i in {1..32}; do printf '%s' $x; done > $o; done; \
+                  for i in {1..128}; do printf '%s' $x; done > $o; done; \
                   h=$((SECONDS+60)); while [ $SECONDS -lt $h ]; do :; done";
     let extra = format!(
         r#"BIG = derivation {{ name = "big-job-{}"; system = "{system}"; builder = "{BUILDER}";
@@ -604,7 +605,7 @@ async fn a_devshell_build_past_the_disk_limit_ends_the_job_and_says_so() {
     let message = result["message"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("the disk limit fired: ")
-            && message.contains("over limits.disk (4 MiB): repository store "),
+            && message.contains("over limits.disk (16 MiB): repository store "),
         "{result}"
     );
     assert!(server.exchanges().is_empty(), "no agent ran");
