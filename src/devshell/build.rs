@@ -217,7 +217,7 @@ async fn print_dev_env(
             stop_orphaned_builders();
         }
         let message = super::network::without_network_hint(p, out.error_message());
-        let bytes = shells.build_disk.filter(|_| p.confine.is_some());
+        let bytes = shells.disk.limit.filter(|_| p.confine.is_some());
         if let Some(fired) = super::build_limits::file_too_large(&message, bytes) {
             return Err(fired);
         }

@@ -226,7 +226,7 @@ fn limit(cmd: &mut std::process::Command, shells: &DevShells, p: &Prepared) {
     if let Some(adjust) = p.job_hook() {
         adjust(cmd);
     }
-    if let Some(bytes) = shells.build_disk {
+    if let Some(bytes) = shells.disk.limit {
         use std::os::unix::process::CommandExt;
         // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
         unsafe {

@@ -237,9 +237,8 @@ pub struct DevShells {
     system: String,
     nix_options: BTreeMap<String, String>,
     nix_network: crate::config::NixNetwork,
-    /// The job's `limits.disk`: the largest file a build may write ([`daemon`]).
-    build_disk: Option<u64>,
-    /// The job's disk limits, on what its build writes ([`build_limits`]).
+    /// The job's disk limits, on what its build writes ([`build_limits`]); `limits.disk` is
+    /// also the largest file a build may write ([`daemon`]).
     disk: crate::disk::DiskLimits,
     /// The builds under way, for the disk reserve: which of them grows fastest.
     disk_builds: Arc<crate::disk::watch::Registry>,
@@ -256,7 +255,6 @@ impl DevShells {
             system: nix_version::current_system(),
             nix_options: config.nix.options.clone(),
             nix_network: config.nix.network,
-            build_disk: config.limits.disk.limit,
             disk: config.limits.disk,
             disk_builds: Arc::default(),
             nix: None,
