@@ -32,6 +32,14 @@ fn claude_runner(server: &ModelServer, key_dir: &Path) -> Runner {
     runner
 }
 
+/// Sets the `limits` of `runner`'s config to `limits`.
+fn set_limits(runner: &Runner, limits: Value) {
+    let path = runner.state().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["limits"] = limits;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
 /// Writes `job` (with defaults for the fields it leaves out) and returns its path.
 fn job_file(dir: &Path, job: serde_json::Value) -> PathBuf {
     let mut full = serde_json::json!({
@@ -569,10 +577,7 @@ async fn a_devshell_build_past_the_disk_limit_ends_the_job_and_says_so() {
     let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
-    let config = runner.state().join("config.json");
-    let mut value: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    value["limits"] = serde_json::json!({"disk": "16M"});
-    std::fs::write(&config, value.to_string()).unwrap();
+    set_limits(&runner, serde_json::json!({"disk": "16M"}));
     // Three outputs of 8 MiB, each under the limit, from bash's builtins; then a build that
     // goes on, as a large one would. (The limit is well above what nix's own scratch holds,
     // its fetches' caches: up to 4 MiB seen.)
@@ -634,10 +639,7 @@ async fn a_job_past_its_disk_limit_is_stopped_and_says_so() {
     .expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
-    let config = runner.state().join("config.json");
-    let mut value: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    value["limits"] = serde_json::json!({"disk": "40M"});
-    std::fs::write(&config, value.to_string()).unwrap();
+    set_limits(&runner, serde_json::json!({"disk": "40M"}));
     let file = job_file(
         keys.path(),
         serde_json::json!({"id": "filler", "repo": repo.src().to_string_lossy(), "rev": rev,
@@ -707,11 +709,7 @@ async fn a_token_limit_refuses_the_next_request_and_ends_the_job() {
     .expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
-    let config_path = runner.state().join("config.json");
-    let mut config: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    config["limits"] = serde_json::json!({"tokens": 3});
-    std::fs::write(&config_path, config.to_string()).unwrap();
+    set_limits(&runner, serde_json::json!({"tokens": 3}));
     let file = job_file(
         keys.path(),
         serde_json::json!({"id": "capped", "repo": repo.src().to_string_lossy(), "rev": rev}),
