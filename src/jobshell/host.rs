@@ -24,10 +24,9 @@ use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 
 use super::client;
+use crate::process::HELPER_START_BOUND as START_TIMEOUT;
 use crate::util::io::{IoContext, IoError};
 
-/// How long the sandbox may take to start (Node, srt's setup, bubblewrap) before the job fails.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the host gets to stop the sandbox and clean up after its lifeline closes.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -193,6 +192,7 @@ async fn watch(stdout: Option<tokio::process::ChildStdout>, log: &Path) -> Sandb
     };
     let mut lines = tokio::io::BufReader::new(stdout).lines();
     let mut ready = false;
+    let began = std::time::Instant::now();
     loop {
         let next = if ready {
             lines.next_line().await
@@ -204,7 +204,10 @@ async fn watch(stdout: Option<tokio::process::ChildStdout>, log: &Path) -> Sandb
         };
         match next {
             Ok(Some(line)) if line == "ready" => {
-                tracing::debug!("the job's sandbox is ready");
+                tracing::info!(
+                    ms = began.elapsed().as_millis(),
+                    "the job's sandbox is ready"
+                );
                 ready = true;
             }
             Ok(Some(line)) => {

@@ -28,13 +28,9 @@ use super::ca::JobCa;
 use super::decider::{self, DeciderError};
 use super::log::{self, Counts, NetLog};
 use super::rules::NetRules;
+use crate::process::HELPER_START_BOUND as START_TIMEOUT;
 use crate::util::io::{IoContext, IoError};
 
-/// How long the proxy may take to start (Node's start-up, the hello) before the job fails:
-/// as long as the job's sandbox gets (`jobshell::host`). On a slow or emulated CPU Node's
-/// start-up alone took over 20 s (scripts/vm-test's guest under TCG); a proxy that fails
-/// exits, which is reported at once, so only a hung one waits this long.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the proxy gets to shut down after its lifeline closes (it gives open requests a
 /// second) before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -353,12 +349,19 @@ fn watch_startup(
 ) -> tokio::sync::oneshot::Receiver<Result<(), ProxyError>> {
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
+        let began = std::time::Instant::now();
         let serving = async {
             let _ = hello.await;
             served.await.is_ok()
         };
         let outcome = match tokio::time::timeout(START_TIMEOUT, serving).await {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                tracing::info!(
+                    ms = began.elapsed().as_millis(),
+                    "the job's network proxy serves"
+                );
+                Ok(())
+            }
             Ok(false) => Err(ProxyError::Exited(tail(&stderr_log))),
             Err(_) => Err(ProxyError::Timeout(tail(&stderr_log))),
         };
