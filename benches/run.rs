@@ -16,6 +16,10 @@
 //!   it) against `bash -c true`, bare bwrap and `srt -c true` (a new srt per command),
 //!   alternating.
 //!
+//! As root with `QUEST_RUNNER_BENCH_USER=<user>`, the runner's jobs run as that user too (a
+//! runner that is its service user: its own state and store, the agent as itself), each
+//! beside root's in the same rounds (`support::service_user`).
+//!
 //! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
 //! `_SRT` or npm/node_modules/.bin).
@@ -36,6 +40,7 @@ use quest_runner_selftest::model_server::{ModelServer, Served, Step};
 
 mod support;
 
+use support::service_user::ServiceUser;
 use support::{median, ms, SampleRepo};
 
 const ROUNDS: usize = 5;
@@ -120,41 +125,74 @@ async fn main() {
     let opencode = pinned("QUEST_RUNNER_OPENCODE", "opencode");
     let srt = pinned("QUEST_RUNNER_SRT", "srt");
 
+    // A runner that is its service user, beside root's, with its own state and repository.
+    let service = ServiceUser::from_env(work.path());
+    let service_src = service.as_ref().map(|user| {
+        let key = user.own_copy(&key, "key");
+        let auth = user.own_copy(&auth, "auth.json");
+        let mut config = config.clone();
+        config["accounts"]["claude"]["api_key_file"] = serde_json::json!(key);
+        config["accounts"]["opencode"]["auth_file"] = serde_json::json!(auth);
+        std::fs::write(user.state.join("config.json"), config.to_string()).expect("config");
+        user.give(&user.state);
+        println!(
+            "quest-runner run: also as {} (a runner that is its service user)",
+            user.name
+        );
+        user.own_copy(&work.path().join("repo"), "repo").join("src")
+    });
+
     let mut job_n = 0;
-    let mut runner_job = |agent: &str| {
+    let mut runner_job = |agent: &str, as_service: bool| {
         job_n += 1;
+        let (user, repo) = match (&service, &service_src) {
+            (Some(user), Some(src)) if as_service => (Some(user), src.clone()),
+            _ => (None, src.clone()),
+        };
         let job = serde_json::json!({
-            "id": format!("bench-{agent}-{job_n}"), "repo": src, "rev": rev, "ref": "main",
+            "id": format!("bench-{agent}-{job_n}"), "repo": repo, "rev": rev, "ref": "main",
             "trust": "trusted", "agent": agent, "account": agent, "prompt": "say done",
         });
         let file = work.path().join(format!("job-{job_n}.json"));
         std::fs::write(&file, job.to_string()).expect("job");
-        let mut cmd = Command::new(&runner);
+        let agents = [
+            ("QUEST_RUNNER_CLAUDE", claude.as_path()),
+            ("QUEST_RUNNER_OPENCODE", opencode.as_path()),
+            ("QUEST_RUNNER_SRT", srt.as_path()),
+        ];
+        let (mut cmd, state_dir) = match user {
+            Some(user) => (user.command(&runner, &agents), user.state.clone()),
+            None => {
+                let mut cmd = Command::new(&runner);
+                cmd.env("RUST_LOG", "warn").envs(agents);
+                (cmd, state.clone())
+            }
+        };
         cmd.arg("--state-dir")
-            .arg(&state)
+            .arg(state_dir)
             .args(["run", "--job"])
-            .arg(&file)
-            .env("RUST_LOG", "warn")
-            .env("QUEST_RUNNER_CLAUDE", &claude)
-            .env("QUEST_RUNNER_OPENCODE", &opencode)
-            .env("QUEST_RUNNER_SRT", &srt);
+            .arg(&file);
         cmd
     };
 
     println!("quest-runner run, median of {ROUNDS} (cached devShell, warm bare clone)");
     for agent in ["claude", "opencode"] {
-        run_confined(&server, runner_job(agent)); // warm: bare clone, devShell
+        run_confined(&server, runner_job(agent, false)); // warm: bare clone, devShell
+        if service.is_some() {
+            run_confined(&server, runner_job(agent, true));
+        }
         let (mut via_runner, mut alone, mut own) = (Vec::new(), Vec::new(), Vec::new());
         let (mut alone_confined, mut alone_sandboxed) = (Vec::new(), Vec::new());
+        let (mut via_service, mut own_service) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            let (first, stdout) = run_confined(&server, runner_job(agent));
+            let (first, stdout) = run_confined(&server, runner_job(agent, false));
             via_runner.push(first);
-            let result: serde_json::Value = serde_json::from_slice(&stdout).expect("result");
-            own.push(Duration::from_millis(
-                result["agent_started_ms"]
-                    .as_u64()
-                    .expect("agent_started_ms"),
-            ));
+            own.push(agent_started(&stdout));
+            if service.is_some() {
+                let (first, stdout) = run_confined(&server, runner_job(agent, true));
+                via_service.push(first);
+                own_service.push(agent_started(&stdout));
+            }
             // Each run in a home of its own: a home the run alone (as root) wrote is not
             // the agent's identity's to write, and Claude Code waited on its config's lock
             // there (the +1.3 s this line once showed).
@@ -204,6 +242,18 @@ async fn main() {
             ratio(r, a),
             if ratio(r, a) <= 1.5 { "met" } else { "MISSED" },
         );
+        if let Some(user) = &service {
+            let (r_s, o_s) = (median(via_service), median(own_service));
+            println!(
+                "  {agent:<9} as {}: runner's own work {:>6.1} ms ({:.2}x of root's), first request via runner {:>7.1} ms ({:.2}x of root's; / agent alone {:.2}x)",
+                user.name,
+                ms(o_s),
+                ratio(o_s, o),
+                ms(r_s),
+                ratio(r_s, r),
+                ratio(r_s, a),
+            );
+        }
         if let Some(sb) = sandboxed {
             println!(
                 "  {agent:<9} first request, agent alone with its own sandbox on {:>7.1} ms ({:+.1} ms over alone: the sandbox's start); via runner / that {:.2}x",
@@ -295,7 +345,7 @@ async fn main() {
             claude_home.path(),
         )
     };
-    let names = [
+    let mut names = vec![
         "claude",
         "claude alone, its own sandbox",
         "opencode",
@@ -303,6 +353,9 @@ async fn main() {
         "opencode, srt per command",
         "bwrap",
     ];
+    if service.is_some() {
+        names.extend(["claude, service user", "opencode, service user"]);
+    }
     let mut all: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut per_round: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     for _ in 0..GAP_ROUNDS {
@@ -315,7 +368,9 @@ async fn main() {
                         "opencode, no sandbox" => plain_opencode(Path::new("/bin/bash")),
                         "opencode, srt per command" => plain_opencode(&srt_shell),
                         "claude alone, its own sandbox" => claude_alone_sandboxed(),
-                        agent => runner_job(agent),
+                        "claude, service user" => runner_job("claude", true),
+                        "opencode, service user" => runner_job("opencode", true),
+                        agent => runner_job(agent, false),
                     };
                     let started = Instant::now();
                     run_confined(&server, cmd);
@@ -337,6 +392,7 @@ async fn main() {
     let m: Vec<Duration> = all.into_iter().map(median).collect();
     let [claude_gap, claude_own, oc_gap, oc_plain, oc_srt, bwrap] =
         [m[0], m[1], m[2], m[3], m[4], m[5]];
+    let service_gaps = service.as_ref().map(|user| (&user.name, m[6], m[7]));
     println!(
         "per-command gap (median of {n}): claude {:.1} ms, opencode {:.1} ms, bwrap {:.1} ms",
         ms(claude_gap),
@@ -349,6 +405,16 @@ async fn main() {
         ratio(claude_gap, claude_own),
         if ratio(claude_gap, claude_own) <= 1.1 { "met" } else { "MISSED" },
     );
+    if let Some((user, claude_s, oc_s)) = service_gaps {
+        println!(
+            "  as {user}: claude {:.1} ms ({:.2}x of root's; / claude alone with its own sandbox {:.2}x), opencode {:.1} ms ({:.2}x of root's)",
+            ms(claude_s),
+            ratio(claude_s, claude_gap),
+            ratio(claude_s, claude_own),
+            ms(oc_s),
+            ratio(oc_s, oc_gap),
+        );
+    }
     let share = oc_gap.saturating_sub(oc_plain);
     let met = |ok: bool| if ok { "met" } else { "MISSED" };
     println!(
@@ -520,6 +586,16 @@ fn in_the_jobs_namespace(direct: &Command, home: &Path) -> Command {
         };
     }
     cmd
+}
+
+/// The runner's own work before the agent started, from its result.
+fn agent_started(stdout: &[u8]) -> Duration {
+    let result: serde_json::Value = serde_json::from_slice(stdout).expect("result");
+    Duration::from_millis(
+        result["agent_started_ms"]
+            .as_u64()
+            .expect("agent_started_ms"),
+    )
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {

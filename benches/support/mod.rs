@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use quest_runner_selftest::static_bash::{BuilderInput, BUILDER};
 
+pub mod service_user;
+
 /// A repository whose every commit has a devShell of its own (the commit's label is in the
 /// derivation), so each new revision is a real miss; with a bare clone of it beside.
 pub struct SampleRepo {
