@@ -44,7 +44,7 @@ use tokio::process::Command;
 /// How long a job's helper process (its network proxy, its sandbox's host: each a Node
 /// program) may take to come up before the job fails. It bounds a hung start, not a slow one:
 /// one that fails exits and is reported at once. Under an emulated CPU (scripts/vm-test's
-/// guest under TCG, each job in its memory-limited group) the proxy took 11–56 s to serve,
+/// guest under TCG, each job in its memory-limited group) the proxy took 11–83 s to serve,
 /// and a fixed 60 s failed jobs there that would have run: a hung helper costs a job these
 /// minutes, a bound too tight costs every job on a slow host. Both log how long they took.
 pub const HELPER_START_BOUND: Duration = Duration::from_secs(300);
