@@ -127,8 +127,7 @@ async fn main() {
     let srt = pinned("QUEST_RUNNER_SRT", "srt");
 
     // A runner that is its service user, beside root's, with its own state and repository.
-    let service = ServiceUser::from_env(work.path());
-    let service_src = service.as_ref().map(|user| {
+    let service = ServiceUser::from_env(work.path()).map(|user| {
         let key = user.own_copy(&key, "key");
         let auth = user.own_copy(&auth, "auth.json");
         let mut config = config.clone();
@@ -140,14 +139,15 @@ async fn main() {
             "quest-runner run: also as {} (a runner that is its service user)",
             user.name
         );
-        user.own_copy(&work.path().join("repo"), "repo").join("src")
+        let src = user.own_copy(&work.path().join("repo"), "repo").join("src");
+        (user, src)
     });
 
     let mut job_n = 0;
     let mut runner_job = |agent: &str, as_service: bool| {
         job_n += 1;
-        let (user, repo) = match (&service, &service_src) {
-            (Some(user), Some(src)) if as_service => (Some(user), src.clone()),
+        let (user, repo) = match &service {
+            Some((user, src)) if as_service => (Some(user), src.clone()),
             _ => (None, src.clone()),
         };
         let job = serde_json::json!({
@@ -243,7 +243,7 @@ async fn main() {
             ratio(r, a),
             if ratio(r, a) <= 1.5 { "met" } else { "MISSED" },
         );
-        if let Some(user) = &service {
+        if let Some((user, _)) = &service {
             let (r_s, o_s) = (median(via_service), median(own_service));
             println!(
                 "  {agent:<9} as {}: runner's own work {:>6.1} ms ({:.2}x of root's), first request via runner {:>7.1} ms ({:.2}x of root's; / agent alone {:.2}x)",
@@ -393,7 +393,7 @@ async fn main() {
     let m: Vec<Duration> = all.into_iter().map(median).collect();
     let [claude_gap, claude_own, oc_gap, oc_plain, oc_srt, bwrap] =
         [m[0], m[1], m[2], m[3], m[4], m[5]];
-    let service_gaps = service.as_ref().map(|user| (&user.name, m[6], m[7]));
+    let service_gaps = service.as_ref().map(|(user, _)| (&user.name, m[6], m[7]));
     println!(
         "per-command gap (median of {n}): claude {:.1} ms, opencode {:.1} ms, bwrap {:.1} ms",
         ms(claude_gap),
