@@ -574,7 +574,6 @@ async fn shell_round_trips(
         srt: Some(srt),
         node: Some(&node),
         runner: Some(&runner),
-        bwrap_shim: None,
         host_env: std::env::vars().collect(),
         gateway: None,
     })

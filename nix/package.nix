@@ -132,10 +132,9 @@ rustPlatform.buildRustPackage {
 
   postInstall =
     lib.optionalString isLinux ''
-      # Claude Code's sandbox starts bwrap and socat by name. A job's Claude Code finds the
-      # runner's bwrap first on its PATH (src/jobshell/seccomp_stage.rs), which runs the
-      # package's (QUEST_RUNNER_BWRAP, the one the AppArmor profile is attached to): these
-      # come after it, for socat and for a Claude Code started outside a job.
+      # A job's Claude Code runs with its own sandbox off (its commands run in the job's srt
+      # sandbox: src/agent/claude.rs); bwrap and socat on its PATH serve a Claude Code started
+      # outside a job with its sandbox on.
       makeWrapper ${lib.getExe claude-code} $out/libexec/quest-runner/claude \
         --suffix PATH : ${bubblewrap}/bin:${socat}/bin
     ''

@@ -24,7 +24,7 @@ pub enum Tool {
     Unshare,
     Socat,
     Srt,
-    /// Runs opencode's sandbox host with srt's library.
+    /// Runs the commands' sandbox host with srt's library.
     Node,
     Claude,
     Opencode,

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // opencode's shell and the sandbox's executor are modes of this binary (src/jobshell).
+    // the agents' shell and the sandbox's executor are modes of this binary (src/jobshell).
     if let Some(code) = quest_runner::jobshell::dispatch() {
         return code;
     }

@@ -209,9 +209,8 @@ fn userns_fix() -> String {
     }
 }
 
-/// srt's seccomp helper, which starts every command of either agent: opencode's through the
-/// runner's executor, Claude Code's in place of the helper in its own executable
-/// (src/jobshell/seccomp_stage.rs). The AppArmor profile names it.
+/// srt's seccomp helper, which the runner's executor starts every command of either agent
+/// with (`crate::jobshell`). The AppArmor profile names it.
 fn seccomp_helper_check() -> Check {
     found_check(
         "apply-seccomp",
@@ -225,36 +224,30 @@ fn seccomp_helper_check() -> Check {
 /// The checks a job of `agent` needs. `nix` is checked when a devShell will be built.
 pub fn checks_for(agent: AgentKind, needs_nix: bool) -> Vec<Check> {
     let mut checks = Vec::new();
-    match agent {
-        AgentKind::Claude => {
-            checks.push(binary_check(
-                Tool::Claude,
-                "the agent",
-                "install @anthropic-ai/claude-code (scripts/setup does) or set QUEST_RUNNER_CLAUDE",
-            ));
-        }
-        AgentKind::Opencode => {
-            checks.push(binary_check(
-                Tool::Opencode,
-                "the agent",
-                "install opencode-ai (scripts/setup does) or set QUEST_RUNNER_OPENCODE",
-            ));
-            checks.push(binary_check(
-                Tool::Srt,
-                "sandboxes opencode's commands",
-                "install @anthropic-ai/sandbox-runtime (scripts/setup does) or set QUEST_RUNNER_SRT",
-            ));
-            checks.push(binary_check(
-                Tool::Node,
-                "runs srt's library for opencode's commands",
-                "install Node.js (what srt runs on), or set QUEST_RUNNER_NODE",
-            ));
-            if cfg!(target_os = "linux") {
-                checks.push(ripgrep_check());
-            }
-        }
-    }
+    let (tool, install) = match agent {
+        AgentKind::Claude => (
+            Tool::Claude,
+            "install @anthropic-ai/claude-code (scripts/setup does) or set QUEST_RUNNER_CLAUDE",
+        ),
+        AgentKind::Opencode => (
+            Tool::Opencode,
+            "install opencode-ai (scripts/setup does) or set QUEST_RUNNER_OPENCODE",
+        ),
+    };
+    checks.push(binary_check(tool, "the agent", install));
+    // Both agents' commands run in the job's srt sandbox (`crate::jobshell`).
+    checks.push(binary_check(
+        Tool::Srt,
+        "sandboxes the agent's commands",
+        "install @anthropic-ai/sandbox-runtime (scripts/setup does) or set QUEST_RUNNER_SRT",
+    ));
+    checks.push(binary_check(
+        Tool::Node,
+        "runs srt's library for the agent's commands",
+        "install Node.js (what srt runs on), or set QUEST_RUNNER_NODE",
+    ));
     if cfg!(target_os = "linux") {
+        checks.push(ripgrep_check());
         checks.push(binary_check(
             Tool::Bwrap,
             "the sandbox on Linux",

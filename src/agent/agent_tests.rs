@@ -62,18 +62,11 @@ fn host_env() -> Vec<(String, String)> {
 }
 
 fn claude_launch(account: &ClaudeAccount) -> Launch {
-    claude_launch_with(account, None)
-}
-
-/// [`claude_launch`], with Claude Code's bwrap moved onto the runner's (`shim`).
-fn claude_launch_with(
-    account: &ClaudeAccount,
-    shim: Option<&crate::jobshell::seccomp_stage::BwrapShim>,
-) -> Launch {
     let ws = workspace();
     let policy = policy(&ws);
     let job = job(AgentKind::Claude);
     let acct = Account::Claude(account.clone());
+    let (_dir, srt) = fake_srt();
     plan(&AgentInputs {
         job: &job,
         account: &acct,
@@ -81,10 +74,9 @@ fn claude_launch_with(
         workspace: &ws,
         system_prompt: "SYSTEM",
         program: Path::new("/bin/claude"),
-        srt: None,
-        node: None,
-        runner: None,
-        bwrap_shim: shim,
+        srt: Some(&srt),
+        node: Some(Path::new("/bin/node")),
+        runner: Some(Path::new("/opt/qr/bin/quest-runner")),
         host_env: host_env(),
         gateway: Some(&claude_gateway()),
     })
@@ -127,51 +119,32 @@ fn file<'a>(launch: &'a Launch, name: &str) -> &'a Contents {
         .contents
 }
 
-/// On Linux the job's Claude Code finds the runner's bwrap first on its PATH, and its
-/// commands' sandbox may read srt's helper wherever it is installed (a hidden home included).
+/// Claude Code's Bash commands go to the job's sandbox through its command prefix, a link to
+/// the runner's binary; the sandbox host runs beside it; its own sandbox is off.
 #[test]
-fn claude_runs_its_commands_through_the_runners_bwrap_and_srts_helper() {
+fn claude_runs_its_commands_in_the_jobs_sandbox() {
     let ws = workspace();
-    let shim = crate::jobshell::seccomp_stage::BwrapShim {
-        runner: "/opt/qr/bin/quest-runner".into(),
-        bwrap: "/usr/bin/bwrap".into(),
-        helper: "/root/npm/sandbox-runtime/vendor/seccomp/x64/apply-seccomp".into(),
-    };
-    let launch = claude_launch_with(&key_account(), Some(&shim));
-    let bin = claude::bin_dir(&ws.job_dir);
-    let path = &launch.env["PATH"];
-    assert!(
-        path.starts_with(&format!("{}:", bin.display())),
-        "PATH: {path}"
+    let launch = claude_launch(&key_account());
+    let prefix = ws.job_dir.join("quest-command");
+    assert_eq!(
+        launch.env["CLAUDE_CODE_SHELL_PREFIX"],
+        prefix.display().to_string()
     );
-    let script = launch
-        .files
-        .iter()
-        .find(|f| f.path == bin.join("bwrap"))
-        .map(|f| match &f.contents {
-            Contents::File(text, mode) => (text.clone(), *mode),
-            other => panic!("{other:?}"),
-        })
-        .expect("the bwrap script");
-    assert!(
-        script
-            .0
-            .contains("--quest-bwrap '/usr/bin/bwrap' '/bin/claude'"),
-        "{}",
-        script.0
-    );
-    assert_eq!(script.1 & 0o111, 0o100, "executable by its owner only");
-    let settings = match file(&launch, "settings.json") {
-        Contents::File(text, _) => text.clone(),
+    match file(&launch, "runner/quest-command") {
+        Contents::Symlink(t) => assert_eq!(t, Path::new("/opt/qr/bin/quest-runner")),
         other => panic!("{other:?}"),
-    };
-    let settings: serde_json::Value = serde_json::from_str(&settings).unwrap();
-    let allow_read = settings["sandbox"]["filesystem"]["allowRead"].to_string();
-    assert!(
-        allow_read.contains(&shim.helper.display().to_string()),
-        "{allow_read}"
-    );
-    assert!(launch.own.read.contains(&shim.helper));
+    }
+    let host = launch.companion.as_ref().expect("the sandbox host");
+    assert_eq!(host.program, Path::new("/bin/node"));
+    assert_eq!(host.cwd, ws.checkout);
+    let executor: serde_json::Value = serde_json::from_str(text(&launch, "executor.json")).unwrap();
+    assert_eq!(executor["cwd_alias"], ws.checkout.display().to_string());
+    let settings: serde_json::Value =
+        serde_json::from_str(text(&launch, "claude/settings.json")).unwrap();
+    assert_eq!(settings["sandbox"], serde_json::json!({"enabled": false}));
+    // The executor sources the devShell; Claude Code's own hook would do it twice.
+    assert!(!launch.env.contains_key("CLAUDE_ENV_FILE"));
+    assert!(!launch.env["PATH"].contains("claude-bin"));
 }
 
 #[test]
@@ -204,10 +177,7 @@ fn claude_settings_render_the_policy() {
     };
     assert_eq!(*mode, 0o600);
     let s: serde_json::Value = serde_json::from_str(text).unwrap();
-    assert_eq!(s["sandbox"]["enabled"], true);
-    assert_eq!(s["sandbox"]["failIfUnavailable"], true);
-    assert_eq!(s["sandbox"]["allowUnsandboxedCommands"], false);
-    assert_eq!(s["sandbox"]["network"]["allowAllUnixSockets"], false);
+    assert_eq!(s["sandbox"]["enabled"], false);
     let list = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -215,14 +185,17 @@ fn claude_settings_render_the_policy() {
             .map(|x| x.as_str().unwrap().to_string())
             .collect()
     };
-    let fs = &s["sandbox"]["filesystem"];
+    // What its commands may do: the job's sandbox, from the same policy.
+    let srt: serde_json::Value = serde_json::from_str(self::text(&launch, "srt.json")).unwrap();
+    let fs = &srt["filesystem"];
     assert!(list(&fs["denyRead"]).contains(&"/state".to_string()));
     assert!(list(&fs["denyRead"]).contains(&"/home".to_string()));
     assert!(list(&fs["allowRead"]).contains(&"/state/jobs/j1/checkout".to_string()));
     assert!(list(&fs["allowWrite"]).contains(&"/tmp/quest-job-abc123".to_string()));
     assert!(list(&fs["denyWrite"])
         .contains(&"/state/jobs/j1/git/worktrees/checkout/commondir".to_string()));
-    assert!(list(&s["sandbox"]["network"]["allowedDomains"]).contains(&"pypi.org".to_string()));
+    assert!(list(&srt["network"]["allowedDomains"]).contains(&"pypi.org".to_string()));
+    assert_eq!(srt["network"]["allowAllUnixSockets"], false);
     let allow = list(&s["permissions"]["allow"]);
     assert!(allow.contains(&"Bash".to_string()));
     assert!(allow.contains(&"Edit(//state/jobs/j1/checkout/**)".to_string()));
@@ -244,6 +217,7 @@ fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() 
     let job = job(AgentKind::Claude);
     let acct = Account::Claude(key_account());
     let mut env = host_env();
+    let (_dir, srt) = fake_srt();
     env.push(("ANTHROPIC_API_KEY".into(), "sk-from-the-environment".into()));
     env.push((
         "CLAUDE_CODE_OAUTH_TOKEN".into(),
@@ -256,10 +230,9 @@ fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() 
         workspace: &ws,
         system_prompt: "",
         program: Path::new("/bin/claude"),
-        srt: None,
-        node: None,
-        runner: None,
-        bwrap_shim: None,
+        srt: Some(&srt),
+        node: Some(Path::new("/bin/node")),
+        runner: Some(Path::new("/opt/qr/bin/quest-runner")),
         host_env: env,
         gateway: Some(&claude_gateway()),
     })
@@ -303,26 +276,11 @@ fn claude_environment_is_scrubbed_and_holds_no_secret() {
     assert_eq!(env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"], "1");
     assert_eq!(env["CLAUDE_CONFIG_DIR"], "/state/jobs/j1/runner/claude");
     assert_eq!(
-        env["CLAUDE_ENV_FILE"],
-        "/state/jobs/j1/runner/devshell-hook.sh"
+        env["CLAUDE_CODE_SHELL_PREFIX"],
+        "/state/jobs/j1/runner/quest-command"
     );
     assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:7");
     assert!(env.values().all(|v| !v.contains("leak")));
-}
-
-#[test]
-fn devshell_hook_sources_the_copy_inside_the_sandbox() {
-    let launch = claude_launch(&key_account());
-    let Contents::File(text, _) = file(&launch, "devshell-hook.sh") else {
-        panic!()
-    };
-    assert!(
-        text.contains(". '/state/jobs/j1/runner/devshell.sh'"),
-        "{text}"
-    );
-    let mut ws = workspace();
-    ws.devshell_script = None;
-    assert!(!devshell_hook(&policy(&ws)).contains(". "));
 }
 
 #[test]
@@ -364,7 +322,6 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
             srt: None,
             node: None,
             runner: None,
-            bwrap_shim: None,
             host_env: vec![],
             gateway: Some(&claude_gateway()),
         })
@@ -411,7 +368,6 @@ fn opencode_launch_via(
         srt: Some(&srt),
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/opt/qr/bin/quest-runner")),
-        bwrap_shim: None,
         host_env: host_env(),
         gateway,
     })
@@ -619,7 +575,6 @@ fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
         srt: None,
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/bin/quest-runner")),
-        bwrap_shim: None,
         host_env: vec![],
         gateway: None,
     })
@@ -652,7 +607,7 @@ fn rendered_plugin_and_sandbox_host_are_valid_javascript() {
 }
 
 #[test]
-fn claude_settings_render_macos_paths() {
+fn claude_and_srt_settings_render_macos_paths() {
     let ws = WorkspacePaths {
         checkout: "/Users/op/Library/quest/jobs/j1/checkout".into(),
         bare_clone: "/Users/op/Library/quest/repos/r.git".into(),
@@ -678,9 +633,9 @@ fn claude_settings_render_macos_paths() {
     let s = claude::settings(
         &policy,
         Path::new("/Users/op/Library/quest/jobs/j1/runner/claude/gateway-token"),
-        None,
     );
-    let fs = &s["sandbox"]["filesystem"];
+    let srt = super::commands::srt_settings(&policy, None, Path::new("/opt/qr/quest-runner"));
+    let fs = &srt["filesystem"];
     let deny_read = fs["denyRead"].to_string();
     // The operator's ~/Library/Keychains is covered by /Users itself.
     for path in ["/Users", "/private/tmp", "/Library/Keychains"] {
@@ -692,10 +647,7 @@ fn claude_settings_render_macos_paths() {
     let allow_read = fs["allowRead"].to_string();
     assert!(allow_read.contains("/Users/op/Library/quest/jobs/j1/checkout"));
     assert!(allow_read.contains("/private/tmp/quest-job-abc123"));
-    assert_eq!(
-        s["sandbox"]["network"]["allowedDomains"],
-        serde_json::json!([])
-    );
+    assert_eq!(srt["network"]["allowedDomains"], serde_json::json!([]));
     assert!(s["permissions"]["allow"]
         .to_string()
         .contains("Edit(//Users/op/Library/quest/jobs/j1/checkout/**)"));

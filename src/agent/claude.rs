@@ -1,23 +1,29 @@
-//! Claude Code: its built-in sandbox (bubblewrap on Linux, Seatbelt on macOS) enforces the
-//! policy on every Bash command; permission rules confine the file tools, which the sandbox
-//! does not cover.
+//! Claude Code: every command of its Bash tool runs in the job's one srt sandbox
+//! (`super::commands`), handed over by the runner's binary as Claude Code's command prefix
+//! (`CLAUDE_CODE_SHELL_PREFIX`); permission rules confine the file tools, which no sandbox
+//! covers.
+//!
+//! Claude Code's own sandbox is off. It is srt too, made from the same policy, but remade for
+//! every command: a bubblewrap over the job's namespace, which re-reads the whole mount table
+//! for each of its ~100 mounts (~160 ms a command against ~105 ms for Claude Code alone with
+//! its sandbox). The job's sandbox is made once, beside the agent, and costs a command a few
+//! milliseconds; it is the layer opencode's commands have. Claude Code's shell snapshot (made
+//! on the host, in the job's config dir) is not readable there, so a command starts from the
+//! policy's environment and the devShell, which the executor sources.
 //!
 //! The job gets a Claude config dir of its own (`CLAUDE_CONFIG_DIR`) holding only the
 //! settings rendered here and the job's gateway token: Claude Code talks to the runner's model
 //! gateway (`ANTHROPIC_BASE_URL`), which holds the account's key or login. With `--setting-sources user`
 //! those settings are all that load: the checkout's `.claude/settings.json` (hooks,
 //! permissions, sandbox loosening) never does, and `--strict-mcp-config` keeps out its
-//! `.mcp.json`. The devShell is sourced before each command, inside the sandbox, through
-//! `CLAUDE_ENV_FILE`.
+//! `.mcp.json`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{
-    devshell_hook, AgentError, AgentInputs, Contents, GatewayAccess, Launch, OwnFiles, PlannedFile,
-};
+use super::{AgentError, AgentInputs, Contents, GatewayAccess, Launch, OwnFiles, PlannedFile};
 use crate::config::ClaudeAccount;
 use crate::sandbox::SandboxPolicy;
 
@@ -30,19 +36,10 @@ pub fn token_file(job_dir: &Path) -> PathBuf {
     config_dir(job_dir).join("gateway-token")
 }
 
-/// Claude Code's own programs, first on its `PATH`: the `bwrap` its sandbox runs, the
-/// runner's (src/jobshell/seccomp_stage.rs). Claude Code finds bwrap on `PATH`; its
-/// `sandbox.bwrapPath` is read from the machine's managed settings only.
-pub fn bin_dir(job_dir: &Path) -> PathBuf {
-    job_dir.join("claude-bin")
-}
-
-/// The settings file: sandbox, permissions, and the API key helper, which hands Claude Code
-/// the job's gateway token (`token_file`), never the account's key.
-/// `helper`: srt's seccomp helper, where the runner moves Claude Code's seccomp stage
-/// (src/jobshell/seccomp_stage.rs): read by the commands' sandbox, wherever it is installed
-/// (under a home directory the policy hides, say).
-pub fn settings(policy: &SandboxPolicy, token_file: &Path, helper: Option<&Path>) -> Value {
+/// The settings file: permissions, Claude Code's own sandbox off (the job's runs its commands),
+/// and the API key helper, which hands Claude Code the job's gateway token (`token_file`), never
+/// the account's key.
+pub fn settings(policy: &SandboxPolicy, token_file: &Path) -> Value {
     let checkout = rule_path(&policy.checkout);
     let temp = rule_path(&policy.tmpdir);
     // dontAsk denies whatever no rule allows, so these rules are the file tools' whole reach.
@@ -58,12 +55,6 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path, helper: Option<&Path>
             .map(String::from)
             .to_vec()
     };
-    let allow_read: Vec<PathBuf> = policy
-        .allow_read
-        .iter()
-        .cloned()
-        .chain(helper.map(Path::to_path_buf))
-        .collect();
     let mut allow: Vec<String> = vec!["Bash".into()];
     allow.extend(file_rules);
     allow.extend(["Glob", "Grep", "WebSearch", "TodoWrite"].map(String::from));
@@ -75,36 +66,13 @@ pub fn settings(policy: &SandboxPolicy, token_file: &Path, helper: Option<&Path>
             "deny": ["WebFetch"],
             "disableBypassPermissionsMode": "disable",
         },
-        "sandbox": {
-            "enabled": true,
-            "failIfUnavailable": true,
-            "allowUnsandboxedCommands": false,
-            "autoAllowBashIfSandboxed": true,
-            "excludedCommands": [],
-            "filesystem": {
-                "denyRead": paths(&policy.deny_read),
-                "allowRead": paths(&allow_read),
-                "allowWrite": paths(&policy.allow_write),
-                "denyWrite": paths(&policy.deny_write),
-            },
-            "network": {
-                "allowedDomains": policy.allowed_hosts,
-                "allowUnixSockets": [],
-                "allowAllUnixSockets": false,
-                "allowLocalBinding": false,
-            },
-        },
+        // Its commands run in the job's sandbox (`CLAUDE_CODE_SHELL_PREFIX`), made once.
+        "sandbox": {"enabled": false},
         "disableAllHooks": true,
         "autoMemoryEnabled": false,
         "enableAllProjectMcpServers": false,
         "includeCoAuthoredBy": false,
     });
-    if let Some(port) = policy.proxy_port {
-        // The runner's proxy decides every request: both the HTTP and the SOCKS port, or
-        // the sandbox's own SOCKS proxy would carry traffic past it.
-        settings["sandbox"]["network"]["httpProxyPort"] = json!(port);
-        settings["sandbox"]["network"]["socksProxyPort"] = json!(port);
-    }
     // Claude Code runs the helper itself, outside the sandbox, and sends what it prints as
     // its API key: the token never enters an environment a command could inherit.
     settings["apiKeyHelper"] = json!(format!(
@@ -119,30 +87,24 @@ fn rule_path(path: &Path) -> String {
     format!("/{}", path.display())
 }
 
-fn paths(list: &[PathBuf]) -> Vec<String> {
-    list.iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect()
-}
-
-/// The launch of a Claude Code job: its config dir, settings, devShell hook and gateway token
-/// as files, then its environment and its arguments.
+/// The launch of a Claude Code job: its config dir, settings and gateway token as files, the
+/// commands' sandbox (`super::commands`), then its environment and its arguments.
 pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch, AgentError> {
     if account.api_key_file.is_none() && account.credentials_file.is_none() {
         return Err(AgentError::NoCredentials(inputs.job.account.clone()));
     }
+    let tools = super::commands::Tools::from_inputs(inputs)?;
     let gateway = inputs.gateway.ok_or(AgentError::Unsupported(
         "Claude Code jobs reach their model through the runner's gateway, which is not open",
     ))?;
     let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let config_dir = config_dir(job_dir);
-    let hook = job_dir.join("devshell-hook.sh");
     let token_file = token_file(job_dir);
-    let helper = inputs.bwrap_shim.map(|shim| shim.helper.as_path());
-    let settings = settings(policy, &token_file, helper);
-
-    let mut files = vec![
+    let prefix = job_dir.join(crate::jobshell::client::PREFIX_NAME);
+    // Claude Code starts its commands in the checkout, or where a command `cd`ed to.
+    let (mut files, host) = super::commands::plan(inputs, &tools, &prefix, &policy.checkout);
+    files.extend([
         PlannedFile {
             path: config_dir.clone(),
             contents: Contents::Dir,
@@ -150,61 +112,43 @@ pub fn plan(inputs: &AgentInputs<'_>, account: &ClaudeAccount) -> Result<Launch,
         PlannedFile {
             path: config_dir.join("settings.json"),
             contents: Contents::File(
-                serde_json::to_string_pretty(&settings).unwrap_or_default(),
+                serde_json::to_string_pretty(&settings(policy, &token_file)).unwrap_or_default(),
                 0o600,
             ),
         },
         PlannedFile {
-            path: hook.clone(),
-            contents: Contents::File(devshell_hook(policy), 0o600),
-        },
-        PlannedFile {
-            path: token_file,
+            path: token_file.clone(),
             contents: Contents::File(gateway.token.clone(), 0o600),
         },
-    ];
-    let mut read = vec![job_dir.clone()];
-    if let Some(shim) = inputs.bwrap_shim {
-        files.push(PlannedFile {
-            path: bin_dir(job_dir),
-            contents: Contents::Dir,
-        });
-        files.push(PlannedFile {
-            path: bin_dir(job_dir).join("bwrap"),
-            contents: Contents::File(shim.script(inputs.program), 0o700),
-        });
-        // Where the stage finds it, inside the job's namespace and the commands' sandbox.
-        read.push(shim.helper.clone());
-    }
-
+    ]);
     Ok(Launch {
         program: inputs.program.to_path_buf(),
         args: launch_args(inputs, account),
-        env: launch_env(inputs, gateway, &config_dir, &hook),
+        env: launch_env(inputs, gateway, &config_dir, &prefix),
         cwd: policy.checkout.clone(),
         stdin: inputs.job.prompt.clone(),
         files,
         transcript: job_dir.join("transcript.jsonl"),
-        companion: None,
+        companion: Some(host),
         // Its settings and token are read, never written: they confine it and name its
         // model's grant. The rest of its config dir is its own (sessions, todos, state).
         own: OwnFiles {
-            read,
+            read: vec![job_dir.clone()],
             write: vec![config_dir.clone()],
-            read_only: vec![config_dir.join("settings.json"), self::token_file(job_dir)],
+            read_only: vec![config_dir.join("settings.json"), token_file],
         },
         confined: None,
         net_bridge: None,
     })
 }
 
-/// The policy's environment, with Claude Code's own directories and the gateway as its
-/// model's base URL, and no credential but the job's token.
+/// The policy's environment, with Claude Code's own directories, its command prefix and the
+/// gateway as its model's base URL, and no credential but the job's token.
 fn launch_env(
     inputs: &AgentInputs<'_>,
     gateway: &GatewayAccess,
     config_dir: &Path,
-    hook: &Path,
+    prefix: &Path,
 ) -> BTreeMap<String, String> {
     let policy = inputs.policy;
     let mut env = policy.environment(inputs.host_env.clone());
@@ -214,8 +158,14 @@ fn launch_env(
             "CLAUDE_CONFIG_DIR",
             config_dir.to_string_lossy().into_owned(),
         ),
-        ("CLAUDE_ENV_FILE", hook.to_string_lossy().into_owned()),
-        // Claude Code's sandbox gives commands this as TMPDIR; it must be the job's own.
+        // Every Bash command, as one argument, to the job's sandbox.
+        (
+            "CLAUDE_CODE_SHELL_PREFIX",
+            prefix.to_string_lossy().into_owned(),
+        ),
+        // Where Claude Code keeps its own temp files, and the commands write where they `cd`ed
+        // to (`pwd -P >| $CLAUDE_CODE_TMPDIR/claude-*-cwd`): the job's temp dir, which the
+        // sandbox lets them write.
         ("CLAUDE_CODE_TMPDIR", temp),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
         // Auto memory writes notes under the config dir that a later session of the same
@@ -224,14 +174,6 @@ fn launch_env(
         ("DISABLE_AUTOUPDATER", "1".to_string()),
     ] {
         env.insert(k.to_string(), v);
-    }
-    if inputs.bwrap_shim.is_some() {
-        let dir = bin_dir(&inputs.workspace.job_dir);
-        let path = match env.get("PATH") {
-            Some(rest) if !rest.is_empty() => format!("{}:{rest}", dir.display()),
-            _ => dir.to_string_lossy().into_owned(),
-        };
-        env.insert("PATH".to_string(), path);
     }
     // The account's own base_url is the gateway's upstream.
     env.insert("ANTHROPIC_BASE_URL".to_string(), gateway.base_url.clone());

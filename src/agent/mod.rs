@@ -6,6 +6,7 @@
 //! started with. [`Launch::write_files`] then carries the plan out.
 
 pub mod claude;
+pub mod commands;
 pub mod opencode;
 
 use std::collections::BTreeMap;
@@ -32,8 +33,8 @@ pub struct Launch {
     pub files: Vec<PlannedFile>,
     /// Where the agent's own stdout (its event stream) is kept.
     pub transcript: PathBuf,
-    /// A process started beside the agent and stopped after it: opencode's sandbox host,
-    /// which runs its commands (`crate::jobshell`).
+    /// A process started beside the agent and stopped after it: the sandbox host, which runs
+    /// its commands (`commands`, `crate::jobshell`).
     pub companion: Option<crate::jobshell::host::HostPlan>,
     /// The agent's own files besides what the policy gives its commands: what the job's
     /// namespace binds for it ([`crate::sandbox::boundary`]).
@@ -72,15 +73,12 @@ pub struct AgentInputs<'a> {
     pub system_prompt: &'a str,
     /// The agent binary.
     pub program: &'a Path,
-    /// srt, for opencode.
+    /// srt, whose sandbox runs the agent's commands (`commands`).
     pub srt: Option<&'a Path>,
-    /// node, which runs opencode's sandbox host with srt's library.
+    /// node, which runs the commands' sandbox host with srt's library.
     pub node: Option<&'a Path>,
-    /// The runner's own binary: opencode's shell and the sandbox's executor.
+    /// The runner's own binary: the agent's shell and the sandbox's executor.
     pub runner: Option<&'a Path>,
-    /// Claude Code on Linux: the bwrap its sandbox runs, which moves its seccomp stage onto
-    /// srt's helper (src/jobshell/seccomp_stage.rs).
-    pub bwrap_shim: Option<&'a crate::jobshell::seccomp_stage::BwrapShim>,
     /// The runner's own environment, filtered by the policy.
     pub host_env: Vec<(String, String)>,
     /// The job's way to its model through the runner's gateway; `None`: the agent holds the
@@ -113,13 +111,11 @@ pub enum AgentError {
     NoCredentials(String),
     #[error("{0}")]
     Unsupported(&'static str),
-    #[error("opencode jobs need srt: set QUEST_RUNNER_SRT or put srt on PATH")]
+    #[error("an agent's commands run in srt's sandbox, and srt was not found: set QUEST_RUNNER_SRT or put srt on PATH")]
     NoSrt,
-    #[error(
-        "opencode jobs need node for srt's library: set QUEST_RUNNER_NODE or put node on PATH"
-    )]
+    #[error("an agent's commands run in srt's sandbox, made with srt's library by node, which was not found: set QUEST_RUNNER_NODE or put node on PATH")]
     NoNode,
-    #[error("opencode jobs run their commands through quest-runner's own binary, which was not found: set QUEST_RUNNER_SELF")]
+    #[error("an agent's commands run through quest-runner's own binary, which was not found: set QUEST_RUNNER_SELF")]
     NoRunner,
     #[error("srt's package (its package.json) was not found from {0}: point QUEST_RUNNER_SRT at the srt of an installed @anthropic-ai/sandbox-runtime")]
     NoSrtPackage(PathBuf),
@@ -166,20 +162,6 @@ impl Launch {
         }
         Ok(())
     }
-}
-
-/// The small file each command sources inside the sandbox: the policy's prelude (package
-/// managers' proxy settings), then the devShell script (or nothing, for a revision without
-/// one). Shell-quoted, since the path comes from the state directory.
-pub fn devshell_hook(policy: &SandboxPolicy) -> String {
-    let devshell = match &policy.devshell_script {
-        Some(script) => format!(
-            "# quest-runner: the revision's devShell, sourced inside the sandbox\n. {}\n",
-            crate::util::shell::quote(&script.to_string_lossy())
-        ),
-        None => "# quest-runner: this revision has no devShell\n:\n".to_string(),
-    };
-    format!("{}{devshell}", policy.command_prelude())
 }
 
 #[cfg(test)]

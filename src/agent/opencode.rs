@@ -1,8 +1,9 @@
 //! opencode: no sandbox of its own, so every command of its bash tool runs in one srt
 //! sandbox per job, made by srt's library from settings rendered from the same policy
-//! (`crate::jobshell`): opencode.json's `shell` is a link to the runner's binary, which hands
-//! each command to the job's executor; the executor runs it under srt's seccomp helper, in
-//! the sandbox's environment (built from nothing), after the revision's devShell.
+//! (`crate::jobshell`, planned in `super::commands`): opencode.json's `shell` is a link to the
+//! runner's binary, which hands each command to the job's executor; the executor runs it under
+//! srt's seccomp helper, in the sandbox's environment (built from nothing), after the
+//! revision's devShell.
 //!
 //! opencode itself runs on the host, so nothing of the checkout may configure it. opencode
 //! 1.18 imports a project's plugins (`opencode.json` `plugin`, `.opencode/plugin/`) from its
@@ -20,13 +21,9 @@ use serde_json::{json, Value};
 
 use super::{AgentError, AgentInputs, Contents, Launch, PlannedFile};
 use crate::config::OpencodeAccount;
-use crate::jobshell::host::HostPlan;
 use crate::sandbox::SandboxPolicy;
 
 const PLUGIN: &str = include_str!("opencode-plugin.js");
-const HOST: &str = include_str!("../jobshell/sandbox-host.mjs");
-/// The sandbox host's script, in the job's runner dir.
-const HOST_SCRIPT: &str = "sandbox-host.mjs";
 
 /// Account configuration keys the runner takes over; anything else (plugins, agents' own
 /// permissions, MCP servers, shells, instructions) could loosen the boundary.
@@ -68,63 +65,6 @@ impl Dirs {
     fn tool_output(&self) -> PathBuf {
         self.data.join("opencode/tool-output")
     }
-}
-
-/// The directory of srt's package (`package.json`, `vendor/`), found from its binary.
-///
-/// srt runs helpers of its own inside the sandbox (its seccomp loader, a JVM proxy agent),
-/// so its package must be readable there even when it is installed under a denied tree
-/// (a checkout of this project in `/tmp`, say).
-pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(srt).ok()?;
-    real.ancestors()
-        .skip(1)
-        .find(|dir| dir.join("package.json").is_file())
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            // A wrapper in `<prefix>/bin` (the Nix package) beside the package it runs.
-            let prefix = real.parent()?.parent()?;
-            let dir = prefix.join("lib/node_modules/@anthropic-ai/sandbox-runtime");
-            dir.join("package.json").is_file().then_some(dir)
-        })
-}
-
-/// srt's settings for the policy, with srt's own package and the runner's binary (the
-/// executor) readable, and the executor in the place of srt's seccomp helper.
-pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>, runner: &Path) -> Value {
-    let mut allow_read = policy.allow_read.clone();
-    if let Some(dir) = srt_package {
-        allow_read.push(dir.to_path_buf());
-    }
-    allow_read.push(runner.to_path_buf());
-    let mut network = json!({
-        "allowedDomains": policy.allowed_hosts,
-        "deniedDomains": [],
-        "allowUnixSockets": [],
-        "allowAllUnixSockets": false,
-        "allowLocalBinding": false,
-    });
-    if let Some(port) = policy.proxy_port {
-        // The runner's proxy decides every request: both ports, or srt's own SOCKS proxy
-        // would carry traffic past it.
-        network["httpProxyPort"] = json!(port);
-        network["socksProxyPort"] = json!(port);
-    }
-    json!({
-        "network": network,
-        "filesystem": {
-            "denyRead": policy.deny_read,
-            "allowRead": allow_read,
-            "allowWrite": policy.allow_write,
-            "denyWrite": policy.deny_write,
-        },
-        // srt starts `ARGV0=<argv0> <applyPath> <shell> -c <command>` where its seccomp
-        // helper goes: the executor, which starts that helper for each command.
-        "seccomp": {
-            "applyPath": runner,
-            "argv0": crate::jobshell::executor::ARGV0,
-        },
-    })
 }
 
 /// The plugin with the policy's paths baked in as JSON literals.
@@ -201,91 +141,28 @@ pub fn config(
     config
 }
 
-/// The executor's settings (all but srt's helper, which the sandbox host adds).
-pub fn executor_settings(policy: &SandboxPolicy, dirs: &Dirs) -> Value {
-    json!({
-        "checkout": policy.checkout,
-        "cwd_alias": dirs.cwd,
-        "devshell": policy.devshell_script,
-        "prelude": policy.command_prelude(),
-        "watch": policy.deny_read,
-    })
-}
-
-/// The sandbox host's start: node running the host script with srt's library, in the checkout,
-/// with srt's environment — the commands' (the policy's, built from nothing), srt's scratch
-/// space for its sockets (short paths), and the commands' TMPDIR, which srt takes from
-/// CLAUDE_CODE_TMPDIR.
-pub fn host_plan(
-    policy: &SandboxPolicy,
-    inputs: &AgentInputs<'_>,
-    node: &Path,
-    srt_package: &Path,
-) -> HostPlan {
-    let runner_dir = &inputs.workspace.job_dir;
-    let mut env = policy.environment(inputs.host_env.clone());
-    env.insert(
-        "TMPDIR".into(),
-        inputs.workspace.helper_tmp.to_string_lossy().into_owned(),
-    );
-    env.insert(
-        "CLAUDE_CODE_TMPDIR".into(),
-        policy.tmpdir.to_string_lossy().into_owned(),
-    );
-    let s = |p: &Path| p.to_string_lossy().into_owned();
-    HostPlan {
-        program: node.to_path_buf(),
-        args: vec![
-            s(&runner_dir.join(HOST_SCRIPT)),
-            s(srt_package),
-            s(&runner_dir.join("srt.json")),
-            s(&runner_dir.join("executor.json")),
-        ],
-        env,
-        cwd: policy.checkout.clone(),
-        socket_dir: runner_dir.clone(),
-        log: runner_dir.join("sandbox.log"),
-        own: crate::sandbox::boundary::OwnFiles {
-            read: vec![runner_dir.clone()],
-            write: vec![inputs.workspace.helper_tmp.clone()],
-            read_only: vec![],
-        },
-        socket_owner: None,
-        confined: None,
-    }
-}
-
 /// The launch of an opencode job: its files (the shell link, srt's and the executor's
 /// settings, opencode's config, its private directories), its environment and arguments, and
 /// the host side that runs its commands (the companion).
 pub fn plan(inputs: &AgentInputs<'_>, account: &OpencodeAccount) -> Result<Launch, AgentError> {
-    let srt = inputs.srt.ok_or(AgentError::NoSrt)?;
-    let node = inputs.node.ok_or(AgentError::NoNode)?;
-    let runner = inputs.runner.ok_or(AgentError::NoRunner)?;
-    let srt_package = srt_package_dir(srt).ok_or_else(|| AgentError::NoSrtPackage(srt.into()))?;
+    let tools = super::commands::Tools::from_inputs(inputs)?;
     if account.auth_file.is_none() && account.config.is_none() {
         return Err(AgentError::NoCredentials(inputs.job.account.clone()));
     }
-    let policy = inputs.policy;
     let job_dir = &inputs.workspace.job_dir;
     let dirs = Dirs::new(job_dir);
-    let file_inputs = FileInputs {
-        inputs,
-        account,
-        dirs: &dirs,
-        shell: job_dir.join(crate::jobshell::client::NAME),
-        runner,
-        srt_package: &srt_package,
-    };
+    let shell = job_dir.join(crate::jobshell::client::NAME);
+    let (mut files, host) = super::commands::plan(inputs, &tools, &shell, &dirs.cwd);
+    files.extend(planned_files(inputs, account, &dirs, &shell));
     Ok(Launch {
         program: inputs.program.to_path_buf(),
         args: launch_args(account),
         env: launch_env(inputs, &dirs),
         cwd: dirs.cwd.clone(),
         stdin: inputs.job.prompt.clone(),
-        files: planned_files(&file_inputs),
+        files,
         transcript: job_dir.join("transcript.jsonl"),
-        companion: Some(host_plan(policy, inputs, node, &srt_package)),
+        companion: Some(host),
         own: own_files(job_dir, &dirs, account, inputs.gateway),
         confined: None,
         net_bridge: None,
@@ -326,23 +203,40 @@ fn own_files(
     }
 }
 
-/// What the job's files are made from.
-struct FileInputs<'a> {
-    inputs: &'a AgentInputs<'a>,
-    account: &'a OpencodeAccount,
-    dirs: &'a Dirs,
-    /// opencode's shell: a link to the runner's binary in the job dir.
-    shell: PathBuf,
-    runner: &'a Path,
-    srt_package: &'a Path,
-}
-
-/// The written files, then the private directories, the file tools' plugin (when the policy
-/// confines them) and the link to the account's login (without the gateway).
-fn planned_files(w: &FileInputs<'_>) -> Vec<PlannedFile> {
-    let (policy, dirs, account) = (w.inputs.policy, w.dirs, w.account);
+/// opencode's config directory (its config, global instructions, and the lock that keeps npm
+/// away), its private directories, the file tools' plugin (when the policy confines them) and
+/// the link to the account's login (without the gateway).
+fn planned_files(
+    inputs: &AgentInputs<'_>,
+    account: &OpencodeAccount,
+    dirs: &Dirs,
+    shell: &Path,
+) -> Vec<PlannedFile> {
+    let policy = inputs.policy;
     let opencode_config = dirs.config.join("opencode");
-    let mut files = written_files(w);
+    let mut files = vec![
+        file(
+            &opencode_config.join("opencode.json"),
+            pretty(&config(policy, account, shell, inputs.gateway)),
+            0o600,
+        ),
+        // Global instructions: opencode reads them from its config directory.
+        file(
+            &opencode_config.join("AGENTS.md"),
+            format!(
+                "{}\n\nopencode's own working directory is an empty private one: use absolute paths under {} with the file tools. Commands start in the checkout.\n",
+                inputs.system_prompt,
+                policy.checkout.display()
+            ),
+            0o600,
+        ),
+        // With these, opencode does not `npm install @opencode-ai/plugin` from the host.
+        file(
+            &opencode_config.join("package-lock.json"),
+            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#.to_string(),
+            0o600,
+        ),
+    ];
     for dir in [
         &dirs.cwd,
         &dirs.home,
@@ -366,62 +260,13 @@ fn planned_files(w: &FileInputs<'_>) -> Vec<PlannedFile> {
     }
     // Through the gateway, opencode holds no login at all; otherwise (OAuth entries, which
     // opencode refreshes itself) it reads the account's auth.json through a link.
-    if let (Some(auth), None) = (&account.auth_file, w.inputs.gateway) {
+    if let (Some(auth), None) = (&account.auth_file, inputs.gateway) {
         files.push(PlannedFile {
             path: dirs.data.join("opencode/auth.json"),
             contents: Contents::Symlink(auth.clone()),
         });
     }
     files
-}
-
-/// The shell link, srt's and the executor's settings, the host script, and opencode's config
-/// directory (its config, global instructions, and the lock that keeps npm away).
-fn written_files(w: &FileInputs<'_>) -> Vec<PlannedFile> {
-    let (inputs, account, dirs) = (w.inputs, w.account, w.dirs);
-    let (shell, runner, srt_package) = (&w.shell, w.runner, w.srt_package);
-    let policy = inputs.policy;
-    let job_dir = &inputs.workspace.job_dir;
-    let opencode_config = dirs.config.join("opencode");
-    vec![
-        // opencode's shell: the runner's binary, which knows the job by the link's directory.
-        PlannedFile {
-            path: shell.clone(),
-            contents: Contents::Symlink(runner.to_path_buf()),
-        },
-        file(
-            &job_dir.join("srt.json"),
-            pretty(&srt_settings(policy, Some(srt_package), runner)),
-            0o600,
-        ),
-        file(
-            &job_dir.join("executor.json"),
-            pretty(&executor_settings(policy, dirs)),
-            0o600,
-        ),
-        file(&job_dir.join(HOST_SCRIPT), HOST.to_string(), 0o600),
-        file(
-            &opencode_config.join("opencode.json"),
-            pretty(&config(policy, account, shell, inputs.gateway)),
-            0o600,
-        ),
-        // Global instructions: opencode reads them from its config directory.
-        file(
-            &opencode_config.join("AGENTS.md"),
-            format!(
-                "{}\n\nopencode's own working directory is an empty private one: use absolute paths under {} with the file tools. Commands start in the checkout.\n",
-                inputs.system_prompt,
-                policy.checkout.display()
-            ),
-            0o600,
-        ),
-        // With these, opencode does not `npm install @opencode-ai/plugin` from the host.
-        file(
-            &opencode_config.join("package-lock.json"),
-            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#.to_string(),
-            0o600,
-        ),
-    ]
 }
 
 /// The policy's environment, with opencode's directories the job's own and its project

@@ -14,25 +14,24 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     let paths = JobLayout::of(&ctx.state, &job.id, &job.repo)
         .planned(runner.temp_parent(), job.trust == Trust::Trusted);
     let policy = runner.policy(&job, &paths)?;
+    // Both agents' commands run in the job's srt sandbox; Claude Code's settings confine its
+    // file tools.
+    let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
+    let package = srt
+        .as_deref()
+        .and_then(crate::agent::commands::srt_package_dir);
+    let binary = crate::jobshell::runner_binary()
+        .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
+    let srt_settings = crate::agent::commands::srt_settings(&policy, package.as_deref(), &binary);
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);
-            let helper = cfg!(target_os = "linux")
-                .then(crate::binaries::apply_seccomp)
-                .and_then(Result::ok);
-            serde_json::json!({"claude_settings": crate::agent::claude::settings(&policy, &token, helper.as_deref())})
-        }
-        Some(Account::Opencode(_)) => {
-            let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
-            let package = srt
-                .as_deref()
-                .and_then(crate::agent::opencode::srt_package_dir);
-            let runner = crate::jobshell::runner_binary()
-                .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
             serde_json::json!({
-                "srt_settings": crate::agent::opencode::srt_settings(&policy, package.as_deref(), &runner)
+                "claude_settings": crate::agent::claude::settings(&policy, &token),
+                "srt_settings": srt_settings,
             })
         }
+        Some(Account::Opencode(_)) => serde_json::json!({"srt_settings": srt_settings}),
         None => serde_json::json!(null),
     };
     let store = crate::devshell::confine::client_store();

@@ -1,9 +1,11 @@
-//! opencode's shell: the runner's binary, run as `<job dir>/quest-shell -c <command>` for every
-//! command of opencode's bash tool. It hands the command, its working directory and its own
+//! The agents' shell: the runner's binary, run for every command of an agent's shell tool, as
+//! `<job dir>/quest-shell -c <command>` by opencode (its `shell`) and as
+//! `<job dir>/quest-command <command>` by Claude Code (its `CLAUDE_CODE_SHELL_PREFIX`, which
+//! its own shell runs with the whole command line as one argument). It hands the command, its working directory and its own
 //! stdin, stdout and stderr to the job's executor through the job's socket, passes on the
-//! signals opencode sends it (a timeout's SIGTERM), and ends as the command ended.
+//! signals the agent sends it (a timeout's SIGTERM), and ends as the command ended.
 //!
-//! It runs on the host, as opencode's child, and decides nothing: what the command may do is
+//! It runs on the host, as the agent's child, and decides nothing: what the command may do is
 //! the sandbox's, fixed when the job started.
 
 use std::ffi::OsString;
@@ -18,6 +20,8 @@ use super::wire::{self, Control, Reply, Request};
 
 /// The name of the link to the runner's binary that opencode runs as its shell.
 pub const NAME: &str = "quest-shell";
+/// The name of the link that Claude Code runs as its command prefix.
+pub const PREFIX_NAME: &str = "quest-command";
 /// The job's socket, beside the link.
 pub const SOCKET: &str = "shell.sock";
 
@@ -28,7 +32,7 @@ const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 /// shell answers for a command it cannot execute.
 const CANNOT_RUN: u8 = 126;
 
-/// Signals opencode (or a user) may send its shell, passed on to the command.
+/// Signals the agent (or a user) may send its shell, passed on to the command.
 const FORWARDED: [i32; 6] = [
     libc::SIGTERM,
     libc::SIGINT,
@@ -39,10 +43,10 @@ const FORWARDED: [i32; 6] = [
 ];
 
 pub fn main(link: &Path, args: Vec<OsString>) -> ExitCode {
-    let command = match args.as_slice() {
-        [flag, command] if flag == "-c" => command.clone(),
-        _ => {
-            eprintln!("quest-runner: this shell only runs '-c <command>'");
+    let command = match command_of(link, args) {
+        Ok(command) => command,
+        Err(usage) => {
+            eprintln!("quest-runner: {usage}");
             return ExitCode::from(2);
         }
     };
@@ -63,6 +67,19 @@ pub fn main(link: &Path, args: Vec<OsString>) -> ExitCode {
             eprintln!("quest-runner: {e}");
             ExitCode::from(CANNOT_RUN)
         }
+    }
+}
+
+/// The command, as the link's name says it comes: `-c <command>` to the shell, the command
+/// alone to the prefix.
+fn command_of(link: &Path, args: Vec<OsString>) -> Result<OsString, &'static str> {
+    let prefix = link.file_name() == Some(std::ffi::OsStr::new(PREFIX_NAME));
+    let mut args = args.into_iter();
+    match (prefix, args.next(), args.next(), args.next()) {
+        (true, Some(command), None, None) => Ok(command),
+        (false, Some(flag), Some(command), None) if flag == "-c" => Ok(command),
+        (true, ..) => Err("this command prefix only runs '<command>', one argument"),
+        (false, ..) => Err("this shell only runs '-c <command>'"),
     }
 }
 
@@ -132,7 +149,7 @@ pub(crate) fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// Ends this process the way the command ended: by the same signal, so opencode sees what a
+/// Ends this process the way the command ended: by the same signal, so the agent sees what a
 /// shell's death by it looks like.
 fn die_by(sig: u8) -> ExitCode {
     let sig = sig as i32;
@@ -218,5 +235,23 @@ impl SignalPipe {
                 return Ok(None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_takes_dash_c_and_the_prefix_one_argument() {
+        let shell = Path::new("/j/quest-shell");
+        let prefix = Path::new("/j/quest-command");
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(command_of(shell, args(&["-c", "ls"])), Ok("ls".into()));
+        assert!(command_of(shell, args(&["ls"])).is_err());
+        assert!(command_of(shell, args(&["-l", "-c", "ls"])).is_err());
+        assert_eq!(command_of(prefix, args(&["ls; pwd"])), Ok("ls; pwd".into()));
+        assert!(command_of(prefix, args(&["-c", "ls"])).is_err());
+        assert!(command_of(prefix, args(&[])).is_err());
     }
 }

@@ -11,7 +11,7 @@
 //! process but its own, and whatever it leaves running dies with it), in the sandbox srt made.
 //!
 //! Its only input is the listening socket the host handed down (descriptor 3), on which
-//! opencode's shell connects from the host ([`super::wire`]); commands inherit none of it.
+//! The agent's shell connects from the host ([`super::wire`]); commands inherit none of it.
 //!
 //! Before each command it compares the sandbox's [`Fingerprint`] with the one it took when it
 //! started. When they differ (a command made a nested repository, a denied file was renamed
@@ -52,8 +52,8 @@ pub struct Config {
     /// srt's own seccomp helper, as its wrap would have used it.
     pub apply_seccomp: PathBuf,
     pub checkout: PathBuf,
-    /// opencode's own (empty, private) working directory: a command started there starts in
-    /// the checkout.
+    /// A working directory that stands for the checkout: opencode's own (empty, private) one;
+    /// the checkout itself for Claude Code.
     pub cwd_alias: PathBuf,
     /// Shell lines each command runs first, before the devShell: the policy's prelude
     /// (package managers' proxy settings), literal.

@@ -1,17 +1,17 @@
-//! The runner's side of an opencode job's sandbox: binds the job's socket, starts the
+//! The runner's side of a job's commands' sandbox: binds the job's socket, starts the
 //! sandbox host (`node sandbox-host.mjs`, srt's library) beside the agent, watches it, and
 //! stops it once the agent's tree has stopped.
 //!
 //! Two descriptors go to the host, close-on-exec everywhere else:
 //! - the job's listening socket, which the host hands down to the executor inside the
 //!   sandbox (and to the next one's, when a sandbox is remade); once the host is gone,
-//!   opencode's shell is refused, not left waiting;
+//!   the agent's shell is refused, not left waiting;
 //! - the read end of a lifeline pipe whose write end only the runner holds: the host stops
 //!   the sandbox and cleans up when it closes, however the runner ended.
 //!
 //! The host says `ready` on stdout once the executor serves, or `failed <reason>`; both
 //! can come while the agent starts up, which the sandbox's start (Node, srt's setup,
-//! bubblewrap) overlaps. A command opencode sends before then waits in the socket's backlog.
+//! bubblewrap) overlaps. A command the agent sends before then waits in the socket's backlog.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -41,7 +41,7 @@ pub struct HostPlan {
     pub env: BTreeMap<String, String>,
     /// The checkout: srt finds its mandatory denies from its working directory.
     pub cwd: PathBuf,
-    /// Where the socket is bound ([`client::SOCKET`]), beside opencode's shell.
+    /// Where the socket is bound ([`client::SOCKET`]), beside the agent's shell.
     pub socket_dir: PathBuf,
     /// The host's and the sandbox's stderr.
     pub log: PathBuf,

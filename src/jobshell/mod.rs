@@ -1,7 +1,8 @@
-//! opencode's commands, run in one sandbox per job.
+//! The agents' commands, run in one sandbox per job.
 //!
-//! opencode has no sandbox of its own: every command of its bash tool runs through the shell
-//! the runner gives it. Starting `srt` for each (Node, settings, the deny-path scan, bridges,
+//! Every command of an agent's shell tool runs through the runner's binary: opencode's shell
+//! (opencode has no sandbox of its own), Claude Code's command prefix (its own sandbox, remade
+//! for every command, is off: `crate::agent::claude`). Starting `srt` for each (Node, settings, the deny-path scan, bridges,
 //! bubblewrap, srt's relays, its seccomp helper) cost ~0.4 s a command. Here the work srt does
 //! once per job happens once per job, and a command costs what must happen per command:
 //!
@@ -10,6 +11,7 @@
 //!                         │ srt: settings, bridges, deny-path scan, bubblewrap
 //!                         └─> bwrap ─> srt's relays; the executor   executor.rs
 //!  opencode ─ runs ─> quest-shell -c <command>  (the runner's binary) client.rs
+//!  claude ── runs ─> quest-command <command>   (the same, by another name)
 //!                         │ the job's socket: command, workdir, stdin/stdout/stderr   wire.rs
 //!                         └──────────────> executor ─> srt's apply-seccomp ─> bash -c <command>
 //! ```
@@ -22,12 +24,10 @@
 //! AF_UNIX socket a command would need to reach it anyway; the boundary suite tries
 //! (`shell-socket`).
 
-pub mod bwrap_args;
 pub mod client;
 pub mod executor;
 pub mod fingerprint;
 pub mod host;
-pub mod seccomp_stage;
 pub mod wire;
 
 use std::ffi::OsStr;
@@ -36,27 +36,25 @@ use std::process::ExitCode;
 
 /// Names this binary's other modes, chosen before the command line is parsed: srt runs the
 /// executor with `ARGV0` set, opencode runs its shell through a link named [`client::NAME`],
-/// Claude Code runs its bwrap and its seccomp stage through [`seccomp_stage`].
+/// Claude Code its command prefix through one named [`client::PREFIX_NAME`].
 pub fn dispatch() -> Option<ExitCode> {
-    if let Some(code) = seccomp_stage::dispatch() {
-        return Some(code);
-    }
     if std::env::var_os("ARGV0").as_deref() == Some(OsStr::new(executor::ARGV0)) {
         return Some(executor::main());
     }
     let mut args = std::env::args_os();
     let argv0 = PathBuf::from(args.next()?);
-    if argv0.file_name() == Some(OsStr::new(client::NAME)) {
+    let name = argv0.file_name();
+    if name == Some(OsStr::new(client::NAME)) || name == Some(OsStr::new(client::PREFIX_NAME)) {
         return Some(client::main(&argv0, args.collect()));
     }
     None
 }
 
-/// The variable naming the runner's binary for opencode's shell and the executor, for
+/// The variable naming the runner's binary for the agents' shell and the executor, for
 /// programs that embed the runner (its tests); others need not set it.
 pub const SELF_VAR: &str = "QUEST_RUNNER_SELF";
 
-/// The runner's own binary: opencode's shell and the executor are modes of it.
+/// The runner's own binary: the agents' shell and the executor are modes of it.
 pub fn runner_binary() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(SELF_VAR).filter(|v| !v.is_empty()) {
         let path = PathBuf::from(path);
@@ -72,7 +70,7 @@ pub fn runner_binary() -> Result<PathBuf, String> {
         .is_some_and(|n| n.contains("quest-runner"));
     if !is_runner {
         return Err(format!(
-            "opencode's commands go through quest-runner's own binary, and {} is not it: set {SELF_VAR}",
+            "the agents' commands go through quest-runner's own binary, and {} is not it: set {SELF_VAR}",
             exe.display()
         ));
     }
@@ -81,7 +79,7 @@ pub fn runner_binary() -> Result<PathBuf, String> {
 
 /// A `serve` whose binary was replaced while it runs (a package upgrade, a rebuild) finds
 /// itself at `<path> (deleted)`, where nothing can be started: every job's bridges and
-/// opencode's shell would fail until a restart. The binary now at `<path>` is the one to
+/// the agents' shell would fail until a restart. The binary now at `<path>` is the one to
 /// start; its modes are the runner's (an upgrade is applied to jobs as they start).
 fn replaced(exe: PathBuf) -> PathBuf {
     if exe.exists() {

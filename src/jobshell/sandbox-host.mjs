@@ -1,4 +1,4 @@
-// quest-runner's sandbox host for one opencode job (src/jobshell/host.rs starts it).
+// quest-runner's sandbox host for one job's commands (src/jobshell/host.rs starts it).
 //
 // It does with srt's library, once per job, what `srt --settings <file> -c <command>` did for
 // every command: loads and validates the settings, starts srt's network bridges, computes the

@@ -1,4 +1,4 @@
-//! The messages between opencode's shell (the client, on the host) and the executor (inside
+//! The messages between the agent's shell (the client, on the host) and the executor (inside
 //! the job's sandbox), over one Unix stream connection per command.
 //!
 //! ```text
@@ -12,9 +12,9 @@
 //! ```
 //!
 //! Integers are little-endian. The client's three standard descriptors travel with the first
-//! byte of the request (`SCM_RIGHTS`), so the command writes straight into opencode's pipes
+//! byte of the request (`SCM_RIGHTS`), so the command writes straight into the agent's pipes
 //! and reads its stdin: nothing is copied through either side. The client closing the
-//! connection means it is gone (opencode killed it): the executor then kills the command.
+//! connection means it is gone (the agent killed it): the executor then kills the command.
 //! Nothing here names a file, a policy or a program: the executor runs the text it gets as a
 //! command in the sandbox it is in, and no message can change what that sandbox allows.
 

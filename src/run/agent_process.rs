@@ -79,7 +79,7 @@ pub(super) async fn run_agent(
 }
 
 /// The agent's and its companion's commands, in the job's namespace, adjusted and limited:
-/// the companion runs the agent's commands (opencode's sandbox host), so it is placed and
+/// the companion runs the agent's commands (the sandbox host), so it is placed and
 /// limited as the agent is (the suite's namespace, the enclosure's limits, the disk limit,
 /// the job's cgroup), as those commands were when they were the agent's children.
 fn commands(

@@ -15,7 +15,7 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The sandbox of the agent's commands (opencode's companion), at its start or later.
+    /// The sandbox of the agent's commands (the launch's companion), at its start or later.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
     /// The agent's network bridge (its loopback ports, outside its namespace).

@@ -293,25 +293,17 @@ impl JobRun<'_> {
         policy: &SandboxPolicy,
         system_prompt: &str,
     ) -> Result<(Launch, Option<ModelAccess>), Stop> {
-        let (tool, srt, node, runner_binary) = match self.job.agent {
-            AgentKind::Claude => (Tool::Claude, None, None, None),
-            AgentKind::Opencode => (
-                Tool::Opencode,
-                crate::binaries::find(Tool::Srt).ok(),
-                crate::binaries::find(Tool::Node).ok(),
-                Some(crate::jobshell::runner_binary()?),
-            ),
+        let tool = match self.job.agent {
+            AgentKind::Claude => Tool::Claude,
+            AgentKind::Opencode => Tool::Opencode,
         };
+        // Both agents' commands run in the job's srt sandbox (`agent::commands`).
+        let srt = crate::binaries::find(Tool::Srt).ok();
+        let node = crate::binaries::find(Tool::Node).ok();
+        let runner_binary = crate::jobshell::runner_binary()?;
         let program = crate::binaries::find(tool)
             .ok()
             .ok_or_else(|| Stop::error("the agent binary vanished"))?;
-        // Claude Code's seccomp stage, onto srt's helper (src/jobshell/seccomp_stage.rs).
-        let bwrap_shim = match self.job.agent {
-            AgentKind::Claude if cfg!(target_os = "linux") => {
-                Some(crate::jobshell::seccomp_stage::BwrapShim::resolve().map_err(Stop::error)?)
-            }
-            _ => None,
-        };
         let model = self
             .runner
             .open_model_access(self.job, self.account)
@@ -326,8 +318,7 @@ impl JobRun<'_> {
             program: &program,
             srt: srt.as_deref(),
             node: node.as_deref(),
-            runner: runner_binary.as_deref(),
-            bwrap_shim: bwrap_shim.as_ref(),
+            runner: Some(&runner_binary),
             host_env: self.runner.env_source.clone(),
             gateway: model.as_ref().map(|(_, access)| access),
         };

@@ -1,7 +1,7 @@
 //! The job's boundary as a kernel namespace: the same [`SandboxPolicy`] that the commands'
 //! sandboxes render, rendered once more as a bubblewrap command line for everything that acts
 //! for the job outside those sandboxes — the agent's own process (its file tools, its
-//! subagents, its helpers) and opencode's sandbox host.
+//! subagents, its helpers) and the sandbox host that runs its commands.
 //!
 //! Rules written against an agent's path handling lose to its next release (issue 22: a
 //! plugin that judged `link/..` as text, a kernel that followed the link). Inside this

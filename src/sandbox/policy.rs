@@ -1,7 +1,7 @@
 //! The sandbox policy of one job: what its commands may read, write and reach, and which
 //! environment they get. One value, computed from the job and its workspace before anything
-//! runs, printed by `quest-runner policy` for audit, and rendered by each agent adapter into
-//! its own sandbox's settings. A rule that is not in this value is not enforced anywhere.
+//! runs, printed by `quest-runner policy` for audit, and rendered into the job's sandbox's
+//! settings (srt's) and each agent's own rules. A rule that is not in this value is not enforced anywhere.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,7 +57,7 @@ pub struct SandboxPolicy {
     /// allow (Claude Code: permission rules; opencode: the runner's plugin).
     pub confine_file_tools: bool,
     /// Everything that acts for the job outside the commands' sandboxes (the agent's process
-    /// and its file tools, opencode's sandbox host) runs inside this policy rendered as a
+    /// and its file tools, the sandbox host of its commands) runs inside this policy rendered as a
     /// namespace ([`super::boundary`]). Linux only; off only in the suite's mutation check
     /// that proves the suite notices.
     pub confine_agent: bool,
@@ -134,9 +134,9 @@ impl SandboxPolicy {
                 "[ -z \"${{{from}:-}}\" ] || export {var}=\"${from}\"\n"
             ));
         }
-        // The JVM reads no proxy variable, only properties: srt's own JVM agent sets them
-        // where srt has it (opencode's commands), Claude Code's sandbox sets none. Properties
-        // given here come first; an agent's, later, win.
+        // The JVM reads no proxy variable, only properties: srt's own JVM agent sets them where
+        // it is loaded; these are for a JVM started without it. Properties given here come
+        // first; the agent's, later, win.
         out.push_str(JAVA_PROXY_PRELUDE);
         out
     }

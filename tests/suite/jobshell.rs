@@ -115,7 +115,6 @@ impl Sandboxed {
             srt: Some(&srt),
             node: Some(&node),
             runner: Some(&runner),
-            bwrap_shim: None,
             host_env: std::env::vars().collect(),
             gateway: None,
         })

@@ -304,8 +304,8 @@ async fn claude_job_uses_the_devshell_and_commits() {
         ("CLAUDE.md", "Always be brief. INSTRUCTION-MARK\n"),
     ]);
     // The command also names what started it (pid 1 of its own PID namespace): srt's helper,
-    // to which the runner moves Claude Code's seccomp stage (Claude Code's own stage, run
-    // from its descriptor, would be named "3"), with neither variable of the move left.
+    // which the job's sandbox starts each command with (Claude Code's own sandbox, off, would
+    // start it from its own executable's descriptor, named "3"), with no variable of either.
     let server = ModelServer::start_isolated_if_root(vec![Step::bash(
         "echo \"stage=$(cat /proc/1/comm) argv0=${ARGV0-unset} helper=${QUEST_RUNNER_APPLY_SECCOMP-unset}\"; echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )]).expect("model server");
@@ -372,7 +372,7 @@ async fn claude_job_uses_the_devshell_and_commits() {
     let content = git(&bare, &["show", &format!("{head}:devshell.txt")]);
     assert_eq!(content, "from-the-flake");
     let job_tmp = git(&bare, &["show", &format!("{head}:tmpdir.txt")]);
-    // (Claude Code gives commands a directory of its own inside CLAUDE_CODE_TMPDIR.)
+    // (srt gives commands the job's temp dir, CLAUDE_CODE_TMPDIR to the sandbox host.)
     let in_tmpdir = Path::new(job_tmp.trim()).strip_prefix(tmpdir.path());
     assert!(
         in_tmpdir.is_ok_and(|p| p.to_string_lossy().starts_with("quest-job-")),
@@ -449,14 +449,23 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
     } = Hanging::new();
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
-    let broken_srt = keys.path().join("srt");
+    // In a package of its own whose library is the real one: the job's commands' sandbox
+    // (srt's library, found from the srt binary) starts, the proxy (srt's binary) does not.
+    let real = agent_binary("QUEST_RUNNER_SRT", "srt");
+    let real_package = quest_runner::agent::commands::srt_package_dir(&real).unwrap();
+    let package = keys.path().join("srt-package");
+    std::fs::create_dir_all(package.join("bin")).unwrap();
+    for name in ["package.json", "dist", "vendor"] {
+        std::os::unix::fs::symlink(real_package.join(name), package.join(name)).unwrap();
+    }
+    let broken_srt = package.join("bin/srt");
     std::fs::write(
         &broken_srt,
         format!(
             "#!/bin/sh\n[ \"$1\" = --version ] && exec {} --version\n\
              while ! grep -qs '[h]ang-{token}' /proc/[0-9]*/cmdline; do sleep 0.1; done\n\
              echo 'srt proxy: broken on purpose' >&2\nexit 3\n",
-            agent_binary("QUEST_RUNNER_SRT", "srt").display()
+            real.display()
         ),
     )
     .unwrap();
@@ -862,8 +871,7 @@ fn secrets_the_sandbox_cannot_hide_are_refused() {
         .map(|h| h["file"].as_str().unwrap())
         .collect();
     assert!(files.contains(&key.to_str().unwrap()), "{private:#}");
-    let deny =
-        shown["rendered"]["claude_settings"]["sandbox"]["filesystem"]["denyRead"].to_string();
+    let deny = shown["rendered"]["srt_settings"]["filesystem"]["denyRead"].to_string();
     let dir = keys_dir.join("secrets").display().to_string();
     assert!(deny.contains(&format!("\"{dir}\"")), "{deny}");
     assert!(!deny.contains(&format!("\"{}\"", key.display())), "{deny}");

@@ -743,6 +743,12 @@ fn children_of(parent: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The namespace serve starts Claude Code in, by the agent's own command line: its sandbox
+/// host's namespace names Claude Code's package too (its programs are bound there).
+fn is_claude_agent(pid: i32) -> bool {
+    cmdline(pid).contains("claude -p ")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_goes_on() {
     let HungJob {
@@ -765,7 +771,7 @@ async fn killed_agent_fails_its_job_naming_the_signal_and_limits_and_the_queue_g
     wait_for_process(&format!("hang-{token}"), &serve);
     let agents: Vec<i32> = children_of(serve.pid())
         .into_iter()
-        .filter(|p| cmdline(*p).contains("claude"))
+        .filter(|p| is_claude_agent(*p))
         .collect();
     assert_eq!(
         agents.len(),
@@ -1201,7 +1207,7 @@ async fn jobs_run_in_their_own_cgroup_and_a_dead_runners_cgroups_are_swept() {
         }
         let agents: Vec<i32> = children_of(serve.pid())
             .into_iter()
-            .filter(|p| cmdline(*p).contains("claude"))
+            .filter(|p| is_claude_agent(*p))
             .collect();
         assert_eq!(agents.len(), 1);
         assert_eq!(cgroup_of(agents[0] as u32), expected, "the agent");

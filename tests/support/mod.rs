@@ -575,12 +575,12 @@ impl Hanging {
     }
 }
 
-/// A Claude job attempt's private temp dir (its HOME and TMPDIR), as the job's Claude
+/// A Claude job attempt's private temp dir (its HOME and TMPDIR), as the job's sandbox
 /// settings in `job_dir` name it.
 pub fn claude_job_temp_dir(job_dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(job_dir.join("runner/claude/settings.json")).unwrap();
+    let text = std::fs::read_to_string(job_dir.join("runner/srt.json")).unwrap();
     let settings: serde_json::Value = serde_json::from_str(&text).unwrap();
-    settings["sandbox"]["filesystem"]["allowWrite"]
+    settings["filesystem"]["allowWrite"]
         .as_array()
         .unwrap()
         .iter()
