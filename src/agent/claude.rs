@@ -8,8 +8,9 @@
 //! for each of its ~100 mounts (~160 ms a command against ~105 ms for Claude Code alone with
 //! its sandbox). The job's sandbox is made once, beside the agent, and costs a command a few
 //! milliseconds; it is the layer opencode's commands have. Claude Code's shell snapshot (made
-//! on the host, in the job's config dir) is not readable there, so a command starts from the
-//! policy's environment and the devShell, which the executor sources.
+//! at its start by its own shell, in the job's namespace, into the job's config dir) is not
+//! readable there, so a command starts from the policy's environment and the devShell, which
+//! the executor sources.
 //!
 //! The job gets a Claude config dir of its own (`CLAUDE_CONFIG_DIR`) holding only the
 //! settings rendered here and the job's gateway token: Claude Code talks to the runner's model
