@@ -606,6 +606,22 @@ fn rendered_plugin_and_sandbox_host_are_valid_javascript() {
     }
 }
 
+/// srt runs the bwrap and socat the runner resolved, by path, never its own lookup.
+#[test]
+fn srt_runs_the_programs_the_runner_resolved() {
+    let ws = workspace();
+    let policy = policy(&ws);
+    let programs = super::commands::SrtPrograms {
+        bwrap: Some("/opt/bin/bwrap".into()),
+        socat: Some("/opt/bin/socat".into()),
+    };
+    let srt = super::commands::srt_settings(&policy, None, Path::new("/qr"), &programs);
+    assert_eq!(srt["bwrapPath"], "/opt/bin/bwrap");
+    assert_eq!(srt["socatPath"], "/opt/bin/socat");
+    let none = super::commands::srt_settings(&policy, None, Path::new("/qr"), &Default::default());
+    assert!(none.get("bwrapPath").is_none() && none.get("socatPath").is_none());
+}
+
 #[test]
 fn claude_and_srt_settings_render_macos_paths() {
     let ws = WorkspacePaths {
@@ -634,7 +650,12 @@ fn claude_and_srt_settings_render_macos_paths() {
         &policy,
         Path::new("/Users/op/Library/quest/jobs/j1/runner/claude/gateway-token"),
     );
-    let srt = super::commands::srt_settings(&policy, None, Path::new("/opt/qr/quest-runner"));
+    let srt = super::commands::srt_settings(
+        &policy,
+        None,
+        Path::new("/opt/qr/quest-runner"),
+        &Default::default(),
+    );
     let fs = &srt["filesystem"];
     let deny_read = fs["denyRead"].to_string();
     // The operator's ~/Library/Keychains is covered by /Users itself.

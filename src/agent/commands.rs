@@ -38,9 +38,35 @@ pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
         })
 }
 
+/// The programs srt runs itself on Linux, as the runner resolves them (`QUEST_RUNNER_BWRAP`,
+/// `_SOCAT`, else `PATH`): the ones `doctor` checked and the AppArmor profile names.
+#[derive(Debug, Clone, Default)]
+pub struct SrtPrograms {
+    pub bwrap: Option<PathBuf>,
+    pub socat: Option<PathBuf>,
+}
+
+impl SrtPrograms {
+    pub fn find() -> SrtPrograms {
+        use crate::binaries::{find, Tool};
+        if !cfg!(target_os = "linux") {
+            return SrtPrograms::default();
+        }
+        SrtPrograms {
+            bwrap: find(Tool::Bwrap).ok(),
+            socat: find(Tool::Socat).ok(),
+        }
+    }
+}
+
 /// srt's settings for the policy, with srt's own package and the runner's binary (the
 /// executor) readable, and the executor in the place of srt's seccomp helper.
-pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>, runner: &Path) -> Value {
+pub fn srt_settings(
+    policy: &SandboxPolicy,
+    srt_package: Option<&Path>,
+    runner: &Path,
+    programs: &SrtPrograms,
+) -> Value {
     let mut allow_read = policy.allow_read.clone();
     if let Some(dir) = srt_package {
         allow_read.push(dir.to_path_buf());
@@ -59,7 +85,7 @@ pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>, runner: 
         network["httpProxyPort"] = json!(port);
         network["socksProxyPort"] = json!(port);
     }
-    json!({
+    let mut settings = json!({
         "network": network,
         "filesystem": {
             "denyRead": policy.deny_read,
@@ -73,7 +99,16 @@ pub fn srt_settings(policy: &SandboxPolicy, srt_package: Option<&Path>, runner: 
             "applyPath": runner,
             "argv0": crate::jobshell::executor::ARGV0,
         },
-    })
+    });
+    // By path, not srt's own lookup: under Node that runs `which` with a one-second timeout,
+    // which a loaded host misses ("bwrap not installed": two jobs of CI's emulated guest).
+    if let Some(bwrap) = &programs.bwrap {
+        settings["bwrapPath"] = json!(bwrap);
+    }
+    if let Some(socat) = &programs.socat {
+        settings["socatPath"] = json!(socat);
+    }
+    settings
 }
 
 /// The executor's settings (all but srt's helper, which the sandbox host adds). `cwd_alias`:
@@ -93,6 +128,7 @@ pub struct Tools {
     pub node: PathBuf,
     pub runner: PathBuf,
     pub srt_package: PathBuf,
+    pub programs: SrtPrograms,
 }
 
 impl Tools {
@@ -108,6 +144,7 @@ impl Tools {
             node: node.to_path_buf(),
             runner: runner.to_path_buf(),
             srt_package,
+            programs: SrtPrograms::find(),
         })
     }
 }
@@ -139,6 +176,7 @@ pub fn plan(
                 policy,
                 Some(&tools.srt_package),
                 &tools.runner,
+                &tools.programs,
             )),
         ),
         file(

@@ -22,7 +22,12 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         .and_then(crate::agent::commands::srt_package_dir);
     let binary = crate::jobshell::runner_binary()
         .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
-    let srt_settings = crate::agent::commands::srt_settings(&policy, package.as_deref(), &binary);
+    let srt_settings = crate::agent::commands::srt_settings(
+        &policy,
+        package.as_deref(),
+        &binary,
+        &crate::agent::commands::SrtPrograms::find(),
+    );
     let rendered = match ctx.config.accounts.get(&job.account) {
         Some(Account::Claude(_)) => {
             let token = crate::agent::claude::token_file(&paths.job_dir);
