@@ -26,7 +26,44 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
+import { createRequire, syncBuiltinESMExports } from 'node:module';
 import { pathToFileURL } from 'node:url';
+
+// srt finds programs (rg, bash, and bwrap and socat when its settings do not name them) with
+// `which`, spawned with a one-second timeout under Node (Bun looks them up in-process). On a
+// loaded host the spawn alone can take longer, and srt then refuses to start: "bubblewrap
+// (bwrap) not installed" (two jobs of CI's emulated guest). So `which <name>` is answered here,
+// in-process, as `which` answers it: the first executable file of that name on PATH, or the
+// path itself when the name has a slash. Every other spawn is srt's own. Installed before srt
+// is imported: its named import of spawnSync is a live binding that this update reaches.
+const childProcess = createRequire(import.meta.url)('node:child_process');
+const spawnSyncOfNode = childProcess.spawnSync;
+childProcess.spawnSync = function spawnSync(file, args, options) {
+  if (file === 'which' && Array.isArray(args) && args.length === 1 && !args[0].startsWith('-')) {
+    const found = which(args[0]);
+    const stdout = found === null ? '' : `${found}\n`;
+    return { pid: 0, output: [null, stdout, ''], stdout, stderr: '', status: found === null ? 1 : 0, signal: null };
+  }
+  return spawnSyncOfNode.apply(this, arguments);
+};
+syncBuiltinESMExports();
+
+function which(name) {
+  const executable = file => {
+    try {
+      fs.accessSync(file, fs.constants.X_OK);
+      return fs.statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (name.includes('/')) return executable(name) ? name : null;
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    const file = path.join(dir || '.', name);
+    if (executable(file)) return file;
+  }
+  return null;
+}
 
 const [pkg, settingsPath, executorPath, listenArg, lifelineArg] = process.argv.slice(2);
 const listenFd = Number(listenArg);

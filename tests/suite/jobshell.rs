@@ -40,6 +40,11 @@ struct Sandboxed {
 
 impl Sandboxed {
     async fn start() -> Sandboxed {
+        Sandboxed::start_with_path(None).await
+    }
+
+    /// The sandbox, its host started with `path` as its `PATH` (else the test's).
+    async fn start_with_path(path: Option<&str>) -> Sandboxed {
         support::runner_runs_jobshell();
         let root = tempfile::Builder::new()
             .prefix("qr-jobshell-")
@@ -115,7 +120,12 @@ impl Sandboxed {
             srt: Some(&srt),
             node: Some(&node),
             runner: Some(&runner),
-            host_env: std::env::vars().collect(),
+            host_env: std::env::vars()
+                .map(|(k, v)| match (k.as_str(), path) {
+                    ("PATH", Some(path)) => (k, path.to_string()),
+                    _ => (k, v),
+                })
+                .collect(),
             gateway: None,
         })
         .unwrap();
@@ -177,6 +187,58 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// srt finds its programs with `which`, spawned with a one-second timeout under Node; on a
+/// loaded host (CI's emulated guest) it timed out and srt refused to start ("bwrap not
+/// installed"). The host answers `which` itself: a `which` slower than the timeout, which
+/// makes srt's own lookup find nothing, does not stop the job's sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_which_slower_than_srts_timeout_does_not_stop_the_sandbox() {
+    let slow = tempfile::tempdir().unwrap();
+    let which = which::which("which").expect("which");
+    let script = slow.path().join("which");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nsleep 3\nexec {} \"$@\"\n", which.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        slow.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // srt's lookup, alone, with that PATH: it gives up and finds nothing.
+    let package =
+        quest_runner::agent::commands::srt_package_dir(&pinned("QUEST_RUNNER_SRT", "srt"))
+            .expect("srt's package");
+    let lookup = Command::new(which::which("node").expect("node"))
+        .args(["--input-type=module", "-e"])
+        .arg(format!(
+            "const {{ whichSync }} = await import('{}'); console.log(String(whichSync('sh')));",
+            package.join("dist/utils/which.js").display()
+        ))
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&lookup.stdout).trim(),
+        "null",
+        "{}",
+        text(&lookup.stderr)
+    );
+
+    let s = Sandboxed::start_with_path(Some(&path)).await;
+    let out = s.run("echo the-sandbox-runs");
+    assert!(
+        out.status.success() && text(&out.stdout).contains("the-sandbox-runs"),
+        "{}{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        std::fs::read_to_string(&s.log).unwrap_or_default()
+    );
+    drop(s.stop().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
