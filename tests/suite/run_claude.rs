@@ -484,12 +484,6 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
         agent_binary("QUEST_RUNNER_CLAUDE", "claude"),
     )
     .env("QUEST_RUNNER_SRT", &broken_srt)
-    // The commands' seccomp helper, which the broken srt's package does not hold.
-    .env(
-        quest_runner::binaries::APPLY_SECCOMP_VAR,
-        quest_runner::binaries::srt_seccomp_helper(&agent_binary("QUEST_RUNNER_SRT", "srt"))
-            .expect("srt's seccomp helper"),
-    )
     .args(["run", "--job"])
     .arg(&file);
     server.confine(&mut cmd);
