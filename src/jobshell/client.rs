@@ -1,9 +1,10 @@
 //! The agents' shell: the runner's binary, run for every command of an agent's shell tool, as
 //! `<job dir>/quest-shell -c <command>` by opencode (its `shell`) and as
 //! `<job dir>/quest-command <command>` by Claude Code (its `CLAUDE_CODE_SHELL_PREFIX`, which
-//! its own shell runs with the whole command line as one argument). It hands the command, its working directory and its own
-//! stdin, stdout and stderr to the job's executor through the job's socket, passes on the
-//! signals the agent sends it (a timeout's SIGTERM), and ends as the command ended.
+//! its own shell runs with the whole command line as one argument). It hands the command, its
+//! working directory and its own stdin, stdout and stderr to the job's executor through the
+//! job's socket, passes on the signals the agent sends it (a timeout's SIGTERM), and ends as
+//! the command ended.
 //!
 //! It runs on the host, as the agent's child, and decides nothing: what the command may do is
 //! the sandbox's, fixed when the job started.

@@ -205,10 +205,7 @@ impl JobRun<'_> {
             .store
             .as_deref()
             .map(crate::devshell::repo_store::real_dir);
-        let tool = match self.job.agent {
-            AgentKind::Claude => Tool::Claude,
-            AgentKind::Opencode => Tool::Opencode,
-        };
+        let tool = agent_tool(self.job.agent);
         let programs: Vec<PathBuf> = [tool, Tool::Bwrap, Tool::Srt, Tool::Node, Tool::Setpriv]
             .into_iter()
             .filter_map(|t| crate::binaries::find(t).ok())
@@ -293,10 +290,7 @@ impl JobRun<'_> {
         policy: &SandboxPolicy,
         system_prompt: &str,
     ) -> Result<(Launch, Option<ModelAccess>), Stop> {
-        let tool = match self.job.agent {
-            AgentKind::Claude => Tool::Claude,
-            AgentKind::Opencode => Tool::Opencode,
-        };
+        let tool = agent_tool(self.job.agent);
         // Both agents' commands run in the job's srt sandbox (`agent::commands`).
         let srt = crate::binaries::find(Tool::Srt).ok();
         let node = crate::binaries::find(Tool::Node).ok();
@@ -436,4 +430,12 @@ async fn with_progress<F: std::future::Future>(build: F, rev: &str) -> F::Output
 pub(super) struct Closure {
     paths: Vec<PathBuf>,
     store: Option<PathBuf>,
+}
+
+/// The binary that runs a job's agent.
+fn agent_tool(agent: AgentKind) -> Tool {
+    match agent {
+        AgentKind::Claude => Tool::Claude,
+        AgentKind::Opencode => Tool::Opencode,
+    }
 }
