@@ -93,7 +93,11 @@ fn run_confined(server: &ModelServer, mut cmd: Command) -> (Duration, Vec<u8>) {
     let started = Instant::now();
     let out = cmd.output().expect("spawn");
     let first = first_request_after(server, started);
-    assert!(out.status.success(), "{cmd:?} failed");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     (first.expect("the agent asked the model"), out.stdout)
 }
 
@@ -583,10 +587,7 @@ async fn shell_round_trips(
     .expect("plan");
     launch.write_files().expect("files");
     let plan = launch.companion.clone().expect("a sandbox host");
-    let sandbox = Prepared::new(&plan)
-        .expect("prepared")
-        .spawn()
-        .expect("sandbox");
+    let sandbox = Prepared::new(&plan).expect("prepared").spawn();
     let shell = paths.job_dir.join("quest-shell");
     let time = |cmd: &mut Command| {
         cmd.current_dir(&paths.checkout)

@@ -4,7 +4,7 @@
 //! directory (opencode's `shell`, Claude Code's `CLAUDE_CODE_SHELL_PREFIX`), which passes them
 //! to the job's executor. The sandbox is srt's, made once per job by srt's library from settings
 //! rendered from the job's policy; the sandbox host that makes it runs beside the agent (the
-//! launch's companion). A command then costs what must happen per command, not a new sandbox.
+//! launch's companion), started once the agent is up. A command then costs what must happen per command, not a new sandbox.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

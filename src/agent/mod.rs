@@ -33,8 +33,8 @@ pub struct Launch {
     pub files: Vec<PlannedFile>,
     /// Where the agent's own stdout (its event stream) is kept.
     pub transcript: PathBuf,
-    /// A process started beside the agent and stopped after it: the sandbox host, which runs
-    /// its commands (`commands`, `crate::jobshell`).
+    /// A process started beside the agent, once it is up, and stopped after it: the sandbox
+    /// host, which runs its commands (`commands`, `crate::jobshell`).
     pub companion: Option<crate::jobshell::host::HostPlan>,
     /// The agent's own files besides what the policy gives its commands: what the job's
     /// namespace binds for it ([`crate::sandbox::boundary`]).

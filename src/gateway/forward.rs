@@ -211,6 +211,8 @@ async fn admit(
             "quest-runner gateway: this token belongs to no running job",
         ));
     };
+    gate.asked
+        .send_if_modified(|asked| !std::mem::replace(asked, true));
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let Some(endpoint) = endpoint(&method, &path, &gate.spec.upstream.base_path) else {

@@ -417,6 +417,34 @@ async fn streams_each_event_as_it_comes() {
     assert_eq!(grant.usage().output_tokens, 50);
 }
 
+/// What starts a job's commands' sandbox once its agent is up: the job's own first request,
+/// as it arrives (the upstream still holds its answer), not another job's.
+#[tokio::test]
+async fn a_jobs_first_request_is_seen_as_it_arrives() {
+    let f = fixture(false).await;
+    let (one, other) = (f.open("j1", None, None), f.open("j2", None, None));
+    let first = tokio::spawn(one.first_request());
+    let (url, h) = messages(&other, "");
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, resp) = send(&url, "POST", &h, "{}").await;
+    assert_eq!(status, 200);
+    text(resp).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!first.is_finished(), "another job's request");
+
+    let (url, h) = messages(&one, "?hold");
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, resp) = send(&url, "POST", &h, "{}").await;
+    assert_eq!(status, 200);
+    tokio::time::timeout(std::time::Duration::from_secs(10), first)
+        .await
+        .expect("seen while the answer is held")
+        .unwrap();
+    assert_eq!(one.usage().requests, 0, "before the request settled");
+    f.upstream.release.add_permits(1);
+    text(resp).await;
+}
+
 #[tokio::test]
 async fn the_token_limit_refuses_the_next_request_and_fires_once() {
     let f = fixture(false).await;

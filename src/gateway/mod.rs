@@ -148,6 +148,18 @@ impl JobGrant {
         lock(&self.gate.upstream_error).clone()
     }
 
+    /// Resolves once the job's agent has sent the gateway its first request (any, with the
+    /// job's token): its own start is over. Never, if the grant is dropped first.
+    pub fn first_request(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut asked = self.gate.asked.subscribe();
+        async move {
+            let asked = asked.wait_for(|asked| *asked).await.is_ok();
+            if !asked {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Resolves with the reason once a cap has refused one of the job's requests.
     pub fn limit_fired(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.gate.fired.subscribe()
@@ -166,6 +178,8 @@ struct JobGate {
     spec: JobSpec,
     usage: Mutex<Usage>,
     fired: tokio::sync::watch::Sender<Option<String>>,
+    /// Whether the job has sent a request yet ([`JobGrant::first_request`]).
+    asked: tokio::sync::watch::Sender<bool>,
     log: Mutex<Option<std::fs::File>>,
     /// The upstream's last failure (no answer, an error status), cleared by a success: an
     /// agent that gives up on its model exits 1, and this is the cause.
@@ -265,6 +279,7 @@ impl Gateway {
             spec,
             usage: Mutex::new(Usage::default()),
             fired: tokio::sync::watch::channel(None).0,
+            asked: tokio::sync::watch::channel(false).0,
             log: Mutex::new(Some(log)),
             upstream_error: Mutex::new(None),
         });

@@ -1,6 +1,7 @@
 //! The runner's side of a job's commands' sandbox: binds the job's socket, starts the
-//! sandbox host (`node sandbox-host.mjs`, srt's library) beside the agent, watches it, and
-//! stops it once the agent's tree has stopped.
+//! sandbox host (`node sandbox-host.mjs`, srt's library) once the agent needs it (its first
+//! model request, or its first command: `util::on_demand`), watches it, and stops it once the
+//! agent's tree has stopped.
 //!
 //! Two descriptors go to the host, close-on-exec everywhere else:
 //! - the job's listening socket, which the host hands down to the executor inside the
@@ -10,7 +11,7 @@
 //!   the sandbox and cleans up when it closes, however the runner ended.
 //!
 //! The host says `ready` on stdout once the executor serves, or `failed <reason>`; both
-//! can come while the agent starts up, which the sandbox's start (Node, srt's setup,
+//! can come while the model answers, which the sandbox's start (Node, srt's setup,
 //! bubblewrap) overlaps. A command the agent sends before then waits in the socket's backlog.
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use tokio::io::AsyncBufReadExt;
 use super::client;
 use crate::process::HELPER_START_BOUND as START_TIMEOUT;
 use crate::util::io::{IoContext, IoError};
+use crate::util::on_demand::{self, OnDemand};
 
 /// How long the host gets to stop the sandbox and clean up after its lifeline closes.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -157,34 +159,75 @@ impl Prepared {
         &mut self.cmd
     }
 
-    /// Starts the host; the sandbox comes up while the caller goes on.
-    pub fn spawn(self) -> Result<JobSandbox, SandboxError> {
+    /// Starts the host now; the sandbox comes up while the caller goes on.
+    pub fn spawn(self) -> JobSandbox {
+        self.spawn_at(std::future::ready(()))
+    }
+
+    /// Starts the host when `need` resolves or a command connects to the job's socket,
+    /// whichever comes first (`util::on_demand`): the agent's start does not share the CPU
+    /// with the sandbox's, and a command sent before the host is up waits in the socket's
+    /// backlog.
+    pub fn spawn_when(
+        self,
+        need: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> JobSandbox {
+        let watched = self.listener.try_clone();
+        let need = async move {
+            use std::os::fd::AsFd;
+            match watched {
+                Ok(listener) => tokio::select! {
+                    () = need => {}
+                    () = on_demand::connection_waiting(listener.as_fd()) => {}
+                },
+                Err(e) => {
+                    tracing::warn!("watching the job's socket: {e}; starting its sandbox now")
+                }
+            }
+        };
+        self.spawn_at(need)
+    }
+
+    fn spawn_at(self, need: impl std::future::Future<Output = ()> + Send + 'static) -> JobSandbox {
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
+        let socket = self.socket.clone();
+        let life = OnDemand::new(need, move || self.launch(failed_tx), Running::stop);
+        JobSandbox {
+            life,
+            failed: Some(failed_rx),
+            socket,
+        }
+    }
+
+    /// Starts the host and watches its reports; `None` when it could not start, which
+    /// `failed` then says.
+    fn launch(self, failed: tokio::sync::oneshot::Sender<SandboxError>) -> Option<Running> {
         let program = PathBuf::from(self.cmd.get_program());
         let mut cmd = self.cmd;
         crate::process::die_with_runner(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|source| SandboxError::Spawn { program, source })?;
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                let _ = failed.send(SandboxError::Spawn { program, source });
+                return None;
+            }
+        };
         // The host holds these now; the runner keeps only the lifeline's write end.
         drop((self.listener, self.lifeline_r));
-        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
         let stdout = child.stdout.take();
-        let log = self.log.clone();
-        tokio::spawn(async move {
-            let _ = failed_tx.send(watch(stdout, &log).await);
-        });
-        Ok(JobSandbox {
+        let log = self.log;
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
+            let _ = failed.send(watch(stdout, &log).await);
+        }));
+        Some(Running {
             child,
             lifeline: Some(self.lifeline_w),
-            failed: Some(failed_rx),
-            socket: self.socket,
         })
     }
 }
 
-/// Makes the child keep `fds` across exec (they are close-on-exec in the runner).
 /// Reads the host's reports until it fails (or does not come up in time); the error is why.
 async fn watch(stdout: Option<tokio::process::ChildStdout>, log: &Path) -> SandboxError {
     let Some(stdout) = stdout else {
@@ -230,11 +273,10 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
-/// A running sandbox host; killed if dropped without [`JobSandbox::stop`] (its sandbox dies
-/// with it: bubblewrap's `--die-with-parent`).
+/// A job's sandbox host, started or waiting for its need; killed if dropped without
+/// [`JobSandbox::stop`] (its sandbox dies with it: bubblewrap's `--die-with-parent`).
 pub struct JobSandbox {
-    child: tokio::process::Child,
-    lifeline: Option<OwnedFd>,
+    life: OnDemand,
     failed: Option<tokio::sync::oneshot::Receiver<SandboxError>>,
     socket: PathBuf,
 }
@@ -244,7 +286,7 @@ pub struct Failure(Option<tokio::sync::oneshot::Receiver<SandboxError>>);
 
 impl Failure {
     /// Resolves with the reason the sandbox failed (at its start or later); never while it
-    /// serves.
+    /// serves, or when it never started.
     pub async fn failed(self) -> SandboxError {
         match self.0 {
             Some(rx) => match rx.await {
@@ -264,7 +306,21 @@ impl JobSandbox {
 
     /// Closes the lifeline and waits for the host to stop the sandbox and clean up (srt
     /// removes the mount points it left in the checkout), killing it after a grace period.
+    /// A host nothing needed is not started now.
     pub async fn stop(mut self) {
+        self.life.stop().await;
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// A started host.
+struct Running {
+    child: tokio::process::Child,
+    lifeline: Option<OwnedFd>,
+}
+
+impl Running {
+    async fn stop(mut self) {
         self.lifeline.take();
         if tokio::time::timeout(STOP_GRACE, self.child.wait())
             .await
@@ -273,7 +329,6 @@ impl JobSandbox {
             tracing::warn!("the job's sandbox host did not stop with its lifeline; killing it");
             let _ = self.child.kill().await;
         }
-        let _ = std::fs::remove_file(&self.socket);
     }
 }
 

@@ -30,8 +30,8 @@ pub struct JobNet<'a> {
 
 /// Starts the job's proxy when its policy lets commands reach some host, writes the CA files
 /// the policy names, and records the proxy's port in the policy for the agents' renderings.
-/// The proxy is not waited for: the caller watches [`JobProxy::startup_failure`] while the
-/// agent runs.
+/// The proxy starts when the job first connects to it ([`JobProxy::at_first_connection`]);
+/// the caller watches [`JobProxy::startup_failure`] while the agent runs.
 /// `None`: no host is reachable, and the sandbox's own proxy refuses everything.
 pub async fn start(
     policy: &mut SandboxPolicy,
@@ -56,7 +56,7 @@ pub async fn start(
         None => std::net::TcpListener::bind("127.0.0.1:0"),
     }
     .context("binding the proxy's port on loopback")?;
-    let proxy = JobProxy::spawn(ProxySpec {
+    let proxy = JobProxy::at_first_connection(ProxySpec {
         srt: &srt,
         rules,
         ca: &ca,

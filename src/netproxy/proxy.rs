@@ -1,5 +1,5 @@
-//! The job's `srt proxy` process: started with four inherited descriptors, stopped with the
-//! job, and never outliving the runner.
+//! The job's `srt proxy` process: started with four inherited descriptors when the job first
+//! connects to it, stopped with the job, and never outliving the runner.
 //!
 //! - `--listen-fd`: a loopback listening socket the runner binds, so the port is known before
 //!   the proxy starts and nothing else can take it between choosing and binding.
@@ -30,6 +30,7 @@ use super::log::{self, Counts, NetLog};
 use super::rules::NetRules;
 use crate::process::HELPER_START_BOUND as START_TIMEOUT;
 use crate::util::io::{IoContext, IoError};
+use crate::util::on_demand::{self, OnDemand};
 
 /// How long the proxy gets to shut down after its lifeline closes (it gives open requests a
 /// second) before it is killed.
@@ -111,13 +112,11 @@ const PROXY_ENV: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
 ];
 
-/// A running proxy; killed if dropped without [`JobProxy::stop`].
+/// A job's proxy: started now ([`JobProxy::start`]) or at the first connection to its port
+/// ([`JobProxy::at_first_connection`]); killed if dropped without [`JobProxy::stop`].
 pub struct JobProxy {
     pub port: u16,
-    child: tokio::process::Child,
-    lifeline: Option<OwnedFd>,
-    decider: tokio::task::JoinHandle<Result<(), DeciderError>>,
-    stderr: tokio::task::JoinHandle<()>,
+    life: OnDemand,
     counts: Arc<Counts>,
     log: PathBuf,
     /// Whether the proxy came to serve, until [`JobProxy::startup_failure`] takes it.
@@ -137,10 +136,14 @@ impl StartupFailure {
         }
     }
 
-    /// Resolves with the failure; never if the proxy serves.
+    /// Resolves with the failure; never if the proxy serves, or never starts.
     pub async fn failed(self) -> ProxyError {
-        match self.now_or_never_started().await {
-            Some(e) => e,
+        match self.0 {
+            // Dropped unsent: the proxy was stopped before anything needed it.
+            Some(rx) => match rx.await {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) | Err(_) => std::future::pending().await,
+            },
             None => std::future::pending().await,
         }
     }
@@ -152,24 +155,41 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl JobProxy {
-    /// Starts the proxy and its decider, and waits until the proxy serves.
+    /// Starts the proxy and its decider now, and waits until the proxy serves.
     pub async fn start(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
-        let mut proxy = Self::spawn(spec)?;
+        let mut proxy = Self::spawn(spec, None)?;
         match proxy.startup_failure().now_or_never_started().await {
             Some(e) => {
-                let _ = proxy.child.kill().await;
+                proxy.life.stop().await;
                 Err(e)
             }
             None => Ok(proxy),
         }
     }
 
-    /// Starts the proxy and its decider without waiting for the proxy to serve: its Node
-    /// start-up takes ~0.5 s, which the agent's own start-up can overlap. A client that
-    /// connects before the proxy accepts waits in the listening socket's backlog (the runner
+    /// Starts the proxy and its decider once a client connects to its port, without waiting
+    /// for it to serve: its Node start-up takes ~0.5 s (a core for ~0.2 s), which the agent's
+    /// own start should not compete with, and a job that reaches no host never needs it
+    /// (`util::on_demand`). The client waits in the listening socket's backlog (the runner
     /// bound it), so nothing is refused meanwhile. [`Self::startup_failure`] says whether the
-    /// proxy never came to serve; the job fails then.
-    pub fn spawn(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
+    /// proxy, once started, never came to serve; the job fails then.
+    pub fn at_first_connection(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
+        let need = spec
+            .listener
+            .try_clone()
+            .context("watching the proxy's port")?;
+        let need = async move {
+            use std::os::fd::AsFd;
+            on_demand::connection_waiting(need.as_fd()).await;
+        };
+        Self::spawn(spec, Some(Box::pin(need)))
+    }
+
+    /// The proxy's command, descriptors and log made now; its start at `need` (now: `None`).
+    fn spawn(
+        spec: ProxySpec<'_>,
+        need: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    ) -> Result<JobProxy, ProxyError> {
         let port = spec
             .listener
             .local_addr()
@@ -178,12 +198,90 @@ impl JobProxy {
         let ends = Ends::open(spec.ca)?;
         let mut cmd = proxy_command(&spec, &ends);
         crate::process::die_with_runner(&mut cmd);
+        let log = Arc::new(NetLog::create(&spec.log).context("creating the network log")?);
+        let counts = Arc::new(Counts::default());
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let pending = Pending {
+            cmd,
+            listener: spec.listener,
+            ends,
+            rules: spec.rules,
+            log,
+            counts: counts.clone(),
+            stderr_log: spec.stderr_log,
+            started: started_tx,
+        };
+        let need = need.unwrap_or_else(|| Box::pin(std::future::ready(())));
+        let life = OnDemand::new(need, move || pending.launch(), Running::stop);
+        Ok(JobProxy {
+            port,
+            life,
+            counts,
+            log: spec.log,
+            started: Some(started_rx),
+        })
+    }
+
+    /// Why the proxy never came to serve; resolves only then (pending forever once it
+    /// serves, when it never starts, or when taken a second time).
+    pub fn startup_failure(&mut self) -> StartupFailure {
+        StartupFailure(self.started.take())
+    }
+
+    /// Closes the lifeline, waits for the proxy to stop (killing it after a grace period),
+    /// and returns the job's counts. A proxy nothing needed is not started now.
+    pub async fn stop(mut self) -> NetworkSummary {
+        self.life.stop().await;
+        // The decider has read everything the proxy sent.
+        self.summary()
+    }
+
+    /// The counts so far.
+    pub fn summary(&self) -> NetworkSummary {
+        NetworkSummary {
+            allowed: self.counts.allowed(),
+            refused: self.counts.refused(),
+            log: self.log.clone(),
+        }
+    }
+}
+
+/// A proxy made but not started: what its start takes.
+struct Pending {
+    cmd: std::process::Command,
+    listener: std::net::TcpListener,
+    ends: Ends,
+    rules: NetRules,
+    log: Arc<NetLog>,
+    counts: Arc<Counts>,
+    stderr_log: PathBuf,
+    started: tokio::sync::oneshot::Sender<Result<(), ProxyError>>,
+}
+
+impl Pending {
+    /// Starts the proxy and its decider; `None` when it could not start, which
+    /// `started` then says.
+    fn launch(self) -> Option<Running> {
+        let Pending {
+            cmd,
+            listener,
+            ends,
+            rules,
+            log,
+            counts,
+            stderr_log,
+            started,
+        } = self;
+        let program = PathBuf::from(cmd.get_program());
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|source| ProxyError::Spawn {
-            program: spec.srt.to_path_buf(),
-            source,
-        })?;
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                let _ = started.send(Err(ProxyError::Spawn { program, source }));
+                return None;
+            }
+        };
         // The proxy holds these now; the runner keeps only its ends.
         let Ends {
             ours,
@@ -192,19 +290,22 @@ impl JobProxy {
             lifeline_w,
             ca_r,
         } = ends;
-        drop((spec.listener, theirs, lifeline_r, ca_r));
-
-        let log = Arc::new(NetLog::create(&spec.log).context("creating the network log")?);
-        let counts = Arc::new(Counts::default());
-        ours.set_nonblocking(true)
-            .context("setting up the decider's socket")?;
-        let stream =
-            tokio::net::UnixStream::from_std(ours).context("setting up the decider's socket")?;
+        drop((listener, theirs, lifeline_r, ca_r));
+        let stream = ours
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UnixStream::from_std(ours));
+        let stream = match stream.context("setting up the decider's socket") {
+            Ok(stream) => stream,
+            Err(e) => {
+                let _ = started.send(Err(e.into()));
+                return None;
+            }
+        };
         let (hello_tx, hello_rx) = tokio::sync::oneshot::channel();
         // In the job's span: the decider's and the proxy's lines name the job.
         let decider = tokio::spawn(tracing::Instrument::in_current_span(decider::serve(
             stream,
-            spec.rules,
+            rules,
             log.clone(),
             counts.clone(),
             hello_tx,
@@ -212,32 +313,32 @@ impl JobProxy {
         let (served_tx, served_rx) = tokio::sync::oneshot::channel();
         let stderr = tokio::spawn(tracing::Instrument::in_current_span(copy_stderr(
             child.stderr.take(),
-            spec.stderr_log.clone(),
+            stderr_log.clone(),
             served_tx,
-            (log, counts.clone()),
+            (log, counts),
         )));
-        let started = watch_startup(hello_rx, served_rx, spec.stderr_log.clone());
-        Ok(JobProxy {
-            port,
+        watch_startup(hello_rx, served_rx, stderr_log, started);
+        Some(Running {
             child,
             lifeline: Some(lifeline_w),
             decider,
             stderr,
-            counts,
-            log: spec.log,
-            started: Some(started),
         })
     }
+}
 
-    /// Why the proxy never came to serve; resolves only then (pending forever once it
-    /// serves, or when taken a second time).
-    pub fn startup_failure(&mut self) -> StartupFailure {
-        StartupFailure(self.started.take())
-    }
+/// A started proxy.
+struct Running {
+    child: tokio::process::Child,
+    lifeline: Option<OwnedFd>,
+    decider: tokio::task::JoinHandle<Result<(), DeciderError>>,
+    stderr: tokio::task::JoinHandle<()>,
+}
 
-    /// Closes the lifeline, waits for the proxy to stop (killing it after a grace period),
-    /// and returns the job's counts.
-    pub async fn stop(mut self) -> NetworkSummary {
+impl Running {
+    /// Closes the lifeline and waits for the proxy to stop (killing it after a grace
+    /// period), then for its decider to read what the proxy sent.
+    async fn stop(mut self) {
         self.lifeline.take();
         if tokio::time::timeout(STOP_GRACE, self.child.wait())
             .await
@@ -253,20 +354,10 @@ impl JobProxy {
             Err(_) => self.decider.abort(),
         }
         let _ = tokio::time::timeout(STOP_GRACE, &mut self.stderr).await;
-        self.summary()
-    }
-
-    /// The counts so far.
-    pub fn summary(&self) -> NetworkSummary {
-        NetworkSummary {
-            allowed: self.counts.allowed(),
-            refused: self.counts.refused(),
-            log: self.log.clone(),
-        }
     }
 }
 
-impl Drop for JobProxy {
+impl Drop for Running {
     fn drop(&mut self) {
         // A job dropped midway (cancelled): the lifeline closes with this, the child is
         // killed by kill_on_drop, and the decider task must not outlive it.
@@ -346,9 +437,9 @@ fn watch_startup(
     hello: tokio::sync::oneshot::Receiver<()>,
     served: tokio::sync::oneshot::Receiver<()>,
     stderr_log: PathBuf,
-) -> tokio::sync::oneshot::Receiver<Result<(), ProxyError>> {
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
+    started_tx: tokio::sync::oneshot::Sender<Result<(), ProxyError>>,
+) {
+    tokio::spawn(tracing::Instrument::in_current_span(async move {
         let began = std::time::Instant::now();
         let serving = async {
             let _ = hello.await;
@@ -366,8 +457,7 @@ fn watch_startup(
             Err(_) => Err(ProxyError::Timeout(tail(&stderr_log))),
         };
         let _ = started_tx.send(outcome);
-    });
-    started_rx
+    }));
 }
 
 /// Copies the proxy's stderr into `path`, and reports when it says it serves.

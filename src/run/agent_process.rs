@@ -49,8 +49,13 @@ pub(super) struct EndsEarly {
 /// before its tree is stopped.
 const TOKENS_SPENT_GRACE: Duration = Duration::from_secs(10);
 
+/// A future that resolves when the agent's start is over (its first model request), for a
+/// companion that should not compete with it.
+pub(super) type StartOver = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Starts the agent and waits for it, for at most `timeout`. Dropping this future (a
-/// cancelled job) stops the agent's whole process tree, as does a timeout.
+/// cancelled job) stops the agent's whole process tree, as does a timeout. The companion
+/// starts when `start_over` resolves or the agent's first command reaches it.
 pub(super) async fn run_agent(
     launch: &Launch,
     timeout: Duration,
@@ -58,6 +63,7 @@ pub(super) async fn run_agent(
     spawned: impl FnOnce(Instant),
     markers: Vec<String>,
     ends: EndsEarly,
+    start_over: Option<StartOver>,
 ) -> Result<AgentEnd, AgentError> {
     let AgentLimits {
         adjust,
@@ -74,6 +80,7 @@ pub(super) async fn run_agent(
         adjust,
         spawned,
         markers,
+        start_over,
     };
     started.until_end(disk, ends).await
 }
@@ -120,6 +127,7 @@ struct Started<'a, F> {
     adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
     spawned: F,
     markers: Vec<String>,
+    start_over: Option<StartOver>,
 }
 
 impl<F: FnOnce(Instant)> Started<'_, F> {
@@ -138,6 +146,7 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
             adjust,
             spawned,
             markers,
+            start_over,
         } = self;
         // Before the agent: its first request goes through the bridge.
         let _bridge = match &launch.net_bridge {
@@ -151,12 +160,14 @@ impl<F: FnOnce(Instant)> Started<'_, F> {
         let mut child = spawn_agent(launch, cmd)?;
         spawned(Instant::now());
         let tree = ProcessTree::new(child.id(), markers);
-        // Right after the agent: its start-up (Node, srt's setup, bubblewrap) overlaps the
-        // agent's, and a command the agent sends meanwhile waits in the socket's backlog.
-        let mut sandbox = match companion {
-            Some(c) => Some(c.spawn()?),
-            None => None,
-        };
+        // At the agent's first model request or its first command: the sandbox's start-up
+        // (Node, srt's setup, bubblewrap) takes a core for ~0.2 s, which the agent's own
+        // start should not share, and overlaps the model's answer instead. A command sent
+        // before the sandbox is up waits in the socket's backlog.
+        let mut sandbox = companion.map(|c| match start_over {
+            Some(over) => c.spawn_when(over),
+            None => c.spawn_when(std::future::pending()),
+        });
         let sandbox_failed = sandbox.as_mut().map(|s| s.failure());
         feed_prompt(&mut child, launch);
         let deadline = tokio::time::Instant::now() + timeout;
@@ -247,10 +258,10 @@ async fn wait_for_end(
     }: EndsEarly,
 ) -> Result<AgentEnd, AgentError> {
     use std::os::unix::process::ExitStatusExt;
-    // The job's network proxy starts alongside the agent (see `JobProxy::spawn`); if it never
-    // serves, the job ends here, its tree stopped by the caller, rather than running without
-    // network. Likewise the sandbox of opencode's commands: a job whose commands cannot run
-    // ends.
+    // The job's network proxy starts when the job first connects to it (see
+    // `JobProxy::at_first_connection`); if it then never serves, the job ends here, its tree
+    // stopped by the caller, rather than running without network. Likewise the sandbox of the
+    // agent's commands: a job whose commands cannot run ends.
     let proxy_failed = or_never(proxy_failed.map(|f| f.failed()));
     let sandbox_failed = or_never(sandbox_failed.map(|f| f.failed()));
     let disk_fired = or_never(disk.map(|w| w.fired()));

@@ -381,6 +381,9 @@ impl JobRun<'_> {
                 proxy_failed: proxy.as_mut().map(|p| p.startup_failure()),
                 limit_fired: model.as_ref().map(|(grant, _)| grant.limit_fired()),
             },
+            model
+                .as_ref()
+                .map(|(grant, _)| Box::pin(grant.first_request()) as _),
         )
         .await;
         result.disk_used = disk.as_ref().map(|d| d.peak());

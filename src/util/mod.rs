@@ -10,6 +10,7 @@ pub mod http1;
 pub mod io;
 pub mod json_path;
 pub mod mount_ns;
+pub mod on_demand;
 pub mod rlimit;
 pub mod shell;
 pub mod text;

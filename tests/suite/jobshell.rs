@@ -131,7 +131,11 @@ impl Sandboxed {
         .unwrap();
         launch.write_files().unwrap();
         let plan = launch.companion.clone().expect("a sandbox host");
-        let sandbox = Prepared::new(&plan).unwrap().spawn().unwrap();
+        // Started by the first command, as a job's is when its agent's first command comes
+        // before its first model request.
+        let sandbox = Prepared::new(&plan)
+            .unwrap()
+            .spawn_when(std::future::pending());
         Sandboxed {
             root,
             _helper: helper,
@@ -187,6 +191,44 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Processes whose command line names `dir` (a job's sandbox host names its settings there).
+fn processes_naming(dir: &std::path::Path) -> Vec<u32> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let dir = dir.to_string_lossy().into_owned();
+    quest_runner::procfs::pids()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir))
+        })
+        .collect()
+}
+
+/// The job's sandbox host starts when first needed (`util::on_demand`): not before a command
+/// comes, so the agent's start has the CPU to itself, and the first command waits for it in
+/// the socket's backlog rather than failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_starts_at_its_first_command() {
+    let s = Sandboxed::start().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        processes_naming(s.root.path()),
+        Vec::<u32>::new(),
+        "started unasked"
+    );
+    let out = s.run("echo ran");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "ran\n");
+    assert!(
+        !processes_naming(s.root.path()).is_empty(),
+        "no host serves the command"
+    );
+    let root = s.stop().await;
+    wait_until("the host and its sandbox to stop", || {
+        processes_naming(root.path()).is_empty()
+    });
 }
 
 /// srt finds its programs with `which`, spawned with a one-second timeout under Node; on a

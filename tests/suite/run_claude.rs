@@ -306,8 +306,11 @@ async fn claude_job_uses_the_devshell_and_commits() {
     // The command also names what started it (pid 1 of its own PID namespace): srt's helper,
     // which the job's sandbox starts each command with (Claude Code's own sandbox, off, would
     // start it from its own executable's descriptor, named "3"), with no variable of either.
+    // And it reaches for a registry on the job's allowlist (none answers in the test's
+    // network namespace): the job's proxy starts then (`util::on_demand`), and is stopped
+    // through its lifeline at the job's end.
     let server = ModelServer::start_isolated_if_root(vec![Step::bash(
-        "echo \"stage=$(cat /proc/1/comm) argv0=${ARGV0-unset} helper=${QUEST_RUNNER_APPLY_SECCOMP-unset}\"; echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
+        "echo \"stage=$(cat /proc/1/comm) argv0=${ARGV0-unset} helper=${QUEST_RUNNER_APPLY_SECCOMP-unset}\"; curl -s -m 20 -o /dev/null -w 'registry=%{http_code}\\n' https://registry.npmjs.org/left-pad; echo \"$DEVSHELL_VAR\" > devshell.txt && echo \"$TMPDIR\" > tmpdir.txt && git add devshell.txt tmpdir.txt && git commit -qm 'agent commit' && echo COMMITTED",
     )]).expect("model server");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
@@ -392,6 +395,11 @@ async fn claude_job_uses_the_devshell_and_commits() {
         "{}",
         diagnostics()
     );
+    assert!(
+        results.iter().any(|r| r.text.contains("registry=")),
+        "{}",
+        diagnostics()
+    );
 
     let first = server.requests()[0].to_string();
     assert_eq!(
@@ -426,8 +434,8 @@ async fn claude_job_uses_the_devshell_and_commits() {
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     let temp = claude_job_temp_dir(&job_dir);
     assert!(!temp.exists(), "temp dir {} left", temp.display());
-    // The network proxy ended through its lifeline, when the runner was done with it, not
-    // killed with the agent's leftovers.
+    // The network proxy, started by the command's request, ended through its lifeline when
+    // the runner was done with it, not killed with the agent's leftovers.
     let proxy_log = std::fs::read_to_string(job_dir.join("runner/netproxy.log")).unwrap();
     assert!(
         proxy_log.contains("stopped (lifeline closed)"),
@@ -435,10 +443,11 @@ async fn claude_job_uses_the_devshell_and_commits() {
     );
 }
 
-/// The job's network proxy starts alongside the agent; one that never comes to serve ends
-/// the job with its reason (the agent's tree stopped, nothing left), not a job quietly
-/// running without network. The `srt` here is a real program that fails on purpose after
-/// the agent's command has started.
+/// The job's network proxy starts when a command first reaches for the network; one that
+/// never comes to serve ends the job with its reason (the agent's tree stopped, nothing
+/// left), not a job quietly running without network. The `srt` here is a real program that
+/// fails on purpose after the agent's command has started; the command asks a registry on
+/// the job's allowlist for a page first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
     let Hanging {
@@ -446,7 +455,7 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
         repo,
         rev,
         server,
-    } = Hanging::new();
+    } = Hanging::after("(curl -s -m 600 https://registry.npmjs.org/ >/dev/null 2>&1 &)");
     let keys = tempfile::tempdir().unwrap();
     let runner = claude_runner(&server, keys.path());
     // In a package of its own whose library is the real one: the job's commands' sandbox

@@ -196,6 +196,13 @@ async fn opencode_job_uses_the_devshell_and_commits() {
     );
     assert!(!job_dir.join("checkout").exists(), "worktree removed");
     assert!(server.confined_processes().is_empty(), "no process left");
+    // Nothing of the job reached for the network (its devShell was built from the repository
+    // alone): its proxy never started (`util::on_demand`; Claude Code's job in
+    // tests/suite/run_claude.rs starts its own with a request, and writes this log).
+    assert!(
+        !job_dir.join("runner/netproxy.log").exists(),
+        "the proxy started unneeded"
+    );
 }
 
 /// opencode runs its tools detached and does not stop them when it exits: a timed-out job's

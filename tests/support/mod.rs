@@ -558,12 +558,17 @@ pub struct Hanging {
 
 impl Hanging {
     pub fn new() -> Hanging {
+        Hanging::after("true")
+    }
+
+    /// The command runs `before`, then hangs.
+    pub fn after(before: &str) -> Hanging {
         use quest_runner_selftest::model_server::{ModelServer, Step};
         let token = unique_token();
         let repo = Repo::new();
         let rev = repo.commit(&[("README.md", "x")]);
         let server = ModelServer::start_isolated_if_root(vec![Step::bash(format!(
-            "(exec -a hang-{token} tail -f /dev/null)"
+            "{before}; (exec -a hang-{token} tail -f /dev/null)"
         ))])
         .expect("model server");
         Hanging {
