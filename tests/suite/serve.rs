@@ -491,7 +491,7 @@ impl HungJob {
             repo,
             rev,
             server,
-        } = Hanging::new();
+        } = Hanging::after(support::REACH_A_REGISTRY);
         let (runner, keys) = runner_for(&server, 1);
         let cgroup = StateCgroup::of(&runner);
         submit_ok(
@@ -522,18 +522,31 @@ impl HungJob {
     }
 
     /// Waits until `serve` runs the job's hanging command, then SIGKILLs `serve`. The job's
-    /// network proxy must follow its runner (its lifeline pipe closed with the runner).
+    /// network proxy (started by the command's request before it hung) must follow its runner
+    /// (its lifeline pipe closed with the runner).
     fn kill_mid_job(&self, serve: Serve) {
         wait_for_process(&format!("hang-{}", self.token), &serve);
-        let proxies: Vec<libc::pid_t> = self
-            .server
-            .confined_processes()
-            .into_iter()
-            .filter(|pid| {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                String::from_utf8_lossy(&cmdline).contains("--lifeline-fd")
-            })
-            .collect();
+        let proxies = || -> Vec<libc::pid_t> {
+            self.server
+                .confined_processes()
+                .into_iter()
+                .filter(|pid| {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    String::from_utf8_lossy(&cmdline).contains("--lifeline-fd")
+                })
+                .collect()
+        };
+        // (The command's line names the token before its request has started the proxy.)
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while proxies().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the job's proxy never ran:\n{}",
+                serve.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let proxies = proxies();
         assert_eq!(proxies.len(), 1, "the job's proxy runs:\n{}", serve.log());
         unsafe { libc::kill(serve.pid(), libc::SIGKILL) };
         drop(serve);

@@ -549,6 +549,11 @@ pub fn processes_named(name: &str) -> Vec<u32> {
 /// A one-commit repository and a scripted model whose one tool call starts a command named
 /// `hang-<token>` that never ends by itself (a later conversation finds the script used up):
 /// the job every stop, kill and recovery test needs.
+/// A command's request to a registry on a trusted job's allowlist, answered (by the job's
+/// proxy: no registry answers in the tests' network namespaces) before the command goes on:
+/// the job's proxy, which starts at its first connection, has started by then.
+pub const REACH_A_REGISTRY: &str = "curl -s -m 20 -o /dev/null https://registry.npmjs.org/";
+
 pub struct Hanging {
     pub token: String,
     pub repo: Repo,
