@@ -581,6 +581,7 @@ async fn shell_round_trips(
         srt: Some(srt),
         node: Some(&node),
         runner: Some(&runner),
+        srt_programs: quest_runner::agent::commands::SrtPrograms::find(),
         host_env: std::env::vars().collect(),
         gateway: None,
     })

@@ -174,25 +174,39 @@ pub fn apply_seccomp() -> Result<PathBuf, BinaryError> {
     })
 }
 
-/// srt's seccomp helper (`vendor/seccomp/<arch>/apply-seccomp` in srt's package), canonical,
-/// found from `srt` as npm installs it (`<package>/dist/cli.js`) or as the Nix package wraps
-/// it (`<out>/bin/srt` beside `<out>/lib/node_modules/...`). It starts every command of a
-/// job, for both agents (src/jobshell), and the AppArmor profile names it.
-pub fn srt_seccomp_helper(srt: &Path) -> Option<PathBuf> {
+/// The directory of srt's package (`package.json`, `vendor/`), found from `srt` as npm
+/// installs it (`<package>/dist/cli.js`) or as the Nix package wraps it (`<out>/bin/srt`
+/// beside `<out>/lib/node_modules/@anthropic-ai/sandbox-runtime`).
+///
+/// srt runs helpers of its own inside the sandbox (its seccomp loader, a JVM proxy agent),
+/// so its package must be readable there even when it is installed under a denied tree
+/// (a checkout of this project in `/tmp`, say).
+pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(srt).ok()?;
+    real.ancestors()
+        .skip(1)
+        .find(|dir| dir.join("package.json").is_file())
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            let prefix = real.parent()?.parent()?;
+            let dir = prefix.join("lib/node_modules/@anthropic-ai/sandbox-runtime");
+            dir.join("package.json").is_file().then_some(dir)
+        })
+}
+
+/// srt's seccomp helper (`vendor/seccomp/<arch>/apply-seccomp` in [`srt_package_dir`]),
+/// canonical. It starts every command of a job, for both agents (src/jobshell), and the
+/// AppArmor profile names it.
+pub fn srt_seccomp_helper(srt: &Path) -> Option<PathBuf> {
     let arch = match std::env::consts::ARCH {
         "aarch64" => "arm64",
         _ => "x64",
     };
-    let helper = Path::new("vendor/seccomp").join(arch).join("apply-seccomp");
-    let wrapped = Path::new("lib/node_modules/@anthropic-ai/sandbox-runtime").join(&helper);
-    let found = real
-        .ancestors()
-        .skip(1)
-        .take(4)
-        .flat_map(|dir| [dir.join(&helper), dir.join(&wrapped)])
-        .find(|p| p.is_file())?;
-    std::fs::canonicalize(found).ok()
+    let helper = srt_package_dir(srt)?
+        .join("vendor/seccomp")
+        .join(arch)
+        .join("apply-seccomp");
+    std::fs::canonicalize(helper).ok().filter(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ fn claude_launch(account: &ClaudeAccount) -> Launch {
         srt: Some(&srt),
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/opt/qr/bin/quest-runner")),
+        srt_programs: Default::default(),
         host_env: host_env(),
         gateway: Some(&claude_gateway()),
     })
@@ -233,6 +234,7 @@ fn claude_has_no_credential_but_the_job_token_even_when_every_variable_passes() 
         srt: Some(&srt),
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/opt/qr/bin/quest-runner")),
+        srt_programs: Default::default(),
         host_env: env,
         gateway: Some(&claude_gateway()),
     })
@@ -322,6 +324,7 @@ fn account_without_credentials_or_for_another_agent_is_refused() {
             srt: None,
             node: None,
             runner: None,
+            srt_programs: Default::default(),
             host_env: vec![],
             gateway: Some(&claude_gateway()),
         })
@@ -368,6 +371,7 @@ fn opencode_launch_via(
         srt: Some(&srt),
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/opt/qr/bin/quest-runner")),
+        srt_programs: Default::default(),
         host_env: host_env(),
         gateway,
     })
@@ -575,6 +579,7 @@ fn opencode_reaches_its_provider_through_the_gateway_and_srt_is_required() {
         srt: None,
         node: Some(Path::new("/bin/node")),
         runner: Some(Path::new("/bin/quest-runner")),
+        srt_programs: Default::default(),
         host_env: vec![],
         gateway: None,
     })

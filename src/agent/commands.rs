@@ -19,25 +19,6 @@ const HOST: &str = include_str!("../jobshell/sandbox-host.mjs");
 /// The sandbox host's script, in the job's runner dir.
 const HOST_SCRIPT: &str = "sandbox-host.mjs";
 
-/// The directory of srt's package (`package.json`, `vendor/`), found from its binary.
-///
-/// srt runs helpers of its own inside the sandbox (its seccomp loader, a JVM proxy agent),
-/// so its package must be readable there even when it is installed under a denied tree
-/// (a checkout of this project in `/tmp`, say).
-pub fn srt_package_dir(srt: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(srt).ok()?;
-    real.ancestors()
-        .skip(1)
-        .find(|dir| dir.join("package.json").is_file())
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            // A wrapper in `<prefix>/bin` (the Nix package) beside the package it runs.
-            let prefix = real.parent()?.parent()?;
-            let dir = prefix.join("lib/node_modules/@anthropic-ai/sandbox-runtime");
-            dir.join("package.json").is_file().then_some(dir)
-        })
-}
-
 /// The programs srt runs itself on Linux, as the runner resolves them (`QUEST_RUNNER_BWRAP`,
 /// `_SOCAT`, else `PATH`): the ones `doctor` checked and the AppArmor profile names.
 #[derive(Debug, Clone, Default)]
@@ -138,13 +119,13 @@ impl Tools {
         let srt = inputs.srt.ok_or(AgentError::NoSrt)?;
         let node = inputs.node.ok_or(AgentError::NoNode)?;
         let runner = inputs.runner.ok_or(AgentError::NoRunner)?;
-        let srt_package =
-            srt_package_dir(srt).ok_or_else(|| AgentError::NoSrtPackage(srt.into()))?;
+        let srt_package = crate::binaries::srt_package_dir(srt)
+            .ok_or_else(|| AgentError::NoSrtPackage(srt.into()))?;
         Ok(Tools {
             node: node.to_path_buf(),
             runner: runner.to_path_buf(),
             srt_package,
-            programs: SrtPrograms::find(),
+            programs: inputs.srt_programs.clone(),
         })
     }
 }

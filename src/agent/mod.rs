@@ -79,6 +79,9 @@ pub struct AgentInputs<'a> {
     pub node: Option<&'a Path>,
     /// The runner's own binary: the agent's shell and the sandbox's executor.
     pub runner: Option<&'a Path>,
+    /// The programs srt runs itself, as the runner resolved them
+    /// ([`commands::SrtPrograms::find`]).
+    pub srt_programs: commands::SrtPrograms,
     /// The runner's own environment, filtered by the policy.
     pub host_env: Vec<(String, String)>,
     /// The job's way to its model through the runner's gateway; `None`: the agent holds the

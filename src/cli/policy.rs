@@ -17,9 +17,7 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // Both agents' commands run in the job's srt sandbox; Claude Code's settings confine its
     // file tools.
     let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
-    let package = srt
-        .as_deref()
-        .and_then(crate::agent::commands::srt_package_dir);
+    let package = srt.as_deref().and_then(crate::binaries::srt_package_dir);
     let binary = crate::jobshell::runner_binary()
         .unwrap_or_else(|_| std::path::PathBuf::from("quest-runner"));
     let srt_settings = crate::agent::commands::srt_settings(

@@ -313,6 +313,7 @@ impl JobRun<'_> {
             srt: srt.as_deref(),
             node: node.as_deref(),
             runner: Some(&runner_binary),
+            srt_programs: crate::agent::commands::SrtPrograms::find(),
             host_env: self.runner.env_source.clone(),
             gateway: model.as_ref().map(|(_, access)| access),
         };

@@ -120,6 +120,7 @@ impl Sandboxed {
             srt: Some(&srt),
             node: Some(&node),
             runner: Some(&runner),
+            srt_programs: quest_runner::agent::commands::SrtPrograms::find(),
             host_env: std::env::vars()
                 .map(|(k, v)| match (k.as_str(), path) {
                     ("PATH", Some(path)) => (k, path.to_string()),
@@ -252,9 +253,8 @@ async fn a_which_slower_than_srts_timeout_does_not_stop_the_sandbox() {
         std::env::var("PATH").unwrap_or_default()
     );
     // srt's lookup, alone, with that PATH: it gives up and finds nothing.
-    let package =
-        quest_runner::agent::commands::srt_package_dir(&pinned("QUEST_RUNNER_SRT", "srt"))
-            .expect("srt's package");
+    let package = quest_runner::binaries::srt_package_dir(&pinned("QUEST_RUNNER_SRT", "srt"))
+        .expect("srt's package");
     let lookup = Command::new(which::which("node").expect("node"))
         .args(["--input-type=module", "-e"])
         .arg(format!(

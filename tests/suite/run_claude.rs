@@ -461,7 +461,7 @@ async fn a_proxy_that_never_serves_ends_the_job_with_its_reason() {
     // In a package of its own whose library is the real one: the job's commands' sandbox
     // (srt's library, found from the srt binary) starts, the proxy (srt's binary) does not.
     let real = agent_binary("QUEST_RUNNER_SRT", "srt");
-    let real_package = quest_runner::agent::commands::srt_package_dir(&real).unwrap();
+    let real_package = quest_runner::binaries::srt_package_dir(&real).unwrap();
     let package = keys.path().join("srt-package");
     std::fs::create_dir_all(package.join("bin")).unwrap();
     for name in ["package.json", "dist", "vendor"] {
