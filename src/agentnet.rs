@@ -117,11 +117,9 @@ pub async fn start_outside(
     if let Some(adjust) = adjust {
         adjust(&mut cmd);
     }
-    crate::process::die_with_runner(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
+    let mut child = crate::process::spawn_with_runner(cmd)
         .map_err(|e| format!("starting the job's network bridge: {e}"))?;
     let Some(stdout) = child.stdout.take() else {
         return Err("the job's network bridge has no stdout".into());

@@ -17,12 +17,75 @@ pub type CommandHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
-/// Ends the process `cmd` starts with the runner, however the runner ends: a kill -9 runs no
+/// Starts `cmd` so that it ends with the runner, however the runner ends: a kill -9 runs no
 /// handler, no drop and no cleanup, and a helper left behind (the job's network bridge runs as
-/// root) would live on under pid 1 for ever. The kernel's parent-death signal is SIGKILL; the
-/// runner dying between the fork and the `prctl` would go unnoticed, so the child then checks
-/// that its parent is still the runner and gives up if not.
-pub fn die_with_runner(cmd: &mut std::process::Command) {
+/// root) would live on under pid 1 for ever.
+///
+/// The kernel's parent-death signal (SIGKILL here) fires when the *thread* that forked the
+/// child exits, not the process. A tokio worker that `block_in_place` retires (the bare
+/// clone's lock in a workspace's cleanup), or a blocking-pool thread, exits while the runner
+/// lives on, and took every child it had started with it: measured, a child started on a
+/// worker was killed 10 s after that worker's `block_in_place`, which in `serve` would have
+/// been another job's agent. So every such child is forked by one thread that lives as long
+/// as the runner ([`spawner`]); the caller waits the few milliseconds a fork takes.
+pub fn spawn_with_runner(mut cmd: tokio::process::Command) -> io::Result<tokio::process::Child> {
+    die_with_runner(cmd.as_std_mut());
+    // The runtime's context, for the child's reaping and `kill_on_drop`.
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let mut spawn = move || {
+        let _entered = runtime.as_ref().map(|r| r.enter());
+        cmd.spawn()
+    };
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    let task: SpawnTask = Box::new(move || {
+        let _ = done_tx.send(spawn());
+    });
+    let unsent = match spawner() {
+        Some(spawner) => spawner.send(task).err().map(|unsent| unsent.0),
+        None => Some(task),
+    };
+    // No spawner (it could not start, or ended): here, with this thread's risk.
+    if let Some(task) = unsent {
+        task();
+    }
+    done_rx
+        .recv()
+        .unwrap_or_else(|_| Err(io::Error::other("the runner's spawner thread ended")))
+}
+
+type SpawnTask = Box<dyn FnOnce() + Send>;
+
+/// The thread that forks the runner's children: started on first use, never ended.
+fn spawner() -> Option<&'static std::sync::mpsc::Sender<SpawnTask>> {
+    static SPAWNER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<SpawnTask>>> =
+        std::sync::OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<SpawnTask>();
+            let started = std::thread::Builder::new()
+                .name("quest-runner-spawner".into())
+                .spawn(move || {
+                    for task in rx {
+                        // A task that panics fails its own spawn (its caller sees the
+                        // channel close), not the thread every later spawn needs.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                    }
+                });
+            match started {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!("starting the runner's spawner thread: {e}");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// The parent-death signal and its check, for a child forked by [`spawner`]: the runner dying
+/// between the fork and the `prctl` would go unnoticed, so the child then checks that its
+/// parent is still the runner and gives up if not.
+fn die_with_runner(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let runner = rustix::process::getpid();
     // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
@@ -110,8 +173,7 @@ pub async fn run_captured_upto(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
-    die_with_runner(cmd.as_std_mut());
-    let mut child = cmd.spawn()?;
+    let mut child = spawn_with_runner(cmd)?;
     let pid = child
         .id()
         .and_then(|id| Pid::from_raw(id as i32))
@@ -222,6 +284,57 @@ pub fn terminate_group(pid: Pid, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child the runner starts outlives the thread that asked for it. A worker that
+    /// `block_in_place` retires exits (here after 50 ms idle); the control, forked by that
+    /// worker itself, is killed by its parent-death signal then, which proves the worker
+    /// exited; the child started through the spawner thread lives on.
+    #[test]
+    fn a_child_outlives_the_worker_that_started_it() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_keep_alive(Duration::from_millis(50))
+            .enable_all()
+            .build()
+            .unwrap();
+        let sleep = || {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("60").kill_on_drop(true);
+            cmd
+        };
+        let (mut control, mut started) = runtime.block_on(async move {
+            tokio::spawn(async move {
+                let mut control = sleep();
+                die_with_runner(control.as_std_mut());
+                let control = control.spawn().unwrap();
+                let started = spawn_with_runner(sleep()).unwrap();
+                // This worker hands its core to a new thread and is retired.
+                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                (control, started)
+            })
+            .await
+            .unwrap()
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let killed = loop {
+            if let Some(status) = control.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the control lives on: the worker never exited, which proves nothing"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(killed.signal(), Some(9), "{killed:?}");
+        assert!(
+            started.try_wait().unwrap().is_none(),
+            "killed with the worker that asked for it"
+        );
+        runtime.block_on(async { started.kill().await }).unwrap();
+    }
 
     #[tokio::test]
     async fn endless_output_stops_at_the_limit() {

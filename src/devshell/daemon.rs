@@ -165,9 +165,7 @@ pub(super) async fn start(
     limit(cmd.as_std_mut(), shells, p);
     // `unshare` or bubblewrap, whose end ends the rest: a runner killed outright leaves no
     // daemon.
-    crate::process::die_with_runner(cmd.as_std_mut());
-    let mut child = cmd
-        .spawn()
+    let mut child = crate::process::spawn_with_runner(cmd)
         .map_err(|e| DevShellError::io("starting", &daemon, e))?;
     wait_for_socket(&mut child, &socket, &log_path).await?;
     Ok(RunnerDaemon {

@@ -203,11 +203,9 @@ impl Prepared {
     /// `failed` then says.
     fn launch(self, failed: tokio::sync::oneshot::Sender<SandboxError>) -> Option<Running> {
         let program = PathBuf::from(self.cmd.get_program());
-        let mut cmd = self.cmd;
-        crate::process::die_with_runner(&mut cmd);
-        let mut cmd = tokio::process::Command::from(cmd);
+        let mut cmd = tokio::process::Command::from(self.cmd);
         cmd.kill_on_drop(true);
-        let mut child = match cmd.spawn() {
+        let mut child = match crate::process::spawn_with_runner(cmd) {
             Ok(child) => child,
             Err(source) => {
                 let _ = failed.send(SandboxError::Spawn { program, source });

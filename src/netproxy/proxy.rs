@@ -196,8 +196,7 @@ impl JobProxy {
             .context("reading the proxy's port")?
             .port();
         let ends = Ends::open(spec.ca)?;
-        let mut cmd = proxy_command(&spec, &ends);
-        crate::process::die_with_runner(&mut cmd);
+        let cmd = proxy_command(&spec, &ends);
         let log = Arc::new(NetLog::create(&spec.log).context("creating the network log")?);
         let counts = Arc::new(Counts::default());
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
@@ -275,7 +274,7 @@ impl Pending {
         let program = PathBuf::from(cmd.get_program());
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let mut child = match cmd.spawn() {
+        let mut child = match crate::process::spawn_with_runner(cmd) {
             Ok(child) => child,
             Err(source) => {
                 let _ = started.send(Err(ProxyError::Spawn { program, source }));

@@ -71,10 +71,10 @@ pub(super) async fn run_agent(
         disk,
         namespace,
     } = limits;
-    let (mut cmd, companion) = commands(launch, adjust, file_size, namespace)?;
+    let (cmd, companion) = commands(launch, adjust, file_size, namespace)?;
     let started = Started {
         launch,
-        cmd: &mut cmd,
+        cmd,
         companion,
         timeout,
         adjust,
@@ -121,7 +121,7 @@ fn commands(
 /// The agent's run from its start: what [`run_agent`] awaits once its commands are placed.
 struct Started<'a, F> {
     launch: &'a Launch,
-    cmd: &'a mut tokio::process::Command,
+    cmd: tokio::process::Command,
     companion: Option<Prepared>,
     timeout: Duration,
     adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
@@ -213,7 +213,6 @@ fn agent_command(launch: &Launch) -> Result<tokio::process::Command, AgentError>
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(false);
-    crate::process::die_with_runner(cmd.as_std_mut());
     Ok(cmd)
 }
 
@@ -221,11 +220,11 @@ fn agent_command(launch: &Launch) -> Result<tokio::process::Command, AgentError>
 /// left its group is re-parented to the runner, which kills it when the agent ends).
 fn spawn_agent(
     launch: &Launch,
-    cmd: &mut tokio::process::Command,
+    cmd: tokio::process::Command,
 ) -> Result<tokio::process::Child, AgentError> {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     tracing::info!(program = %launch.program.display(), cwd = %launch.cwd.display(), "starting the agent");
-    cmd.spawn().map_err(|source| {
+    crate::process::spawn_with_runner(cmd).map_err(|source| {
         let program = launch.program.clone();
         match program.is_file() {
             true => AgentError::Prepare { program, source },
