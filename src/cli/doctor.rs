@@ -309,8 +309,9 @@ fn host_checks() -> Vec<Check> {
         crate::sandbox::policy::SRT_SHARED_TMP,
         !exists,
         if exists {
-            "exists: srt shows it to every sandbox (read-only under the runner's policy), so \
-             anything in it is readable by every job"
+            "exists: srt shows it to every sandbox it makes outside a job's namespace \
+             (read-only under the runner's policy; a job's namespace hides it), so anything in \
+             it is readable by such a job"
                 .into()
         } else {
             "absent (srt would show it to every sandbox)".into()

@@ -193,7 +193,16 @@ pub fn namespace_args(
     for path in &writes {
         out.extend(bind("--bind-try", path));
     }
-    for path in outermost(sorted(policy.deny_write.iter().chain(&own.read_only))) {
+    // A denied write needs a read-only bind only inside a tree bound writable; anywhere else
+    // it is read-only already (under `/`) or absent (under a hidden tree), and a bind there
+    // would show the host's files again: `/tmp/claude`, srt's shared dir, once showed every
+    // job what any process had left there, and, removed on the host while a job ran, broke
+    // srt's own bind of it (bubblewrap cannot bind a deleted directory).
+    let denied_writes = policy
+        .deny_write
+        .iter()
+        .filter(|p| writes.iter().any(|w| p.starts_with(w)));
+    for path in outermost(sorted(denied_writes.chain(&own.read_only))) {
         out.extend(bind("--ro-bind-try", &path));
     }
     if let Some(passwd) = passwd {

@@ -119,6 +119,28 @@ fn no_bind_is_made_where_another_of_its_step_or_a_later_write_shows_the_same_fil
     assert_eq!(count("--ro-bind-try", &runner.join("claude/a/b")), 0);
 }
 
+/// A denied write outside every writable tree is bound nowhere: it is read-only under `/`
+/// already, or hidden, and a bind would show the host's files again (srt's `/tmp/claude`
+/// under the hidden `/tmp`). Inside a writable tree it is bound read-only.
+#[test]
+fn a_denied_write_is_bound_only_inside_a_writable_tree() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let mut policy = policy(r);
+    let inside = policy.checkout.join(".mcp.json");
+    let hidden = std::path::PathBuf::from(crate::sandbox::policy::SRT_SHARED_TMP);
+    let system = std::path::PathBuf::from("/usr/share/qr-denied");
+    policy.deny_write = vec![inside.clone(), hidden.clone(), system.clone()];
+    let args = namespace_args(&policy, &OwnFiles::default(), None);
+    let bound = |path: &Path| {
+        let p = path.to_string_lossy();
+        args.windows(3)
+            .any(|w| w[0].ends_with("bind-try") && w[1] == p && w[2] == p)
+    };
+    assert!(bound(&inside), "{args:?}");
+    assert!(!bound(&hidden) && !bound(&system), "{args:?}");
+}
+
 #[test]
 fn a_root_runner_starts_the_namespace_as_the_agent_identity() {
     let root = tempfile::tempdir().unwrap();
