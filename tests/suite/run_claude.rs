@@ -567,9 +567,11 @@ async fn the_timeout_bounds_the_fetch_and_the_devshell_build() {
     let slow = SlowBuild::new();
     let slow_rev = slow_repo.commit(&[("flake.nix", &flake(&slow.extra))]);
     let watch = slow.watch();
+    // The build sleeps for 300 s: 15 s leave the steps before it (fetch, workspace, the
+    // flake's evaluation) room on a loaded host (4 s failed once with two suites running).
     let (code, result) = run(serde_json::json!({
         "id": "stuck-build", "repo": slow_repo.src().to_string_lossy(), "rev": slow_rev,
-        "timeout": "4s",
+        "timeout": "15s",
     }));
     assert!(watch.seen(), "the slow build never started: {result}");
     assert_eq!(code, Some(5), "{result}");
