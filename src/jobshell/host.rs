@@ -172,13 +172,12 @@ impl Prepared {
         self,
         need: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> JobSandbox {
-        let watched = self.listener.try_clone();
+        let connected = on_demand::first_connection(&self.listener);
         let need = async move {
-            use std::os::fd::AsFd;
-            match watched {
-                Ok(listener) => tokio::select! {
+            match connected {
+                Ok(connected) => tokio::select! {
                     () = need => {}
-                    () = on_demand::connection_waiting(listener.as_fd()) => {}
+                    () = connected => {}
                 },
                 Err(e) => {
                     tracing::warn!("watching the job's socket: {e}; starting its sandbox now")

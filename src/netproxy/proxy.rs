@@ -157,7 +157,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 impl JobProxy {
     /// Starts the proxy and its decider now, and waits until the proxy serves.
     pub async fn start(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
-        let mut proxy = Self::spawn(spec, None)?;
+        let mut proxy = Self::spawn(spec, std::future::ready(()))?;
         match proxy.startup_failure().now_or_never_started().await {
             Some(e) => {
                 proxy.life.stop().await;
@@ -174,21 +174,15 @@ impl JobProxy {
     /// bound it), so nothing is refused meanwhile. [`Self::startup_failure`] says whether the
     /// proxy, once started, never came to serve; the job fails then.
     pub fn at_first_connection(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
-        let need = spec
-            .listener
-            .try_clone()
-            .context("watching the proxy's port")?;
-        let need = async move {
-            use std::os::fd::AsFd;
-            on_demand::connection_waiting(need.as_fd()).await;
-        };
-        Self::spawn(spec, Some(Box::pin(need)))
+        let need =
+            on_demand::first_connection(&spec.listener).context("watching the proxy's port")?;
+        Self::spawn(spec, need)
     }
 
-    /// The proxy's command, descriptors and log made now; its start at `need` (now: `None`).
+    /// The proxy's command, descriptors and log made now; its start once `need` resolves.
     fn spawn(
         spec: ProxySpec<'_>,
-        need: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+        need: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<JobProxy, ProxyError> {
         let port = spec
             .listener
@@ -210,7 +204,6 @@ impl JobProxy {
             stderr_log: spec.stderr_log,
             started: started_tx,
         };
-        let need = need.unwrap_or_else(|| Box::pin(std::future::ready(())));
         let life = OnDemand::new(need, move || pending.launch(), Running::stop);
         Ok(JobProxy {
             port,

@@ -10,7 +10,7 @@
 //! lost meanwhile.
 
 use std::future::Future;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -34,6 +34,15 @@ pub async fn connection_waiting(listener: BorrowedFd<'_>) {
         }
         Err(e) => tracing::warn!("watching a helper's socket: {e}; starting it now"),
     }
+}
+
+/// [`connection_waiting`] on a duplicate of `listener`, which the caller may then hand to the
+/// helper: resolves once a connection waits on it.
+pub fn first_connection(
+    listener: &impl AsFd,
+) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    let watched = listener.as_fd().try_clone_to_owned()?;
+    Ok(async move { connection_waiting(watched.as_fd()).await })
 }
 
 /// A helper's life: waits for its need, starts it, and holds it until [`OnDemand::stop`],
