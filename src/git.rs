@@ -261,6 +261,38 @@ impl Git {
             })
     }
 
+    /// Runs git and returns its stdout as bytes, stopped after `limit`; `None` when git wrote
+    /// more than `max_stdout` (a blob read as data, which may be anything the revision holds).
+    pub async fn bytes_bounded(
+        &self,
+        args: &[&str],
+        limit: std::time::Duration,
+        max_stdout: u64,
+    ) -> Result<Option<Vec<u8>>, GitError> {
+        let joined = args.join(" ");
+        let run = process::run_captured_upto(self.command(args), "git", max_stdout);
+        let out = tokio::time::timeout(limit, run)
+            .await
+            .map_err(|_| GitError::TimedOut {
+                args: joined.clone(),
+                limit,
+            })?
+            .map_err(|source| GitError::Spawn {
+                args: joined.clone(),
+                source,
+            })?;
+        if out.stdout_truncated {
+            return Ok(None);
+        }
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                args: joined,
+                message: out.error_message(),
+            });
+        }
+        Ok(Some(out.stdout))
+    }
+
     /// Runs git and returns its stdout as it is (porcelain formats start lines with spaces).
     pub async fn stdout(&self, args: &[&str]) -> Result<String, GitError> {
         Ok(self.run(args, u64::MAX).await?.0)

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod deliver;
 pub mod deploy;
+pub mod deps;
 pub mod devshell;
 pub mod disk;
 pub mod exit;

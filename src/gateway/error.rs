@@ -10,9 +10,7 @@ pub enum GatewayError {
     Bind(#[source] std::io::Error),
     #[error("the model gateway's socket: {0}")]
     Socket(#[source] std::io::Error),
-    #[error("adding a trusted CA: {0}")]
-    TrustedCa(#[source] rustls::Error),
-    #[error("TLS configuration: {0}")]
+    #[error("TLS configuration (the system's roots, a trusted CA): {0}")]
     Tls(#[source] rustls::Error),
     #[error("making the job's gateway token: {0}")]
     Token(#[source] std::io::Error),

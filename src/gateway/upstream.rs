@@ -1,8 +1,6 @@
 //! The gateway's side towards the provider: one pooled HTTP/1.1 client, TLS by rustls
 //! (aws-lc-rs, as rcgen already uses) with the system's roots, kept-alive connections.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -97,28 +95,8 @@ impl UpstreamUrl {
 
 /// The client, trusting the system's roots and `extra_roots` (tests: a CA they made).
 pub fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpClient, GatewayError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for e in &native.errors {
-        tracing::debug!("loading the system's CA certificates: {e}");
-    }
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
-    for cert in extra_roots {
-        roots.add(cert.clone()).map_err(GatewayError::TrustedCa)?;
-    }
-    if roots.is_empty() {
-        tracing::warn!(
-            "no system CA certificates found (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs): \
-             the model gateway cannot reach an HTTPS provider"
-        );
-    }
-    tracing::debug!(system_roots = added, "model gateway TLS roots loaded");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(GatewayError::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::util::tls::client_config(extra_roots, "the model gateway")
+        .map_err(GatewayError::Tls)?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

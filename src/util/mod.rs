@@ -14,4 +14,5 @@ pub mod on_demand;
 pub mod rlimit;
 pub mod shell;
 pub mod text;
+pub mod tls;
 pub mod units;
