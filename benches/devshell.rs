@@ -330,6 +330,7 @@ fn bench_policy(
         trust: quest_runner::job::Trust::Trusted,
         extra_hosts: Vec::new(),
         full_access_hosts: Vec::new(),
+        dependency_hosts: Vec::new(),
         state_dir: state.to_path_buf(),
         operator_home: std::env::var_os("HOME").map(PathBuf::from),
         private: Vec::new(),
@@ -355,7 +356,7 @@ fn job_proxy(
     policy: &mut quest_runner::sandbox::SandboxPolicy,
     job: &std::path::Path,
 ) -> (
-    quest_runner::netproxy::JobProxy,
+    quest_runner::netproxy::job::JobNetwork,
     quest_runner::devshell::network::NixNet,
 ) {
     let temp = job.join("proxy-tmp");
@@ -370,6 +371,7 @@ fn job_proxy(
         bind: None,
         adjust: None,
         env_source: &env,
+        deps: None,
     };
     let proxy = rt
         .block_on(quest_runner::netproxy::job::start(policy, net))

@@ -164,9 +164,13 @@ fn compare(
                 read_only_methods: vec!["GET".into(), "HEAD".into()],
             },
             ca: &ca,
-            log: dir.path().join("network.log"),
+            log: std::sync::Arc::new(
+                quest_runner::netproxy::log::NetLog::create(&dir.path().join("network.log"))
+                    .expect("the network log"),
+            ),
+            counts: Default::default(),
             stderr_log: dir.path().join("proxy.stderr"),
-            listener: TcpListener::bind("127.0.0.1:0").expect("bind"),
+            listener: TcpListener::bind("127.0.0.1:0").expect("bind").into(),
             adjust: None,
             env_source: &env,
             temp_dir: dir.path(),

@@ -549,6 +549,7 @@ async fn shell_round_trips(
             trust: Trust::Untrusted,
             extra_hosts: vec![],
             full_access_hosts: vec![],
+            dependency_hosts: Vec::new(),
             state_dir: state.clone(),
             operator_home: None,
             private: vec![],

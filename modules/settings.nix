@@ -178,6 +178,12 @@ in
       timeout = optional t.duration "How long the events command may run before it is killed (runner's default: 10s).";
     };
 
+    # The dependency cache every job's locked artifacts are fetched into and served from.
+    deps = {
+      cache_size = optional t.size "The most the dependency cache holds; past it, the least recently used artifacts are removed after a job's fetch (default: 20G).";
+      max_artifact = optional t.size "The largest artifact a lock may pin; a larger one is refused and nothing of it stored (default: 2G).";
+    };
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";

@@ -95,6 +95,7 @@ pub fn in_the_jobs_namespace(direct: &Command, home: &Path) -> Command {
             trust: Trust::Trusted,
             extra_hosts: vec![],
             full_access_hosts: vec![],
+            dependency_hosts: Vec::new(),
             state_dir: job_dir.join("state"),
             operator_home: None,
             private: vec![],

@@ -310,6 +310,7 @@ fn scripted_runner(
         // Where the confined agent reaches it; it forwards to the model's host-side listener.
         gateway_listener: Some(Arc::new(server.binder())),
         agent_mounts: None,
+        dep_upstreams: None,
     };
     Ok(Runner::new(state.clone(), config).with_hooks(hooks))
 }

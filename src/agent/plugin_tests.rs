@@ -33,6 +33,7 @@ fn judge(root: &Path, calls: &[(&str, serde_json::Value)]) -> Vec<String> {
             trust: Trust::Untrusted,
             extra_hosts: vec![],
             full_access_hosts: vec![],
+            dependency_hosts: Vec::new(),
             state_dir: root.join("state"),
             operator_home: None,
             private: vec![],

@@ -13,7 +13,14 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     // The paths a run would use; the temp dirs' random suffix is shown as XXXXXX.
     let paths = JobLayout::of(&ctx.state, &job.id, &job.repo)
         .planned(runner.temp_parent(), job.trust == Trust::Trusted);
-    let policy = runner.policy(&job, &paths)?;
+    // What the revision's locks give the job, when the shared clone has the revision
+    // already (this command fetches nothing).
+    let locks = read_locks(&runner, &paths.bare_clone, &job.rev);
+    let dep_hosts: Vec<String> = match &locks {
+        Ok(plan) => plan.hosts().into_iter().collect(),
+        Err(_) => Vec::new(),
+    };
+    let policy = runner.policy(&job, &paths, &dep_hosts)?;
     // Both agents' commands run in the job's srt sandbox; Claude Code's settings confine its
     // file tools.
     let srt = crate::binaries::find(crate::binaries::Tool::Srt).ok();
@@ -55,8 +62,39 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         "network": network,
         "reaches": nix_hosts,
     });
+    let dependencies = match &locks {
+        Ok(plan) => plan.describe(),
+        Err(why) => serde_json::json!(why),
+    };
     let shown = serde_json::json!({
         "job": job, "policy": policy, "rendered": rendered, "devshell_nix": nix,
+        "dependencies": dependencies,
     });
     out(serde_json::to_string_pretty(&shown).unwrap_or_default())
+}
+
+/// The locks of `rev` in the shared clone `repo`, or why they cannot be read now.
+fn read_locks(
+    runner: &crate::run::Runner,
+    repo: &std::path::Path,
+    rev: &str,
+) -> Result<crate::deps::Plan, String> {
+    let git_dir = crate::git_objects::git_dir(repo);
+    let fetched = git_dir
+        .as_deref()
+        .is_some_and(|d| crate::git_objects::has_object(d, rev).unwrap_or(false));
+    if !fetched {
+        return Err(format!(
+            "not known yet: the shared clone does not have {rev} (a job of it fetches it)"
+        ));
+    }
+    if runner.deps().is_none() {
+        return Err("the runner has no dependency cache (see the log)".into());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(crate::deps::prepare::plan(repo, rev))
+        .map_err(|e| format!("reading the revision's locks: {e}"))
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::deps::DepsFile;
 use super::field::FieldError;
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
@@ -33,6 +34,8 @@ pub struct ConfigFile {
     pub metrics: MetricsConfig,
     #[serde(skip_serializing_if = "EventsConfig::is_default")]
     pub events: EventsConfig,
+    #[serde(skip_serializing_if = "DepsFile::is_empty")]
+    pub deps: DepsFile,
 }
 
 impl Default for ConfigFile {
@@ -55,7 +58,9 @@ pub fn with_example(field: &str, message: String) -> String {
         "concurrency" => "\"concurrency\": 4",
         "allow_untrusted" => "\"allow_untrusted\": true",
         "extra_hosts" | "full_access_hosts" => "[\"mirror.example.org\"]",
-        "memory" | "disk" | "disk_reserve" => "\"4G\" (or \"512M\", a number of bytes)",
+        "memory" | "disk" | "disk_reserve" | "cache_size" | "max_artifact" => {
+            "\"4G\" (or \"512M\", a number of bytes)"
+        }
         "pids" => "\"pids\": 1024",
         "cpus" => "\"cpus\": 1.5",
         "options" => "\"options\": {\"substituters\": \"\"}",
@@ -85,6 +90,7 @@ impl TryFrom<ConfigFile> for Config {
             return Err(FieldError::new("concurrency", "must be at least 1"));
         }
         let limits = file.limits.parse()?;
+        let deps = file.deps.parse()?;
         let queue = file
             .queue
             .map(QueueFile::parse)
@@ -105,6 +111,7 @@ impl TryFrom<ConfigFile> for Config {
             push: file.push,
             metrics: file.metrics,
             events: file.events,
+            deps,
         })
     }
 }
@@ -124,6 +131,7 @@ impl From<Config> for ConfigFile {
             push: config.push,
             metrics: config.metrics,
             events: config.events,
+            deps: DepsFile::from(&config.deps),
         }
     }
 }

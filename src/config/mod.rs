@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod accounts;
+pub mod deps;
 pub mod events;
 mod field;
 mod file;
@@ -21,6 +22,7 @@ pub mod postgres;
 pub mod push;
 
 pub use accounts::{Account, ClaudeAccount, OpencodeAccount};
+pub use deps::{DepsConfig, DepsFile};
 pub use events::{EventsConfig, Webhook};
 pub use field::FieldError;
 pub use file::ConfigFile;
@@ -61,6 +63,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Where `serve` sends job events (webhooks, a command); none when empty.
     pub events: EventsConfig,
+    /// The dependency cache's bounds.
+    pub deps: DepsConfig,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -83,6 +87,7 @@ impl Default for Config {
             push: BTreeMap::new(),
             metrics: MetricsConfig::default(),
             events: EventsConfig::default(),
+            deps: DepsConfig::default(),
         }
     }
 }

@@ -31,6 +31,20 @@ use super::pin::{RegistryUrl, REGISTRIES};
 
 /// A response's next bytes must come within this long.
 const IDLE: Duration = Duration::from_secs(60);
+/// Headers of one connection, not of the request (RFC 9110 7.6.1), and the job's `Host`,
+/// which the client sets from the address.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
 /// Redirects followed, each to a fixed registry.
 const MAX_REDIRECTS: usize = 3;
 
@@ -146,6 +160,36 @@ impl Fetcher {
             }
         }
         Ok(out)
+    }
+
+    /// A trusted job's read of a fixed registry that its locked set does not answer, made as
+    /// the job asked (its end-to-end headers; no body: registries answer jobs' reads only),
+    /// its answer passed back as it comes. Never stored: no lock verified it.
+    pub async fn forward(
+        &self,
+        method: hyper::Method,
+        host: &str,
+        path_and_query: &str,
+        headers: &hyper::HeaderMap,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, FetchError> {
+        let url = format!("https://{host}{path_and_query}");
+        let failed = |why: String| FetchError::Http {
+            url: url.clone(),
+            why,
+        };
+        let mut request = hyper::Request::builder().method(method).uri(&url);
+        for (name, value) in headers {
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                request = request.header(name, value);
+            }
+        }
+        let request = request
+            .body(Empty::new())
+            .map_err(|e| failed(e.to_string()))?;
+        tokio::time::timeout(IDLE, self.client.request(request))
+            .await
+            .map_err(|_| failed(format!("no answer within {}s", IDLE.as_secs())))?
+            .map_err(|e| failed(describe(&e)))
     }
 
     async fn get(

@@ -25,7 +25,7 @@ const PARALLEL: usize = 16;
 const MAX_LISTED: usize = 50;
 
 /// What a revision's locks pin, read before the job runs.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Plan {
     /// The locks read, as paths in the revision.
     pub locks: Vec<String>,
@@ -150,11 +150,17 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
     let mut problems = plan.skipped;
     let mut artifacts = plan.artifacts;
     // Requirements pinned by hash only: their files, found on PyPI by hash.
-    let found = futures::stream::iter(plan.pypi)
+    // Futures made first, then run: a stream of a closure's futures borrowing the cache is
+    // not `Send` to the compiler, whose job futures must be.
+    let finding: Vec<_> = plan
+        .pypi
+        .into_iter()
         .map(|pin| async move {
             let r = resolve::pypi_files(&pin, cache, fetcher).await;
             (pin, r)
         })
+        .collect();
+    let found = futures::stream::iter(finding)
         .buffer_unordered(PARALLEL)
         .collect::<Vec<_>>()
         .await;
@@ -174,8 +180,11 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
         .iter()
         .filter(|a| seen.insert(a.digest.clone()))
         .collect();
-    let results = futures::stream::iter(unique)
+    let fetching: Vec<_> = unique
+        .into_iter()
         .map(|a| async move { (a, fetcher.artifact(cache, &a.url, &a.digest).await) })
+        .collect();
+    let results = futures::stream::iter(fetching)
         .buffer_unordered(PARALLEL)
         .collect::<Vec<_>>()
         .await;

@@ -158,6 +158,7 @@ mod tests {
             trust: crate::job::Trust::Trusted,
             extra_hosts: Vec::new(),
             full_access_hosts: Vec::new(),
+            dependency_hosts: Vec::new(),
             state_dir: root.join("state"),
             operator_home: None,
             private: Vec::new(),

@@ -141,7 +141,7 @@ pub fn verdict(id: u64, decision: &Decision) -> serde_json::Value {
 /// status (`403 Forbidden - PUT https://… - quest-runner refused this request: read_only: …`),
 /// other clients show the text as it is, and a 403 is an answer no client retries — so a
 /// refused command fails at once and says why.
-fn refusal_body(reason: &str) -> String {
+pub(super) fn refusal_body(reason: &str) -> String {
     let reason = clean_reason(reason);
     let mut body =
         json!({ "error": format!("quest-runner refused this request: {reason}") }).to_string();

@@ -1,11 +1,25 @@
-//! Starting a job's proxy from its policy: the one step `run` takes.
+//! Starting a job's network from its policy: the one step `run` takes.
+//!
+//! The job's proxy port is always bound by the runner. Without locked dependencies, the job's
+//! `srt proxy` takes it, as it always did. With them, the runner's [`front`] takes it and
+//! answers the locked set's hosts itself; a trusted job's other connections go on to its
+//! `srt proxy`, which then listens on a Unix socket in the proxy's private temp dir, and an
+//! untrusted job has no `srt proxy` at all.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use super::ca::JobCa;
-use super::proxy::{JobProxy, ProxyError, ProxySpec};
+use super::front::{Front, FrontSpec, Onward};
+use super::log::{Counts, NetLog};
+use super::proxy::{JobProxy, Listener, NetworkSummary, ProxyError, ProxySpec, StartupFailure};
 use crate::binaries::Tool;
+use crate::deps::{DepCache, Fetcher, Served};
+use crate::job::Trust;
 use crate::sandbox::SandboxPolicy;
 use crate::util::io::IoContext;
 
@@ -26,21 +40,69 @@ pub struct JobNet<'a> {
     pub bind: Option<&'a BindListener>,
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
     pub env_source: &'a [(String, String)],
+    /// The job's locked dependencies, when its locks pin any.
+    pub deps: Option<DepsNet>,
 }
 
-/// Starts the job's proxy when its policy lets commands reach some host, writes the CA files
-/// the policy names, and records the proxy's port in the policy for the agents' renderings.
-/// The proxy starts when the job first connects to it ([`JobProxy::at_first_connection`]);
-/// the caller watches [`JobProxy::startup_failure`] while the agent runs.
-/// `None`: no host is reachable, and the sandbox's own proxy refuses everything.
+/// What the runner answers a job from itself.
+pub struct DepsNet {
+    /// The hosts of the job's locked set.
+    pub hosts: BTreeSet<String>,
+    /// The set, once fetched.
+    pub served: watch::Receiver<Option<Arc<Served>>>,
+    pub cache: DepCache,
+    /// The runner's client to the registries, for a trusted job's other reads of them.
+    pub fetcher: Fetcher,
+}
+
+/// A job's network: its `srt proxy`, the runner's front, or both.
+pub struct JobNetwork {
+    pub port: u16,
+    srt: Option<JobProxy>,
+    front: Option<Front>,
+    counts: Arc<Counts>,
+    log: PathBuf,
+}
+
+impl JobNetwork {
+    /// Why the job's `srt proxy` never came to serve (never, when it has none).
+    pub fn startup_failure(&mut self) -> StartupFailure {
+        match &mut self.srt {
+            Some(srt) => srt.startup_failure(),
+            None => StartupFailure::never(),
+        }
+    }
+
+    /// Stops the proxy and the front; the job's counts.
+    pub async fn stop(mut self) -> NetworkSummary {
+        drop(self.front.take());
+        if let Some(srt) = self.srt.take() {
+            srt.stop().await;
+        }
+        NetworkSummary::of(&self.counts, &self.log)
+    }
+}
+
+/// Starts the job's network when its policy lets commands reach some host, writes the CA
+/// files the policy names, and records the proxy's port in the policy for the agents'
+/// renderings. The job's `srt proxy` starts when the job first connects to it
+/// ([`JobProxy::at_first_connection`]); the caller watches
+/// [`JobNetwork::startup_failure`] while the agent runs. `None`: no host is reachable, and
+/// the sandbox's own proxy refuses everything.
 pub async fn start(
     policy: &mut SandboxPolicy,
     net: JobNet<'_>,
-) -> Result<Option<JobProxy>, ProxyError> {
+) -> Result<Option<JobNetwork>, ProxyError> {
     let Some(rules) = super::rules::plan(policy) else {
         return Ok(None);
     };
-    let srt = crate::binaries::find(Tool::Srt).map_err(|_| ProxyError::NoSrt)?;
+    let trusted = policy.trust == Trust::Trusted;
+    let deps = net.deps.filter(|d| !d.hosts.is_empty());
+    // An untrusted job with locked dependencies reaches the runner's front alone.
+    let srt = match (&deps, trusted) {
+        (Some(_), false) => None,
+        _ => Some(crate::binaries::find(Tool::Srt).map_err(|_| ProxyError::NoSrt)?),
+    };
     let lifetime = net.timeout + Duration::from_secs(3600);
     // RSA key generation takes a CPU for up to a second or so: off the runtime's threads.
     let job_id = net.job_id.to_string();
@@ -48,6 +110,7 @@ pub async fn start(
         .await
         .map_err(std::io::Error::other)
         .context("generating the job's CA")??;
+    let ca = Arc::new(ca);
     if let Some(files) = &policy.ca {
         ca.write_trust_files(files)?;
     }
@@ -56,17 +119,73 @@ pub async fn start(
         None => std::net::TcpListener::bind("127.0.0.1:0"),
     }
     .context("binding the proxy's port on loopback")?;
-    let proxy = JobProxy::at_first_connection(ProxySpec {
-        srt: &srt,
-        rules,
+    let port = listener
+        .local_addr()
+        .context("reading the proxy's port")?
+        .port();
+    let log_path = net.result_dir.join("network.log");
+    let log = Arc::new(NetLog::create(&log_path).context("creating the network log")?);
+    let counts = Arc::new(Counts::default());
+    let srt_spec = |listener: Listener| ProxySpec {
+        srt: srt.as_deref().unwrap_or(Path::new("srt")),
+        rules: rules.clone(),
         ca: &ca,
-        log: net.result_dir.join("network.log"),
+        log: log.clone(),
+        counts: counts.clone(),
         stderr_log: net.job_dir.join("netproxy.log"),
         listener,
         adjust: net.adjust,
         env_source: net.env_source,
         temp_dir: net.temp_dir,
-    })?;
-    policy.proxy_port = Some(proxy.port);
-    Ok(Some(proxy))
+    };
+    let (srt, front) = match deps {
+        None => {
+            let srt = JobProxy::at_first_connection(srt_spec(Listener::Tcp(listener)))?;
+            (Some(srt), None)
+        }
+        Some(deps) => {
+            let (srt, onward) = if trusted {
+                let socket = net.temp_dir.join("srt.sock");
+                let unix =
+                    std::os::unix::net::UnixListener::bind(&socket).at("binding", &socket)?;
+                let srt = JobProxy::at_first_connection(srt_spec(Listener::Unix(unix)))?;
+                let onward = Onward {
+                    srt_socket: socket,
+                    fetcher: deps.fetcher.clone(),
+                };
+                (Some(srt), Some(onward))
+            } else {
+                (None, None)
+            };
+            // A host the operator opened to every method stays srt's: the front answers reads.
+            let hosts = deps
+                .hosts
+                .into_iter()
+                .filter(|h| !rules.full_access.contains(h))
+                .collect();
+            let front = Front::start(
+                listener,
+                FrontSpec {
+                    hosts,
+                    served: deps.served,
+                    cache: deps.cache,
+                    rules: rules.clone(),
+                    ca: ca.clone(),
+                    log: log.clone(),
+                    counts: counts.clone(),
+                    onward,
+                },
+            )
+            .context("serving the job's proxy port")?;
+            (srt, Some(front))
+        }
+    };
+    policy.proxy_port = Some(port);
+    Ok(Some(JobNetwork {
+        port,
+        srt,
+        front,
+        counts,
+        log: log_path,
+    }))
 }

@@ -6,7 +6,11 @@
 //! ```text
 //! 2025-11-30T10:00:00.123Z GET registry.npmjs.org:443 /react allowed
 //! 2025-11-30T10:00:00.456Z PUT registry.npmjs.org:443 /my-pkg refused 403 read_only: ...
+//! 2025-11-30T10:00:00.789Z GET registry.npmjs.org:443 /react/-/react-19.0.0.tgz served locked
 //! ```
+//!
+//! `served locked`: answered by the runner from the job's locked set (`crate::deps`), never
+//! from upstream.
 //!
 //! Time (UTC), method, host and port, path without its query (a query may carry tokens),
 //! decision, and for a refusal its status and reason. Every byte a client chose is escaped
@@ -19,14 +23,22 @@ use std::time::SystemTime;
 
 use super::rules::Decision;
 
-/// Allowed and refused requests so far.
+/// Allowed, refused and served requests so far.
 #[derive(Debug, Default)]
 pub struct Counts {
     allowed: AtomicU64,
     refused: AtomicU64,
+    served: AtomicU64,
 }
 
 impl Counts {
+    /// Requests answered from the job's locked set.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+    pub fn count_served(&self) {
+        self.served.fetch_add(1, Ordering::Relaxed);
+    }
     pub fn allowed(&self) -> u64 {
         self.allowed.load(Ordering::Relaxed)
     }
@@ -63,7 +75,15 @@ impl NetLog {
 
     /// Appends one line. A failed write is reported, not fatal: the decision stands.
     pub fn record(&self, at: SystemTime, req: &Entry<'_>, decision: &Decision) {
-        let line = line(at, req, decision);
+        self.append(line(at, req, decision));
+    }
+
+    /// Appends the line of a request answered from the job's locked set.
+    pub fn record_served(&self, at: SystemTime, req: &Entry<'_>) {
+        self.append(entry_line(at, req, "served locked"));
+    }
+
+    fn append(&self, line: String) {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = file.write_all(line.as_bytes()) {
             tracing::warn!("writing the network log {}: {e}", self.path.display());
@@ -80,11 +100,15 @@ pub struct Entry<'a> {
 }
 
 pub fn line(at: SystemTime, e: &Entry<'_>, decision: &Decision) -> String {
-    let time = humantime::format_rfc3339_millis(at);
     let outcome = match decision {
         Decision::Allow => "allowed".to_string(),
         Decision::Deny { status, reason } => format!("refused {status} {}", escape(reason)),
     };
+    entry_line(at, e, &outcome)
+}
+
+fn entry_line(at: SystemTime, e: &Entry<'_>, outcome: &str) -> String {
+    let time = humantime::format_rfc3339_millis(at);
     format!(
         "{time} {} {}:{} {} {outcome}\n",
         escape(e.method),

@@ -15,6 +15,7 @@
 
 pub mod ca;
 pub mod decider;
+pub mod front;
 pub mod job;
 pub mod log;
 pub mod proxy;

@@ -72,8 +72,26 @@ pub struct NetworkSummary {
     pub allowed: u64,
     /// Requests the decider refused.
     pub refused: u64,
+    /// Requests the runner answered from the job's locked dependencies.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served: u64,
     /// The per-job network log: one line per request.
     pub log: PathBuf,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl NetworkSummary {
+    pub fn of(counts: &Counts, log: &Path) -> NetworkSummary {
+        NetworkSummary {
+            allowed: counts.allowed(),
+            refused: counts.refused(),
+            served: counts.served(),
+            log: log.to_path_buf(),
+        }
+    }
 }
 
 /// What starting a proxy takes.
@@ -81,12 +99,15 @@ pub struct ProxySpec<'a> {
     pub srt: &'a Path,
     pub rules: NetRules,
     pub ca: &'a JobCa,
-    /// Where the network log goes.
-    pub log: PathBuf,
+    /// The network log, and the job's counts (shared with the runner's front, when the job
+    /// has one).
+    pub log: Arc<NetLog>,
+    pub counts: Arc<Counts>,
     /// Where the proxy's own stderr goes.
     pub stderr_log: PathBuf,
-    /// The listening socket to hand over (bound by the runner, on loopback).
-    pub listener: std::net::TcpListener,
+    /// The listening socket to hand over (bound by the runner: on loopback, or the Unix
+    /// socket the runner's front passes connections on to).
+    pub listener: Listener,
     /// Adjusts the proxy's command before it starts (the boundary suite runs it in the
     /// scripted model's network namespace, as it does the agent).
     pub adjust: Option<&'a (dyn Fn(&mut std::process::Command) + Send + Sync)>,
@@ -96,6 +117,36 @@ pub struct ProxySpec<'a> {
     /// and never removes it, so it must be a directory the job's cleanup removes — and not one
     /// of the job's private dirs, whose processes the runner stops before the proxy.
     pub temp_dir: &'a Path,
+}
+
+/// A listening socket the proxy inherits.
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l) => l.as_fd(),
+        }
+    }
+
+    /// The loopback port, for a TCP listener.
+    fn port(&self) -> std::io::Result<u16> {
+        match self {
+            Listener::Tcp(l) => Ok(l.local_addr()?.port()),
+            Listener::Unix(_) => Ok(0),
+        }
+    }
+}
+
+impl From<std::net::TcpListener> for Listener {
+    fn from(l: std::net::TcpListener) -> Listener {
+        Listener::Tcp(l)
+    }
 }
 
 /// Variables of the runner's that the proxy keeps: its `node` on `PATH`, a parent proxy for
@@ -127,6 +178,11 @@ pub struct JobProxy {
 pub struct StartupFailure(Option<tokio::sync::oneshot::Receiver<Result<(), ProxyError>>>);
 
 impl StartupFailure {
+    /// A failure that never comes: a job with no `srt proxy`.
+    pub fn never() -> StartupFailure {
+        StartupFailure(None)
+    }
+
     /// The failure, or `None` as soon as the proxy serves.
     async fn now_or_never_started(self) -> Option<ProxyError> {
         match self.0?.await {
@@ -174,8 +230,8 @@ impl JobProxy {
     /// bound it), so nothing is refused meanwhile. [`Self::startup_failure`] says whether the
     /// proxy, once started, never came to serve; the job fails then.
     pub fn at_first_connection(spec: ProxySpec<'_>) -> Result<JobProxy, ProxyError> {
-        let need =
-            on_demand::first_connection(&spec.listener).context("watching the proxy's port")?;
+        let need = on_demand::first_connection(&spec.listener.as_fd())
+            .context("watching the proxy's port")?;
         Self::spawn(spec, need)
     }
 
@@ -184,15 +240,12 @@ impl JobProxy {
         spec: ProxySpec<'_>,
         need: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<JobProxy, ProxyError> {
-        let port = spec
-            .listener
-            .local_addr()
-            .context("reading the proxy's port")?
-            .port();
+        let port = spec.listener.port().context("reading the proxy's port")?;
         let ends = Ends::open(spec.ca)?;
         let cmd = proxy_command(&spec, &ends);
-        let log = Arc::new(NetLog::create(&spec.log).context("creating the network log")?);
-        let counts = Arc::new(Counts::default());
+        let log = spec.log.clone();
+        let log_path = log.path().to_path_buf();
+        let counts = spec.counts.clone();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let pending = Pending {
             cmd,
@@ -208,8 +261,8 @@ impl JobProxy {
         Ok(JobProxy {
             port,
             life,
+            log: log_path,
             counts,
-            log: spec.log,
             started: Some(started_rx),
         })
     }
@@ -230,18 +283,14 @@ impl JobProxy {
 
     /// The counts so far.
     pub fn summary(&self) -> NetworkSummary {
-        NetworkSummary {
-            allowed: self.counts.allowed(),
-            refused: self.counts.refused(),
-            log: self.log.clone(),
-        }
+        NetworkSummary::of(&self.counts, &self.log)
     }
 }
 
 /// A proxy made but not started: what its start takes.
 struct Pending {
     cmd: std::process::Command,
-    listener: std::net::TcpListener,
+    listener: Listener,
     ends: Ends,
     rules: NetRules,
     log: Arc<NetLog>,
@@ -392,7 +441,7 @@ impl Ends {
 /// `srt proxy` with its four descriptors, the runner's variables it needs upstream, its own
 /// TMPDIR, and debug output (the refusals it makes alone).
 fn proxy_command(spec: &ProxySpec<'_>, ends: &Ends) -> std::process::Command {
-    let listen_fd = spec.listener.as_raw_fd();
+    let listen_fd = spec.listener.as_fd().as_raw_fd();
     let decider_fd = ends.theirs.as_raw_fd();
     let lifeline_fd = ends.lifeline_r.as_raw_fd();
     let ca_fd = ends.ca_r.as_raw_fd();

@@ -97,4 +97,8 @@ pub struct RunHooks {
     /// Runs in the agent's mount namespace as it is made (`workspace::namespace`): the suite
     /// plants the company machine's package-manager configuration there.
     pub agent_mounts: Option<crate::workspace::namespace::PlantHook>,
+    /// Where the runner's dependency fetcher reaches the fixed registries' names (a
+    /// stand-in on loopback) and the CA it trusts there: the tests' registries that serve a
+    /// wrong hash or an endless file.
+    pub dep_upstreams: Option<crate::deps::Upstreams>,
 }

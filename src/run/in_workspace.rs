@@ -20,7 +20,8 @@ use crate::binaries::Tool;
 use crate::config::Account;
 use crate::devshell;
 use crate::job::{AgentKind, Job, Trust};
-use crate::netproxy::{rules, JobProxy};
+use crate::netproxy::job::{DepsNet, JobNetwork};
+use crate::netproxy::rules;
 use crate::sandbox::SandboxPolicy;
 use crate::workspace::{self, Workspace, WorkspacePaths};
 
@@ -44,7 +45,7 @@ pub(super) struct JobRun<'a> {
 /// What the agent's run needs besides its launch plan, each stopped or dropped once the
 /// agent's tree is: the job's network proxy and its grant on the model gateway.
 struct Services {
-    proxy: Option<JobProxy>,
+    proxy: Option<JobNetwork>,
     model: Option<ModelAccess>,
 }
 
@@ -52,29 +53,63 @@ impl JobRun<'_> {
     /// Runs the job's steps in its workspace, filling `result`; an error names the step.
     pub(super) async fn run(&self, result: &mut JobResult) -> Result<(), Stop> {
         let mut paths = self.ws.paths.clone();
+        // The revision's locks, read before anything of the job runs: the hosts of their set
+        // are all an untrusted revision reaches, and only the runner answers them.
+        let locks = self.read_locks(&paths).await;
+        let dep_hosts: Vec<String> = locks
+            .as_ref()
+            .map(|(_, plan, _)| plan.hosts().into_iter().collect())
+            .unwrap_or_default();
         // Nix runs inside the job's boundary: the policy before the devShell is known (its
         // script is a read the commands get, not one nix needs). The runner's own, without
         // the suite's hook: its mutations weaken the rules of the agent and its commands,
         // and one that hands the shared clone to the agent's identity would leave Nix's git
         // a repository of another owner (tests/suite/devshell_confined.rs proves Nix's confinement
         // with controls of its own).
-        let before = self.runner.policy(self.job, &paths).map_err(Stop::error)?;
+        let before = self
+            .runner
+            .policy(self.job, &paths, &dep_hosts)
+            .map_err(Stop::error)?;
         // The job's network first: the devShell's nix fetches through it too, and its rules
         // do not depend on the devShell. From the runner's own policy: the suite's hook runs
         // once, after the devShell (a mutation of it hands the shared clone to the agent's
         // identity, which nix's git would then refuse).
         let mut net_policy = before.clone();
-        let mut proxy = self.start_network(&paths, &mut net_policy).await?;
+        let mut proxy = self
+            .start_network(&paths, &mut net_policy, dep_net(&locks))
+            .await?;
         let nix_net = match proxy {
             Some(_) => self.nix_net(&paths, &net_policy)?,
             None => None,
         };
         let building = Instant::now();
-        let devshell = self
-            .prepare_devshell(&mut paths, &before, nix_net, result)
-            .await;
+        // The locked set is fetched while the devShell builds: both are done before the agent.
+        let fetching = self.fetch_locked(locks.as_ref().map(|(deps, plan, _)| (deps, plan)));
+        let (devshell, fetched) = tokio::join!(
+            self.prepare_devshell(&mut paths, &before, nix_net, result),
+            fetching
+        );
         if let Some(phases) = result.phases.as_mut() {
             phases.devshell_ms = Some(building.elapsed().as_millis() as u64);
+        }
+        let _released = locks.as_ref().map(|(deps, _, _)| Released {
+            deps: deps.clone(),
+            job: &self.job.id,
+        });
+        match fetched {
+            Ok(Some((served, summary))) => {
+                if let Some((_, _, tx)) = &locks {
+                    let _ = tx.send(Some(served));
+                }
+                result.deps = Some(summary);
+            }
+            Ok(None) => {}
+            Err(stop) => {
+                if let Some(proxy) = proxy {
+                    result.network = Some(proxy.stop().await);
+                }
+                return Err(stop);
+            }
         }
         let (devshell_attr, closure) = match devshell {
             Ok(loaded) => loaded,
@@ -85,7 +120,7 @@ impl JobRun<'_> {
                 return Err(stop);
             }
         };
-        let mut policy = self.policy(&paths)?;
+        let mut policy = self.policy(&paths, &dep_hosts)?;
         policy.store_view = self.store_view(closure).await;
         // Before the agent's files are rendered: they name the proxy's port.
         if rules::plan(&policy) == rules::plan(&net_policy) {
@@ -96,7 +131,9 @@ impl JobRun<'_> {
             if let Some(old) = proxy.take() {
                 old.stop().await;
             }
-            proxy = self.start_network(&paths, &mut policy).await?;
+            proxy = self
+                .start_network(&paths, &mut policy, dep_net(&locks))
+                .await?;
         }
         let system_prompt = {
             let instructions = crate::instructions::read(&self.ws.checkout_view());
@@ -109,14 +146,20 @@ impl JobRun<'_> {
             .run_agent(&paths, &launch, Services { proxy, model }, result)
             .await?;
         record_end(result, ended, self.job, &paths);
+        if let (Some(deps), Some(net)) = (result.deps.as_mut(), result.network.as_ref()) {
+            deps.served = net.served;
+        }
         add_agent_log(result, &launch.transcript.with_file_name("agent.log"));
         add_model_error(result, model_error);
         Ok(())
     }
 
     /// The job's policy for the workspace at `paths`, as the runner's hook adjusts it.
-    fn policy(&self, paths: &WorkspacePaths) -> Result<SandboxPolicy, Stop> {
-        let mut policy = self.runner.policy(self.job, paths).map_err(Stop::error)?;
+    fn policy(&self, paths: &WorkspacePaths, dep_hosts: &[String]) -> Result<SandboxPolicy, Stop> {
+        let mut policy = self
+            .runner
+            .policy(self.job, paths, dep_hosts)
+            .map_err(Stop::error)?;
         if let Some(hook) = &self.runner.hooks.policy {
             hook(&mut policy);
         }
@@ -258,13 +301,52 @@ impl JobRun<'_> {
         }))
     }
 
+    /// The revision's locks as the runner will serve them, with the channel the job's
+    /// proxy is given its set through; `None` when the runner has no cache or the revision
+    /// pins nothing. A revision whose tree cannot be read gets no locked set, said in the log
+    /// (its devShell's evaluation will say what is wrong with it).
+    async fn read_locks(&self, paths: &WorkspacePaths) -> Option<Locks> {
+        let deps = self.runner.deps()?.clone();
+        let plan = match crate::deps::prepare::plan(&paths.bare_clone, &self.job.rev).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::warn!("reading the revision's locks: {e}");
+                return None;
+            }
+        };
+        if plan.is_empty() && plan.skipped.is_empty() {
+            return None;
+        }
+        let (tx, _) = tokio::sync::watch::channel(None);
+        Some((deps, plan, tx))
+    }
+
+    /// Fetches the locked set into the cache, within the job's timeout.
+    async fn fetch_locked(
+        &self,
+        locks: Option<(&Arc<crate::deps::Deps>, &crate::deps::Plan)>,
+    ) -> Result<Option<(Arc<crate::deps::Served>, crate::deps::DepsSummary)>, Stop> {
+        let Some((deps, plan)) = locks else {
+            return Ok(None);
+        };
+        let fetching = deps.prepare(&self.job.id, plan.clone());
+        match tokio::time::timeout_at(self.deadline, fetching).await {
+            Ok(fetched) => Ok(Some(fetched)),
+            Err(_) => Err(Stop::new(
+                Outcome::TimedOut,
+                timed_out_while(self.job, "fetching the revision's locked dependencies"),
+            )),
+        }
+    }
+
     /// Starts the job's network proxy, when its policy lets commands reach some host, and
     /// records its port in the policy.
     async fn start_network(
         &self,
         paths: &WorkspacePaths,
         policy: &mut SandboxPolicy,
-    ) -> Result<Option<JobProxy>, Stop> {
+        deps: Option<DepsNet>,
+    ) -> Result<Option<JobNetwork>, Stop> {
         let (runner, job) = (self.runner, self.job);
         let net = crate::netproxy::job::JobNet {
             job_id: &job.id,
@@ -275,6 +357,7 @@ impl JobRun<'_> {
             bind: runner.hooks.proxy_listener.as_deref(),
             adjust: runner.hooks.proxy_command.as_deref(),
             env_source: &runner.env_source,
+            deps,
         };
         crate::netproxy::job::start(policy, net)
             .await
@@ -402,6 +485,37 @@ impl JobRun<'_> {
         }
         drop(model);
         ended.map(|e| (e, model_error)).map_err(Stop::error)
+    }
+}
+
+/// The revision's locks: the runner's cache and fetcher, what they pin, and the channel the
+/// job's proxy gets the fetched set through.
+type Locks = (
+    Arc<crate::deps::Deps>,
+    crate::deps::Plan,
+    tokio::sync::watch::Sender<Option<Arc<crate::deps::Served>>>,
+);
+
+/// What the job's proxy answers from, when its locks pin anything.
+fn dep_net(locks: &Option<Locks>) -> Option<DepsNet> {
+    let (deps, plan, tx) = locks.as_ref()?;
+    (!plan.is_empty()).then(|| DepsNet {
+        hosts: plan.hosts(),
+        served: tx.subscribe(),
+        cache: deps.cache.clone(),
+        fetcher: deps.fetcher.clone(),
+    })
+}
+
+/// Lets the cache collect the job's objects again once the job is over.
+struct Released<'a> {
+    deps: Arc<crate::deps::Deps>,
+    job: &'a str,
+}
+
+impl Drop for Released<'_> {
+    fn drop(&mut self) {
+        self.deps.release(self.job);
     }
 }
 

@@ -64,6 +64,10 @@ pub struct Runner {
     gateway: Arc<tokio::sync::OnceCell<crate::gateway::Gateway>>,
     /// How the gateway is started.
     gateway_options: crate::gateway::GatewayOptions,
+    /// The dependency cache and the runner's client to the registries, made for the first
+    /// job that reads its locks (`None` where the cache could not be opened: jobs then get
+    /// no locked dependencies, and the log says why).
+    deps: Arc<std::sync::OnceLock<Option<Arc<crate::deps::Deps>>>>,
 }
 
 impl Runner {
@@ -91,6 +95,7 @@ impl Runner {
             disk_jobs: Arc::default(),
             gateway: Arc::new(tokio::sync::OnceCell::new()),
             gateway_options,
+            deps: Arc::default(),
         }
     }
 
@@ -111,7 +116,18 @@ impl Runner {
     /// the CLI and `serve` make.
     pub fn with_hooks(mut self, hooks: RunHooks) -> Runner {
         self.hooks = hooks;
+        self.deps = Arc::default();
         self
+    }
+
+    /// The dependency cache and fetcher, made at the first call; `None` if they cannot be.
+    pub fn deps(&self) -> Option<&Arc<crate::deps::Deps>> {
+        self.deps
+            .get_or_init(|| {
+                let upstreams = self.hooks.dep_upstreams.clone().unwrap_or_default();
+                open_deps(&self.state, &self.config, &upstreams)
+            })
+            .as_ref()
     }
 
     /// Agents start from `env` (after the policy's filter) and commands must not read
@@ -172,6 +188,7 @@ impl Runner {
             disk_jobs: self.disk_jobs.clone(),
             gateway: self.gateway.clone(),
             gateway_options: self.gateway_options.clone(),
+            deps: self.deps.clone(),
         }
     }
 
@@ -345,12 +362,13 @@ impl Runner {
         crate::disk::room_to_start(&dirs, &self.disk)
     }
 
-    /// The policy of `job` in the workspace at `paths`, or why a private file cannot be
-    /// hidden from it.
+    /// The policy of `job` in the workspace at `paths`, whose locked dependencies the runner
+    /// answers for on `dependency_hosts`, or why a private file cannot be hidden from it.
     pub fn policy(
         &self,
         job: &Job,
         paths: &WorkspacePaths,
+        dependency_hosts: &[String],
     ) -> Result<SandboxPolicy, crate::sandbox::private::PlacementError> {
         Ok(sandbox::plan(
             paths,
@@ -359,6 +377,7 @@ impl Runner {
                 trust: job.trust,
                 extra_hosts: self.config.network.extra_hosts.clone(),
                 full_access_hosts: self.config.network.full_access_hosts.clone(),
+                dependency_hosts: dependency_hosts.to_vec(),
                 state_dir: self.state.root().to_path_buf(),
                 operator_home: self.operator_home.clone(),
                 private: self.private_files()?,
@@ -386,6 +405,32 @@ impl Runner {
         let data = serde_json::to_vec_pretty(result).unwrap_or_default();
         if let Err(e) = crate::util::fs::write_atomically(&root, &path, &data) {
             tracing::warn!("writing {}: {e}", path.display());
+        }
+    }
+}
+
+/// The runner's dependency cache and fetcher, from the config's bounds.
+fn open_deps(
+    state: &StateDir,
+    config: &Config,
+    upstreams: &crate::deps::Upstreams,
+) -> Option<Arc<crate::deps::Deps>> {
+    let cache = match crate::deps::DepCache::open(state.root()) {
+        Ok(cache) => cache,
+        Err(e) => {
+            tracing::warn!("the dependency cache: {e}; jobs get no locked dependencies");
+            return None;
+        }
+    };
+    match crate::deps::Fetcher::new(config.deps.max_artifact, upstreams) {
+        Ok(fetcher) => Some(Arc::new(crate::deps::Deps::new(
+            cache,
+            fetcher,
+            config.deps.cache_size,
+        ))),
+        Err(e) => {
+            tracing::warn!("the dependency fetcher: {e}; jobs get no locked dependencies");
+            None
         }
     }
 }

@@ -100,6 +100,10 @@ pub struct JobResult {
     /// `agent_started_ms` went (the metrics' phase histograms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<Phases>,
+    /// What the revision's locks gave the job: the artifacts in its set, how many were
+    /// fetched now, refused, and served to it (absent when it has no locks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<crate::deps::DepsSummary>,
 }
 
 /// The runner's steps before the agent, each as long as it took (absent: not reached).
@@ -149,6 +153,7 @@ impl JobResult {
             trust: Some(job.trust),
             push: None,
             phases: None,
+            deps: None,
         }
     }
 

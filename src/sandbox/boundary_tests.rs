@@ -21,6 +21,7 @@ fn policy(root: &Path) -> SandboxPolicy {
             trust: Trust::Untrusted,
             extra_hosts: vec![],
             full_access_hosts: vec![],
+            dependency_hosts: Vec::new(),
             state_dir: root.join("state"),
             operator_home: None,
             private: vec![],

@@ -35,6 +35,9 @@ pub struct PolicyInputs {
     pub extra_hosts: Vec<String>,
     /// Hosts the operator adds for trusted revisions with every method.
     pub full_access_hosts: Vec<String>,
+    /// The hosts of the revision's locked dependencies, which the runner answers itself from
+    /// its cache (`crate::deps`): all an untrusted revision reaches (empty: none).
+    pub dependency_hosts: Vec<String>,
     /// The runner's state directory (logins, tokens, other jobs).
     pub state_dir: PathBuf,
     /// The home directory of the user the runner runs as.

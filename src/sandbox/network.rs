@@ -1,5 +1,6 @@
 //! What a job's commands may reach: the hosts (the registries and the operator's, for a
-//! trusted revision; none for an untrusted one), the methods each answers, and the job's CA,
+//! trusted revision; for an untrusted one, only the hosts of its locked dependencies, which
+//! the runner answers itself from its cache), the methods each answers, and the job's CA,
 //! which every client is pointed at through the variable that beats its own configuration.
 //! A step of [`super::policy::plan`].
 
@@ -249,7 +250,8 @@ pub(super) fn plan_network(ws: &WorkspacePaths, inputs: &PolicyInputs) -> Networ
             }
             (hosts, inputs.full_access_hosts.clone())
         }
-        Trust::Untrusted => (Vec::new(), Vec::new()),
+        // The runner's own answers from the revision's locked set, and nothing upstream.
+        Trust::Untrusted => (inputs.dependency_hosts.clone(), Vec::new()),
     };
     // Whenever a host is reachable, the runner's proxy decides; commands trust its CA.
     let ca = (!allowed_hosts.is_empty()).then(|| CaFiles {

@@ -19,6 +19,7 @@ fn inputs(trust: Trust) -> PolicyInputs {
         trust,
         extra_hosts: vec!["git.example.org".into()],
         full_access_hosts: Vec::new(),
+        dependency_hosts: Vec::new(),
         state_dir: "/var/lib/quest-runner".into(),
         operator_home: Some("/home/runner".into()),
         private: vec![

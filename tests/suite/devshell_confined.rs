@@ -80,6 +80,7 @@ fn world_of(trust: Trust) -> Fixture {
             trust,
             extra_hosts: Vec::new(),
             full_access_hosts: Vec::new(),
+            dependency_hosts: Vec::new(),
             state_dir: state.clone(),
             operator_home: None,
             private,
@@ -773,7 +774,7 @@ fn a_dropped_confined_build_leaves_nothing() {
 /// The job's proxy, as `run` starts it for a trusted job whose allowlist holds `allowed`, and
 /// how the devShell's nix reaches it (`nix.network = "proxy"`, the default).
 struct JobNetwork {
-    proxy: Option<quest_runner::netproxy::JobProxy>,
+    proxy: Option<quest_runner::netproxy::job::JobNetwork>,
     net: NixNet,
     log: PathBuf,
     policy: SandboxPolicy,
@@ -804,6 +805,7 @@ fn job_network(w: &Fixture, allowed: &str) -> JobNetwork {
                 bind: None,
                 adjust: None,
                 env_source: &env,
+                deps: None,
             },
         ))
         .unwrap()

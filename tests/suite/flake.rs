@@ -161,6 +161,10 @@ fn full_config() -> Config {
             ],
             timeout: Some(Duration::from_secs(20)),
         },
+        deps: quest_runner::config::DepsConfig {
+            cache_size: 50 << 30,
+            max_artifact: 1 << 30,
+        },
     }
 }
 
@@ -181,6 +185,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
         command = [ "/run/current-system/sw/bin/logger" "-t" "quest" ];
         timeout = "20s";
       };
+      deps = { cache_size = "50G"; max_artifact = "1G"; };
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
       push."https://git.example.org/team/app.git" = {
         remote = "git@git.example.org:team/app.git";

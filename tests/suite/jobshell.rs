@@ -87,6 +87,7 @@ impl Sandboxed {
                 trust: Trust::Untrusted,
                 extra_hosts: vec![],
                 full_access_hosts: vec![],
+                dependency_hosts: Vec::new(),
                 state_dir: state.clone(),
                 operator_home: None,
                 private: vec![],

@@ -7,6 +7,7 @@ mod boundary;
 mod cli;
 mod deliver;
 mod deploy;
+mod deps;
 mod devshell;
 mod devshell_confined;
 mod devshell_inprocess;

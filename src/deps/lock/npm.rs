@@ -74,13 +74,19 @@ pub(super) fn parse(path: &str, text: &str) -> Result<Parsed, String> {
             },
         };
         let version = field("version").unwrap_or_default().to_string();
-        let (Some(resolved), Some(integrity)) = (field("resolved"), field("integrity")) else {
+        let Some(integrity) = field("integrity") else {
             if field("resolved").is_some() {
                 out.skip(path, key, "no integrity: nothing to verify it by");
             }
             continue;
         };
-        let url = match RegistryUrl::parse(resolved) {
+        // npm with `omit-lockfile-registry-resolved` writes no address for a package of the
+        // default registry: it is the registry's own tarball address of the version.
+        let resolved = match field("resolved") {
+            Some(r) => r.to_string(),
+            None => default_tarball(&name, &version),
+        };
+        let url = match RegistryUrl::parse(&resolved) {
             Ok(u) => u,
             Err(why) => {
                 out.skip(path, key, why);
@@ -110,4 +116,11 @@ pub(super) fn parse(path: &str, text: &str) -> Result<Parsed, String> {
         }));
     }
     Ok(out)
+}
+
+/// Where registry.npmjs.org serves `name`'s `version`: `/<name>/-/<basename>-<version>.tgz`,
+/// the scope left out of the file's name.
+fn default_tarball(name: &str, version: &str) -> String {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    format!("https://registry.npmjs.org/{name}/-/{base}-{version}.tgz")
 }

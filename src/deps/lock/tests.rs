@@ -37,6 +37,7 @@ fn npm_v3_takes_registry_entries_and_names_the_rest() {
             "node_modules/evil": {"version": "1.0.0",
                 "resolved": "https://evil.example/evil.tgz", "integrity": sri()},
             "node_modules/linked": {"link": true, "resolved": "packages/linked"},
+            "node_modules/@s/omitted": {"version": "3.0.0", "integrity": sri()},
             "packages/linked": {"version": "0.0.1"}
         }
     });
@@ -54,7 +55,14 @@ fn npm_v3_takes_registry_entries_and_names_the_rest() {
             Pin::Pypi(_) => "",
         })
         .collect();
-    assert_eq!(names, ["@s/p", "left-pad"]);
+    assert_eq!(names, ["@s/omitted", "@s/p", "left-pad"]);
+    let Pin::Artifact(omitted) = &parsed.pins[0] else {
+        panic!("an artifact")
+    };
+    assert_eq!(
+        omitted.url.url(),
+        "https://registry.npmjs.org/@s/omitted/-/omitted-3.0.0.tgz"
+    );
     let why: Vec<&str> = parsed.skipped.iter().map(|s| s.entry.as_str()).collect();
     assert_eq!(
         why,

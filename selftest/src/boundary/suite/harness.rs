@@ -170,6 +170,7 @@ fn run_hooks(
     RunHooks {
         agent_command: Some(Arc::new(move |cmd: &mut Command| server_confine(cmd))),
         agent_mounts: internal_registry.map(|c| c.planted.hook()),
+        dep_upstreams: None,
         policy: {
             let mut hosts: Vec<String> = registry.into_iter().map(NpmRegistry::host).collect();
             hosts.extend(
