@@ -109,6 +109,8 @@ pub struct Artifact {
     /// lock records them.
     #[serde(skip)]
     pub npm_entry: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The lock that pins it, as a path in the revision.
+    pub lock: String,
 }
 
 fn key<S: serde::Serializer>(d: &Digest, s: S) -> Result<S::Ok, S::Error> {
@@ -119,6 +121,8 @@ fn key<S: serde::Serializer>(d: &Digest, s: S) -> Result<S::Ok, S::Error> {
 /// found on PyPI's simple page, by hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HashPinned {
+    /// The lock that pins it, as a path in the revision.
+    pub lock: String,
     pub name: String,
     pub version: String,
     pub hashes: Vec<Digest>,

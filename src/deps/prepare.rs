@@ -168,7 +168,7 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
         match r {
             Ok(files) => artifacts.extend(files),
             Err(why) => problems.push(Skipped {
-                lock: String::new(),
+                lock: pin.lock.clone(),
                 entry: format!("{}=={}", pin.name, pin.version),
                 why,
             }),

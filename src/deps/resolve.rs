@@ -61,6 +61,7 @@ pub async fn pypi_files(
                 filename: f.filename,
                 requires_python: f.requires_python,
                 npm_entry: None,
+                lock: pin.lock.clone(),
             })
         })
         .collect();
@@ -232,7 +233,7 @@ pub fn index_path(lower_name: &str) -> String {
 /// The pins that are not taken, as result lines.
 pub fn skipped(artifact: &Artifact, why: String) -> Skipped {
     Skipped {
-        lock: String::new(),
+        lock: artifact.lock.clone(),
         entry: format!("{} {}", artifact.name, artifact.version),
         why,
     }

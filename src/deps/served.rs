@@ -89,11 +89,29 @@ impl Served {
 
     /// The answer to a `GET` of `path` (its query dropped) on `host`, if the set has one;
     /// `accept` is the request's `Accept`, which PyPI's clients choose the page's form by.
-    pub fn answer(&self, host: &str, path: &str, accept: Option<&str>) -> Option<Answer> {
+    ///
+    /// With `registry_reachable` (a trusted job, whose other reads go to the registry), the
+    /// registry's own metadata is the job's: a packument, simple page or index file of the
+    /// locked versions alone would keep it from installing any other. The set then answers
+    /// its artifacts, and crates.io's `config.json`, whose download address is the one its
+    /// artifacts are served at.
+    pub fn answer(
+        &self,
+        host: &str,
+        path: &str,
+        accept: Option<&str>,
+        registry_reachable: bool,
+    ) -> Option<Answer> {
         let path = path.split('?').next().unwrap_or(path);
         let path = canonical_path(path).ok()?;
         if let Some(d) = self.objects.get(&(host.to_string(), path.clone())) {
             return Some(Answer::Object(d.clone()));
+        }
+        if registry_reachable {
+            return match (host, path.as_str()) {
+                ("index.crates.io", "/config.json") => self.crate_index(&path),
+                _ => None,
+            };
         }
         match host {
             "registry.npmjs.org" | "registry.yarnpkg.com" => self.packument(&path),
@@ -248,6 +266,7 @@ mod tests {
             filename: url.rsplit('/').next().unwrap().into(),
             requires_python: Some(">=3.7".into()),
             npm_entry: None,
+            lock: "lock".into(),
         }
     }
 
@@ -272,16 +291,14 @@ mod tests {
             ],
             vec![("itoa".into(), r#"{"name":"itoa","vers":"1.0.11"}"#.into())],
         );
-        let obj = served.answer("registry.npmjs.org", "/@s%2fp/-/p-1.0.0.tgz", None);
+        let untrusted =
+            |host: &str, path: &str, accept: Option<&str>| served.answer(host, path, accept, false);
+        let trusted = |host: &str, path: &str| served.answer(host, path, None, true);
+        let obj = untrusted("registry.npmjs.org", "/@s%2fp/-/p-1.0.0.tgz", None);
         assert!(matches!(obj, Some(Answer::Object(_))), "{obj:?}");
-        assert!(served
-            .answer("registry.npmjs.org", "/@s/p/-/p-2.0.0.tgz", None)
-            .is_none());
-        assert!(served
-            .answer("registry.yarnpkg.com", "/@s/p/-/p-1.0.0.tgz", None)
-            .is_none());
-        let Some(Answer::Document { body, .. }) =
-            served.answer("registry.npmjs.org", "/@s%2Fp", None)
+        assert!(untrusted("registry.npmjs.org", "/@s/p/-/p-2.0.0.tgz", None).is_none());
+        assert!(untrusted("registry.yarnpkg.com", "/@s/p/-/p-1.0.0.tgz", None).is_none());
+        let Some(Answer::Document { body, .. }) = untrusted("registry.npmjs.org", "/@s%2Fp", None)
         else {
             panic!("a packument")
         };
@@ -290,11 +307,9 @@ mod tests {
             doc["versions"]["1.0.0"]["dist"]["tarball"],
             "https://registry.npmjs.org/@s/p/-/p-1.0.0.tgz"
         );
-        assert!(served
-            .answer("registry.npmjs.org", "/left-pad", None)
-            .is_none());
+        assert!(untrusted("registry.npmjs.org", "/left-pad", None).is_none());
 
-        let json = served.answer(
+        let json = untrusted(
             "pypi.org",
             "/simple/six/",
             Some("application/vnd.pypi.simple.v1+json"),
@@ -306,26 +321,24 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(doc["files"].as_array().unwrap().len(), 1);
         let Some(Answer::Document { body, .. }) =
-            served.answer("pypi.org", "/simple/SIX", Some("text/html"))
+            untrusted("pypi.org", "/simple/SIX", Some("text/html"))
         else {
             panic!("a page")
         };
         assert!(String::from_utf8_lossy(&body).contains("#sha256=0202"));
-        assert!(served
-            .answer("pypi.org", "/simple/requests/", None)
-            .is_none());
+        assert!(untrusted("pypi.org", "/simple/requests/", None).is_none());
 
-        assert!(served
-            .answer("index.crates.io", "/config.json", None)
-            .is_some());
-        assert!(served
-            .answer("index.crates.io", "/it/oa/itoa", None)
-            .is_some());
-        assert!(served
-            .answer("index.crates.io", "/xx/yy/itoa", None)
-            .is_none());
-        assert!(served
-            .answer("index.crates.io", "/se/rd/serde", None)
-            .is_none());
+        assert!(untrusted("index.crates.io", "/config.json", None).is_some());
+        assert!(untrusted("index.crates.io", "/it/oa/itoa", None).is_some());
+        assert!(untrusted("index.crates.io", "/xx/yy/itoa", None).is_none());
+        assert!(untrusted("index.crates.io", "/se/rd/serde", None).is_none());
+
+        // A trusted job's metadata is the registry's; its artifacts and cargo's config are
+        // the set's.
+        assert!(trusted("registry.npmjs.org", "/@s%2Fp").is_none());
+        assert!(trusted("pypi.org", "/simple/six/").is_none());
+        assert!(trusted("index.crates.io", "/it/oa/itoa").is_none());
+        assert!(trusted("index.crates.io", "/config.json").is_some());
+        assert!(trusted("registry.npmjs.org", "/@s/p/-/p-1.0.0.tgz").is_some());
     }
 }

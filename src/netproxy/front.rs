@@ -357,7 +357,8 @@ async fn answer(
         return refusal(503, &decision);
     };
     let accept = header(hyper::header::ACCEPT);
-    match served.answer(host, &path, accept.as_deref()) {
+    let trusted = spec.onward.is_some();
+    match served.answer(host, &path, accept.as_deref(), trusted) {
         Some(found) => {
             let response = match found {
                 Answer::Object(digest) => object(spec, &digest, method == "HEAD").await,

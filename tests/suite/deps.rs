@@ -281,3 +281,172 @@ async fn an_untrusted_revision_installs_its_locked_npm_and_pip_dependencies_offl
     assert!(deps["served"].as_u64().unwrap() >= 3, "{r:#}");
     eprintln!("the untrusted job took {:?}", ran.took);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_trusted_job_is_served_from_the_cache_and_reaches_the_registry_for_the_rest() {
+    if !registries_reachable() {
+        return;
+    }
+    let repo = Repo::new();
+    let rev = repo.commit(&[
+        ("package.json", PACKAGE_JSON),
+        ("package-lock.json", NPM_LOCK),
+    ]);
+    let secrets = tempfile::tempdir().unwrap();
+    let runner = Runner::new();
+    let install = format!("npm ci {NPM_QUIET} && ls node_modules && echo NPM-OK");
+    let first = run_job_with(
+        &runner,
+        secrets.path(),
+        &repo,
+        &rev,
+        "deps-t1",
+        "trusted",
+        &[&install],
+    );
+    assert_eq!(first.result["outcome"], "succeeded", "{:#}", first.result);
+    assert_eq!(first.result["deps"]["fetched"], 2, "{:#}", first.result);
+    assert!(first.outputs[0].contains("NPM-OK"), "{:?}", first.outputs);
+    let second = run_job_with(
+        &runner,
+        secrets.path(),
+        &repo,
+        &rev,
+        "deps-t2",
+        "trusted",
+        &[
+            &install,
+            // What no lock names still comes from the registry, as before, for a trusted job.
+            &format!("npm view {NPM_QUIET} is-odd@3.0.1 version && echo VIEW-OK"),
+        ],
+    );
+    let r = &second.result;
+    assert_eq!(r["outcome"], "succeeded", "{r:#}");
+    assert_eq!(r["deps"]["fetched"], 0, "nothing fetched again: {r:#}");
+    assert_eq!(r["deps"]["artifacts"], 2, "{r:#}");
+    assert!(second.outputs[0].contains("NPM-OK"), "{:?}", second.outputs);
+    assert!(
+        second.outputs[1].contains("3.0.1") && second.outputs[1].contains("VIEW-OK"),
+        "{:?}",
+        second.outputs
+    );
+    let log = &second.network_log;
+    for tarball in [
+        "/left-pad/-/left-pad-1.3.0.tgz",
+        "/is-number/-/is-number-7.0.0.tgz",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(tarball) && l.ends_with("served locked")),
+            "{tarball} not served from the cache:\n{log}"
+        );
+    }
+    assert!(
+        log.lines()
+            .any(|l| l.contains("/is-odd") && l.ends_with(" allowed")),
+        "{log}"
+    );
+    assert_eq!(cached_objects(&runner).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_served_only_its_own_locks_and_nothing_unverified_is_kept() {
+    if !registries_reachable() {
+        return;
+    }
+    let secrets = tempfile::tempdir().unwrap();
+    let runner = Runner::new();
+    // Job A's lock names left-pad and is-number: both end up in the shared cache.
+    let a = Repo::new();
+    let a_rev = a.commit(&[
+        ("package.json", PACKAGE_JSON),
+        ("package-lock.json", NPM_LOCK),
+    ]);
+    let left_pad = "https://registry.npmjs.org/left-pad/-/left-pad-1.3.0.tgz";
+    let fetch = |url: &str| format!("curl -s -m 20 -o /dev/null -w 'HTTP=%{{http_code}}\\n' {url}");
+    let ran_a = run_job_with(
+        &runner,
+        secrets.path(),
+        &a,
+        &a_rev,
+        "deps-a",
+        "untrusted",
+        &[&fetch(left_pad)],
+    );
+    assert_eq!(ran_a.result["outcome"], "succeeded", "{:#}", ran_a.result);
+    // The control: A's own lock names it, and A is served it.
+    assert!(ran_a.outputs[0].contains("HTTP=200"), "{:?}", ran_a.outputs);
+    let before = cached_objects(&runner);
+    assert_eq!(before.len(), 2);
+
+    // Job B locks is-number only, one entry with a hash that is not the artifact's, a link
+    // where a lock should be, and a lock that is not one.
+    let wrong = NPM_LOCK.replace(
+        "XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQGinBN9yTQT3bFlCBy/aVx2HrNcqQGsdot8ghrjyrvMCoEA==",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+    );
+    let wrong = wrong
+        .replace("left-pad/-/left-pad-1.3.0", "left-pad/-/left-pad-1.2.0")
+        .replace(
+            "\"node_modules/left-pad\": {\n      \"version\": \"1.3.0\"",
+            "\"node_modules/left-pad\": {\n      \"version\": \"1.2.0\"",
+        );
+    let b = Repo::new();
+    std::fs::create_dir_all(b.src().join("linked")).unwrap();
+    std::os::unix::fs::symlink(
+        "../package-lock.json",
+        b.src().join("linked/package-lock.json"),
+    )
+    .unwrap();
+    let b_rev = b.commit(&[
+        ("package-lock.json", &wrong),
+        (
+            "broken/package-lock.json",
+            "{\"lockfileVersion\": 3, \"packages\": ",
+        ),
+    ]);
+    let ran_b = run_job_with(
+        &runner,
+        secrets.path(),
+        &b,
+        &b_rev,
+        "deps-b",
+        "untrusted",
+        &[
+            // In the shared cache, but named by A's lock alone.
+            &fetch(left_pad),
+            // B's own, verified artifact: served.
+            &fetch("https://registry.npmjs.org/is-number/-/is-number-7.0.0.tgz"),
+            &fetch("https://registry.npmjs.org/left-pad/-/left-pad-1.2.0.tgz"),
+        ],
+    );
+    let r = &ran_b.result;
+    assert_eq!(r["outcome"], "succeeded", "{r:#}");
+    assert!(
+        ran_b.outputs[0].contains("HTTP=403"),
+        "A's artifact served to B: {:?}",
+        ran_b.outputs
+    );
+    assert!(ran_b.outputs[1].contains("HTTP=200"), "{:?}", ran_b.outputs);
+    assert!(ran_b.outputs[2].contains("HTTP=403"), "{:?}", ran_b.outputs);
+    let problems = r["deps"]["problems"].to_string();
+    assert!(
+        problems.contains("not the sha512-"),
+        "the mismatch is named: {r:#}"
+    );
+    assert!(
+        problems.contains("symbolic link"),
+        "the link is named: {r:#}"
+    );
+    assert!(
+        problems.contains("broken/package-lock.json is not an npm lockfile"),
+        "{r:#}"
+    );
+    assert_eq!(r["deps"]["artifacts"], 1, "{r:#}");
+    // Nothing of the mismatched download was kept, in the cache or beside it.
+    assert_eq!(cached_objects(&runner), before);
+    let tmp: Vec<_> = std::fs::read_dir(runner.state().join("deps/tmp"))
+        .unwrap()
+        .collect();
+    assert!(tmp.is_empty(), "{tmp:?}");
+}

@@ -78,6 +78,7 @@ pub(super) fn parse(path: &str, text: &str) -> Result<Parsed, String> {
                 filename: String::new(),
                 requires_python: None,
                 npm_entry: None,
+                lock: path.to_string(),
             })),
             (Err(why), _) | (_, Err(why)) => out.skip(path, entry, why),
         }

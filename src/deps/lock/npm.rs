@@ -113,6 +113,7 @@ pub(super) fn parse(path: &str, text: &str) -> Result<Parsed, String> {
             filename: String::new(),
             requires_python: None,
             npm_entry: Some(npm_entry),
+            lock: path.to_string(),
         }));
     }
     Ok(out)

@@ -58,6 +58,7 @@ pub(super) fn parse_requirements(path: &str, text: &str) -> Parsed {
             continue;
         }
         out.pins.push(Pin::Pypi(HashPinned {
+            lock: path.to_string(),
             name,
             version,
             hashes,
@@ -208,6 +209,7 @@ pub(super) fn parse_uv(path: &str, text: &str) -> Result<Parsed, String> {
                     filename,
                     requires_python: None,
                     npm_entry: None,
+                    lock: path.to_string(),
                 })),
                 Err(why) => out.skip(path, &entry, why),
             }
