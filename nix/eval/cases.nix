@@ -76,6 +76,7 @@ let
     };
     nix.options.substituters = "";
     limits.memory = "4G";
+    deps = { };
     inherit accounts;
   };
 in

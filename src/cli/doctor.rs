@@ -25,6 +25,7 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
             checks.push(disk_check(&ctx));
             checks.push(file_systems_check(&ctx));
             checks.push(checkouts_check(&ctx));
+            checks.push(deps_check(&ctx));
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
@@ -214,6 +215,32 @@ fn checkouts_check(ctx: &Context) -> Check {
             format!("a full checkout per job, its start growing with the repository's size: {why}"),
         ),
     }
+}
+
+/// What the dependency cache holds against its bound: information, as the cache trims itself
+/// after a job's fetch.
+fn deps_check(ctx: &Context) -> Check {
+    let bound = crate::disk::human(ctx.config.deps.cache_size);
+    let held = match crate::deps::DepCache::existing(ctx.state.root()) {
+        Some(cache) => {
+            let s = cache.stats();
+            format!(
+                "{} artifacts, {} in {}",
+                s.objects,
+                crate::disk::human(s.bytes),
+                cache.root().display()
+            )
+        }
+        None => "empty (made by the first job with locks)".into(),
+    };
+    Check::ok(
+        "dependency cache",
+        format!(
+            "{held}; at most {bound} (deps.cache_size), artifacts of at most {} \
+             (deps.max_artifact)",
+            crate::disk::human(ctx.config.deps.max_artifact)
+        ),
+    )
 }
 
 const PRIVATE_FILES_CHECK: &str = "config and secrets";

@@ -64,12 +64,20 @@ pub(super) fn cache(ctx: &Context, command: CacheCommand) -> Result<(), Failure>
         CacheCommand::Gc {
             max_entries,
             older_than,
+            deps_size,
         } => {
             let report = shells.gc(&GcPolicy {
                 max_entries,
                 older_than,
             })?;
-            out(serde_json::to_string(&report).unwrap_or_default())?;
+            let mut shown = serde_json::to_value(&report).unwrap_or_default();
+            // Objects a running job holds were touched at its start: the newest, kept last.
+            if let Some(deps) = crate::deps::DepCache::existing(ctx.state.root()) {
+                let limit = deps_size.unwrap_or(ctx.config.deps.cache_size);
+                let collected = deps.collect(limit, &Default::default());
+                shown["deps"] = serde_json::to_value(collected).unwrap_or_default();
+            }
+            out(shown.to_string())?;
         }
     }
     Ok(())

@@ -147,7 +147,7 @@ enum LogFormat {
 enum Command {
     /// Print the env script of a revision's devShell, building and caching it if needed.
     Env(EnvArgs),
-    /// Inspect or trim the devShell cache.
+    /// Inspect or trim the devShell and dependency caches.
     Cache {
         #[command(subcommand)]
         command: CacheCommand,
@@ -280,7 +280,7 @@ pub enum Format {
 enum CacheCommand {
     /// List cached devShells, newest first (JSON lines).
     Ls,
-    /// Remove cached devShells and their GC roots.
+    /// Remove cached devShells and GC roots; trim the dependency cache (least recently used).
     Gc {
         /// Keep at most N entries, the newest.
         #[arg(long, value_name = "N")]
@@ -288,6 +288,9 @@ enum CacheCommand {
         /// Remove entries older than this (e.g. 7d, 12h).
         #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
         older_than: Option<Duration>,
+        /// The dependency cache's size to trim to [default: deps.cache_size] (5G; 0 empties it).
+        #[arg(long, value_name = "SIZE", value_parser = crate::util::units::parse_size_or_zero)]
+        deps_size: Option<u64>,
     },
 }
 

@@ -140,20 +140,17 @@ pub struct DepsSummary {
     pub problems: Vec<Skipped>,
 }
 
-/// Fetches what `plan` pins and the cache lacks, and makes the job's set of what verified.
-pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served, DepsSummary) {
-    let started = Instant::now();
-    let mut summary = DepsSummary {
-        locks: plan.locks.clone(),
-        ..DepsSummary::default()
-    };
-    let mut problems = plan.skipped;
-    let mut artifacts = plan.artifacts;
-    // Requirements pinned by hash only: their files, found on PyPI by hash.
+/// The files on PyPI of requirements pinned by hash, found in parallel; those that have none
+/// are `problems`.
+async fn pypi_files(
+    pins: Vec<HashPinned>,
+    cache: &DepCache,
+    fetcher: &Fetcher,
+    problems: &mut Vec<Skipped>,
+) -> Vec<Artifact> {
     // Futures made first, then run: a stream of a closure's futures borrowing the cache is
     // not `Send` to the compiler, whose job futures must be.
-    let finding: Vec<_> = plan
-        .pypi
+    let finding: Vec<_> = pins
         .into_iter()
         .map(|pin| async move {
             let r = resolve::pypi_files(&pin, cache, fetcher).await;
@@ -164,9 +161,10 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
         .buffer_unordered(PARALLEL)
         .collect::<Vec<_>>()
         .await;
+    let mut out = Vec::new();
     for (pin, r) in found {
         match r {
-            Ok(files) => artifacts.extend(files),
+            Ok(files) => out.extend(files),
             Err(why) => problems.push(Skipped {
                 lock: pin.lock.clone(),
                 entry: format!("{}=={}", pin.name, pin.version),
@@ -174,6 +172,20 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
             }),
         }
     }
+    out
+}
+
+/// Fetches what `plan` pins and the cache lacks, and makes the job's set of what verified.
+pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served, DepsSummary) {
+    let started = Instant::now();
+    let mut summary = DepsSummary {
+        locks: plan.locks.clone(),
+        ..DepsSummary::default()
+    };
+    let mut problems = plan.skipped;
+    let mut artifacts = plan.artifacts;
+    // Requirements pinned by hash only: their files, found on PyPI by hash.
+    artifacts.extend(pypi_files(plan.pypi, cache, fetcher, &mut problems).await);
     // One fetch per object, however many locks pin it.
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<&Artifact> = artifacts

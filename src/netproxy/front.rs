@@ -360,31 +360,14 @@ async fn answer(
     let trusted = spec.onward.is_some();
     match served.answer(host, &path, accept.as_deref(), trusted) {
         Some(found) => {
-            let response = match found {
-                Answer::Object(digest) => object(spec, &digest, method == "HEAD").await,
-                Answer::Document { content_type, body } => {
-                    Some(document(content_type, body, method == "HEAD"))
-                }
+            let head = method == "HEAD";
+            let shown = Entry {
+                method: &method,
+                host,
+                port: 443,
+                path: &logged_path,
             };
-            let Some(response) = response else {
-                let decision = deny(
-                    503,
-                    "the job's locked artifact is gone from the cache".into(),
-                );
-                record(spec, &method, host, 443, &logged_path, &decision);
-                return refusal(503, &decision);
-            };
-            spec.counts.count_served();
-            spec.log.record_served(
-                SystemTime::now(),
-                &Entry {
-                    method: &method,
-                    host,
-                    port: 443,
-                    path: &logged_path,
-                },
-            );
-            response
+            serve_found(spec, found, head, &shown).await
         }
         None => match &spec.onward {
             Some(onward) => {
@@ -404,6 +387,37 @@ async fn answer(
             }
         },
     }
+}
+
+/// An answer of the job's set: an object of the cache, or a document made for the job.
+async fn serve_found(
+    spec: &FrontSpec,
+    found: Answer,
+    head: bool,
+    shown: &Entry<'_>,
+) -> Response<Body> {
+    let response = match found {
+        Answer::Object(digest) => object(spec, &digest, head).await,
+        Answer::Document { content_type, body } => Some(document(content_type, body, head)),
+    };
+    let Some(response) = response else {
+        let decision = deny(
+            503,
+            "the job's locked artifact is gone from the cache".into(),
+        );
+        record(
+            spec,
+            shown.method,
+            shown.host,
+            shown.port,
+            shown.path,
+            &decision,
+        );
+        return refusal(503, &decision);
+    };
+    spec.counts.count_served();
+    spec.log.record_served(SystemTime::now(), shown);
+    response
 }
 
 /// The job's set, waiting while the runner still fetches it.

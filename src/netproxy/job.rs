@@ -103,22 +103,11 @@ pub async fn start(
         (Some(_), false) => None,
         _ => Some(crate::binaries::find(Tool::Srt).map_err(|_| ProxyError::NoSrt)?),
     };
-    let lifetime = net.timeout + Duration::from_secs(3600);
-    // RSA key generation takes a CPU for up to a second or so: off the runtime's threads.
-    let job_id = net.job_id.to_string();
-    let ca = tokio::task::spawn_blocking(move || JobCa::generate(&job_id, lifetime))
-        .await
-        .map_err(std::io::Error::other)
-        .context("generating the job's CA")??;
-    let ca = Arc::new(ca);
-    if let Some(files) = &policy.ca {
-        ca.write_trust_files(files)?;
-    }
-    let listener = match net.bind {
-        Some(bind) => bind(),
-        None => std::net::TcpListener::bind("127.0.0.1:0"),
-    }
-    .context("binding the proxy's port on loopback")?;
+    let ca = job_ca(net.job_id, net.timeout, policy).await?;
+    let listener = net
+        .bind
+        .map_or_else(|| std::net::TcpListener::bind("127.0.0.1:0"), |b| b());
+    let listener = listener.context("binding the proxy's port on loopback")?;
     let port = listener
         .local_addr()
         .context("reading the proxy's port")?
@@ -144,18 +133,10 @@ pub async fn start(
             (Some(srt), None)
         }
         Some(deps) => {
-            let (srt, onward) = if trusted {
-                let socket = net.temp_dir.join("srt.sock");
-                let unix =
-                    std::os::unix::net::UnixListener::bind(&socket).at("binding", &socket)?;
-                let srt = JobProxy::at_first_connection(srt_spec(Listener::Unix(unix)))?;
-                let onward = Onward {
-                    srt_socket: socket,
-                    fetcher: deps.fetcher.clone(),
-                };
-                (Some(srt), Some(onward))
-            } else {
-                (None, None)
+            let (srt, onward) = match trusted {
+                true => onward_to_srt(net.temp_dir, &deps, srt_spec)
+                    .map(|(srt, onward)| (Some(srt), Some(onward)))?,
+                false => (None, None),
             };
             // A host the operator opened to every method stays srt's: the front answers reads.
             let hosts = deps
@@ -163,20 +144,17 @@ pub async fn start(
                 .into_iter()
                 .filter(|h| !rules.full_access.contains(h))
                 .collect();
-            let front = Front::start(
-                listener,
-                FrontSpec {
-                    hosts,
-                    served: deps.served,
-                    cache: deps.cache,
-                    rules: rules.clone(),
-                    ca: ca.clone(),
-                    log: log.clone(),
-                    counts: counts.clone(),
-                    onward,
-                },
-            )
-            .context("serving the job's proxy port")?;
+            let spec = FrontSpec {
+                hosts,
+                served: deps.served,
+                cache: deps.cache,
+                rules: rules.clone(),
+                ca: ca.clone(),
+                log: log.clone(),
+                counts: counts.clone(),
+                onward,
+            };
+            let front = Front::start(listener, spec).context("serving the job's proxy port")?;
             (srt, Some(front))
         }
     };
@@ -188,4 +166,41 @@ pub async fn start(
         counts,
         log: log_path,
     }))
+}
+
+/// The job's CA, valid for its timeout and an hour more, its trust files written where the
+/// policy names them.
+async fn job_ca(
+    job_id: &str,
+    timeout: Duration,
+    policy: &SandboxPolicy,
+) -> Result<Arc<JobCa>, ProxyError> {
+    let lifetime = timeout + Duration::from_secs(3600);
+    // RSA key generation takes a CPU for up to a second or so: off the runtime's threads.
+    let job_id = job_id.to_string();
+    let ca = tokio::task::spawn_blocking(move || JobCa::generate(&job_id, lifetime))
+        .await
+        .map_err(std::io::Error::other)
+        .context("generating the job's CA")??;
+    if let Some(files) = &policy.ca {
+        ca.write_trust_files(files)?;
+    }
+    Ok(Arc::new(ca))
+}
+
+/// A trusted job's `srt proxy` behind the runner's front, listening on a Unix socket in the
+/// proxy's private temp dir, and what the front passes on to it.
+fn onward_to_srt<'a>(
+    temp_dir: &Path,
+    deps: &DepsNet,
+    spec: impl FnOnce(Listener) -> ProxySpec<'a>,
+) -> Result<(JobProxy, Onward), ProxyError> {
+    let socket = temp_dir.join("srt.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&socket).at("binding", &socket)?;
+    let srt = JobProxy::at_first_connection(spec(Listener::Unix(unix)))?;
+    let onward = Onward {
+        srt_socket: socket,
+        fetcher: deps.fetcher.clone(),
+    };
+    Ok((srt, onward))
 }

@@ -56,27 +56,23 @@ impl JobRun<'_> {
         // The revision's locks, read before anything of the job runs: the hosts of their set
         // are all an untrusted revision reaches, and only the runner answers them.
         let locks = self.read_locks(&paths).await;
-        let dep_hosts: Vec<String> = locks
-            .as_ref()
-            .map(|(_, plan, _)| plan.hosts().into_iter().collect())
-            .unwrap_or_default();
+        let dep_hosts = locks.as_ref().map(Locks::hosts).unwrap_or_default();
         // Nix runs inside the job's boundary: the policy before the devShell is known (its
         // script is a read the commands get, not one nix needs). The runner's own, without
-        // the suite's hook: its mutations weaken the rules of the agent and its commands,
-        // and one that hands the shared clone to the agent's identity would leave Nix's git
-        // a repository of another owner (tests/suite/devshell_confined.rs proves Nix's confinement
-        // with controls of its own).
+        // the suite's hook: its mutations weaken the rules of the agent and its commands, and
+        // one that hands the shared clone to the agent's identity would leave Nix's git a
+        // repository of another owner (tests/suite/devshell_confined.rs has its controls).
         let before = self
             .runner
             .policy(self.job, &paths, &dep_hosts)
             .map_err(Stop::error)?;
-        // The job's network first: the devShell's nix fetches through it too, and its rules
-        // do not depend on the devShell. From the runner's own policy: the suite's hook runs
-        // once, after the devShell (a mutation of it hands the shared clone to the agent's
-        // identity, which nix's git would then refuse).
+        // The job's network first: the devShell's nix fetches through it too. From the
+        // runner's own policy: the suite's hook runs once, after the devShell (a mutation of
+        // it hands the shared clone to the agent's identity, which nix's git would refuse).
         let mut net_policy = before.clone();
+        let dep_net = || locks.as_ref().and_then(Locks::net);
         let mut proxy = self
-            .start_network(&paths, &mut net_policy, dep_net(&locks))
+            .start_network(&paths, &mut net_policy, dep_net())
             .await?;
         let nix_net = match proxy {
             Some(_) => self.nix_net(&paths, &net_policy)?,
@@ -84,33 +80,17 @@ impl JobRun<'_> {
         };
         let building = Instant::now();
         // The locked set is fetched while the devShell builds: both are done before the agent.
-        let fetching = self.fetch_locked(locks.as_ref().map(|(deps, plan, _)| (deps, plan)));
         let (devshell, fetched) = tokio::join!(
             self.prepare_devshell(&mut paths, &before, nix_net, result),
-            fetching
+            self.fetch_locked(locks.as_ref())
         );
         if let Some(phases) = result.phases.as_mut() {
             phases.devshell_ms = Some(building.elapsed().as_millis() as u64);
         }
-        let _released = locks.as_ref().map(|(deps, _, _)| Released {
-            deps: deps.clone(),
-            job: &self.job.id,
+        let devshell = fetched.and_then(|deps| {
+            result.deps = deps;
+            devshell
         });
-        match fetched {
-            Ok(Some((served, summary))) => {
-                if let Some((_, _, tx)) = &locks {
-                    let _ = tx.send(Some(served));
-                }
-                result.deps = Some(summary);
-            }
-            Ok(None) => {}
-            Err(stop) => {
-                if let Some(proxy) = proxy {
-                    result.network = Some(proxy.stop().await);
-                }
-                return Err(stop);
-            }
-        }
         let (devshell_attr, closure) = match devshell {
             Ok(loaded) => loaded,
             Err(stop) => {
@@ -131,9 +111,7 @@ impl JobRun<'_> {
             if let Some(old) = proxy.take() {
                 old.stop().await;
             }
-            proxy = self
-                .start_network(&paths, &mut policy, dep_net(&locks))
-                .await?;
+            proxy = self.start_network(&paths, &mut policy, dep_net()).await?;
         }
         let system_prompt = {
             let instructions = crate::instructions::read(&self.ws.checkout_view());
@@ -317,21 +295,30 @@ impl JobRun<'_> {
         if plan.is_empty() && plan.skipped.is_empty() {
             return None;
         }
-        let (tx, _) = tokio::sync::watch::channel(None);
-        Some((deps, plan, tx))
+        let (served, _) = tokio::sync::watch::channel(None);
+        Some(Locks {
+            deps,
+            plan,
+            served,
+            job: self.job.id.clone(),
+        })
     }
 
-    /// Fetches the locked set into the cache, within the job's timeout.
+    /// Fetches the locked set into the cache, within the job's timeout, and hands it to the
+    /// job's proxy; what it came to, for the result.
     async fn fetch_locked(
         &self,
-        locks: Option<(&Arc<crate::deps::Deps>, &crate::deps::Plan)>,
-    ) -> Result<Option<(Arc<crate::deps::Served>, crate::deps::DepsSummary)>, Stop> {
-        let Some((deps, plan)) = locks else {
+        locks: Option<&Locks>,
+    ) -> Result<Option<crate::deps::DepsSummary>, Stop> {
+        let Some(locks) = locks else {
             return Ok(None);
         };
-        let fetching = deps.prepare(&self.job.id, plan.clone());
+        let fetching = locks.deps.prepare(&self.job.id, locks.plan.clone());
         match tokio::time::timeout_at(self.deadline, fetching).await {
-            Ok(fetched) => Ok(Some(fetched)),
+            Ok((served, summary)) => {
+                let _ = locks.served.send(Some(served));
+                Ok(Some(summary))
+            }
             Err(_) => Err(Stop::new(
                 Outcome::TimedOut,
                 timed_out_while(self.job, "fetching the revision's locked dependencies"),
@@ -489,33 +476,35 @@ impl JobRun<'_> {
 }
 
 /// The revision's locks: the runner's cache and fetcher, what they pin, and the channel the
-/// job's proxy gets the fetched set through.
-type Locks = (
-    Arc<crate::deps::Deps>,
-    crate::deps::Plan,
-    tokio::sync::watch::Sender<Option<Arc<crate::deps::Served>>>,
-);
-
-/// What the job's proxy answers from, when its locks pin anything.
-fn dep_net(locks: &Option<Locks>) -> Option<DepsNet> {
-    let (deps, plan, tx) = locks.as_ref()?;
-    (!plan.is_empty()).then(|| DepsNet {
-        hosts: plan.hosts(),
-        served: tx.subscribe(),
-        cache: deps.cache.clone(),
-        fetcher: deps.fetcher.clone(),
-    })
-}
-
-/// Lets the cache collect the job's objects again once the job is over.
-struct Released<'a> {
+/// job's proxy gets the fetched set through. Dropped with the job, which then holds none of
+/// the cache's objects any more.
+struct Locks {
     deps: Arc<crate::deps::Deps>,
-    job: &'a str,
+    plan: crate::deps::Plan,
+    served: tokio::sync::watch::Sender<Option<Arc<crate::deps::Served>>>,
+    job: String,
 }
 
-impl Drop for Released<'_> {
+impl Locks {
+    /// The hosts the runner answers for the job.
+    fn hosts(&self) -> Vec<String> {
+        self.plan.hosts().into_iter().collect()
+    }
+
+    /// What the job's proxy answers from, when the locks pin anything.
+    fn net(&self) -> Option<DepsNet> {
+        (!self.plan.is_empty()).then(|| DepsNet {
+            hosts: self.plan.hosts(),
+            served: self.served.subscribe(),
+            cache: self.deps.cache.clone(),
+            fetcher: self.deps.fetcher.clone(),
+        })
+    }
+}
+
+impl Drop for Locks {
     fn drop(&mut self) {
-        self.deps.release(self.job);
+        self.deps.release(&self.job);
     }
 }
 

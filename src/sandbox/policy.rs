@@ -145,6 +145,14 @@ impl SandboxPolicy {
     pub fn network_summary(&self) -> String {
         if self.allowed_hosts.is_empty() {
             "Commands have no network access: no host can be reached.".to_string()
+        } else if self.trust == Trust::Untrusted {
+            format!(
+                "Commands have no network access, but the dependencies the revision's lockfiles \
+                 pin are served by the runner through a proxy, at their registries' addresses \
+                 ({}): install them from the locks (npm ci, pip install --require-hashes -r, uv \
+                 sync --frozen, cargo fetch --locked). Anything the locks do not pin is refused.",
+                self.allowed_hosts.join(", ")
+            )
         } else {
             let reads = self
                 .allowed_hosts

@@ -106,7 +106,14 @@ pub async fn programs_closure(programs: &[PathBuf]) -> Result<Vec<PathBuf>, Stri
 
 /// bubblewrap's options for the view, after the system's read-only bind: an empty store with
 /// each path bound back (each a mount of its own), then the empty store made read-only.
+///
+/// A host with no store yet (a fresh `nix-bin` that never built) has nothing to hide, and its
+/// read-only root has no mount point for the empty store: no options then, unless paths must be
+/// shown, where bubblewrap's error names the missing directory.
 pub(super) fn view_args(store: &Path, view: &StoreView) -> Vec<String> {
+    if view.paths.is_empty() && view.host.is_empty() && !store.is_dir() {
+        return Vec::new();
+    }
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut out = vec!["--tmpfs".to_string(), s(store)];
     for path in &view.paths {

@@ -85,6 +85,8 @@ pub struct Metrics {
     model_requests: Counter,
     tokens: Family<KindLabel, Counter>,
     network: Family<DecisionLabel, Counter>,
+    /// Jobs' locked artifacts: fetched for the job, found in the cache, refused.
+    deps: Family<KindLabel, Counter>,
     rss: Gauge<i64, AtomicI64>,
     events_failed: Family<KindLabel, Counter>,
     running_memory: Gauge<i64, AtomicI64>,
@@ -123,6 +125,7 @@ impl Metrics {
             model_requests: Counter::default(),
             tokens: Family::default(),
             network: Family::default(),
+            deps: Family::default(),
             rss: Gauge::default(),
             events_failed: Family::default(),
             running_memory: Gauge::default(),
@@ -221,6 +224,11 @@ impl Metrics {
             self.network.clone(),
         );
         r.register(
+            format!("{p}dependency_artifacts"),
+            "Jobs' locked artifacts, by what the runner did: fetched, cached (found in the cache), refused",
+            self.deps.clone(),
+        );
+        r.register(
             format!("{p}process_resident_memory_bytes"),
             "The runner's own resident memory",
             self.rss.clone(),
@@ -277,6 +285,7 @@ impl Metrics {
             .get_or_create(&AgentLabel { agent })
             .observe(result.duration_ms as f64 / 1000.0);
         self.observe_phases(result);
+        self.observe_deps(result);
         if let Some(kind) = &result.limit_fired {
             let kind = kind.clone();
             self.limits.get_or_create(&KindLabel { kind }).inc();
@@ -294,12 +303,29 @@ impl Metrics {
             }
         }
         if let Some(net) = &result.network {
-            for (decision, n) in [("allowed", net.allowed), ("refused", net.refused)] {
+            for (decision, n) in [
+                ("allowed", net.allowed),
+                ("refused", net.refused),
+                ("served", net.served),
+            ] {
                 let decision = decision.to_string();
                 self.network
                     .get_or_create(&DecisionLabel { decision })
                     .inc_by(n);
             }
+        }
+    }
+
+    /// What a job's locks came to.
+    fn observe_deps(&self, result: &JobResult) {
+        let Some(deps) = &result.deps else { return };
+        for (kind, n) in [
+            ("fetched", deps.fetched),
+            ("cached", deps.artifacts.saturating_sub(deps.fetched)),
+            ("refused", deps.refused),
+        ] {
+            let kind = kind.to_string();
+            self.deps.get_or_create(&KindLabel { kind }).inc_by(n);
         }
     }
 

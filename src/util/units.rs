@@ -30,6 +30,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Parses a CPU share (`1.5`: one and a half cores) into thousandths of a CPU.
+/// [`parse_size`], or `0` (a bound that keeps nothing).
+pub fn parse_size_or_zero(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" => Ok(0),
+        t => parse_size(t),
+    }
+}
+
 pub fn parse_cpus(text: &str) -> Result<u64, String> {
     let v: f64 = text
         .trim()

@@ -55,68 +55,66 @@ pub(super) fn parse(path: &str, text: &str) -> Result<Parsed, String> {
         if key.is_empty() {
             continue;
         }
-        let Some(entry) = entry.as_object() else {
-            out.skip(path, key, "the entry is not an object");
-            continue;
-        };
-        let field = |f: &str| entry.get(f).and_then(|v| v.as_str());
-        if entry.get("link").and_then(|v| v.as_bool()) == Some(true)
-            || entry.get("inBundle").and_then(|v| v.as_bool()) == Some(true)
-        {
-            continue;
+        match entry_artifact(path, key, entry) {
+            Ok(Some(a)) => out.pins.push(Pin::Artifact(a)),
+            Ok(None) => {}
+            Err(why) => out.skip(path, key, why),
         }
-        let name = match field("name") {
-            Some(n) => n.to_string(),
-            None => match key.rsplit_once("node_modules/") {
-                Some((_, n)) => n.to_string(),
-                // A workspace package (`packages/a`): the project's own, not a download.
-                None => continue,
-            },
-        };
-        let version = field("version").unwrap_or_default().to_string();
-        let Some(integrity) = field("integrity") else {
-            if field("resolved").is_some() {
-                out.skip(path, key, "no integrity: nothing to verify it by");
-            }
-            continue;
-        };
-        // npm with `omit-lockfile-registry-resolved` writes no address for a package of the
-        // default registry: it is the registry's own tarball address of the version.
-        let resolved = match field("resolved") {
-            Some(r) => r.to_string(),
-            None => default_tarball(&name, &version),
-        };
-        let url = match RegistryUrl::parse(&resolved) {
-            Ok(u) => u,
-            Err(why) => {
-                out.skip(path, key, why);
-                continue;
-            }
-        };
-        let digest = match Digest::from_sri(integrity) {
-            Ok(d) => d,
-            Err(why) => {
-                out.skip(path, key, why);
-                continue;
-            }
-        };
-        let npm_entry = ENTRY_FIELDS
-            .iter()
-            .filter_map(|f| entry.get(*f).map(|v| (f.to_string(), v.clone())))
-            .collect();
-        out.pins.push(Pin::Artifact(Artifact {
-            ecosystem: Ecosystem::Npm,
-            name,
-            version,
-            digest,
-            url,
-            filename: String::new(),
-            requires_python: None,
-            npm_entry: Some(npm_entry),
-            lock: path.to_string(),
-        }));
     }
     Ok(out)
+}
+
+/// The artifact of one `packages` entry; `None` for one that is no download (a link, a
+/// bundled package, a workspace's own), `Err` for one that is not taken.
+fn entry_artifact(
+    path: &str,
+    key: &str,
+    entry: &serde_json::Value,
+) -> Result<Option<Artifact>, String> {
+    let entry = entry.as_object().ok_or("the entry is not an object")?;
+    let field = |f: &str| entry.get(f).and_then(|v| v.as_str());
+    let flag = |f: &str| entry.get(f).and_then(|v| v.as_bool()) == Some(true);
+    if flag("link") || flag("inBundle") {
+        return Ok(None);
+    }
+    let name = match field("name") {
+        Some(n) => n.to_string(),
+        None => match key.rsplit_once("node_modules/") {
+            Some((_, n)) => n.to_string(),
+            // A workspace package (`packages/a`): the project's own, not a download.
+            None => return Ok(None),
+        },
+    };
+    let version = field("version").unwrap_or_default().to_string();
+    let Some(integrity) = field("integrity") else {
+        return match field("resolved") {
+            Some(_) => Err("no integrity: nothing to verify it by".into()),
+            None => Ok(None),
+        };
+    };
+    // npm with `omit-lockfile-registry-resolved` writes no address for a package of the
+    // default registry: it is the registry's own tarball address of the version.
+    let resolved = match field("resolved") {
+        Some(r) => r.to_string(),
+        None => default_tarball(&name, &version),
+    };
+    let url = RegistryUrl::parse(&resolved)?;
+    let digest = Digest::from_sri(integrity)?;
+    let npm_entry = ENTRY_FIELDS
+        .iter()
+        .filter_map(|f| entry.get(*f).map(|v| (f.to_string(), v.clone())))
+        .collect();
+    Ok(Some(Artifact {
+        ecosystem: Ecosystem::Npm,
+        name,
+        version,
+        digest,
+        url,
+        filename: String::new(),
+        requires_python: None,
+        npm_entry: Some(npm_entry),
+        lock: path.to_string(),
+    }))
 }
 
 /// Where registry.npmjs.org serves `name`'s `version`: `/<name>/-/<basename>-<version>.tgz`,
