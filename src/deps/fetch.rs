@@ -47,6 +47,12 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 /// Redirects followed, each to a fixed registry.
 const MAX_REDIRECTS: usize = 3;
+/// Tries of a fetch that failed on the way (no connection, no answer in time, a 5xx or 429,
+/// a body cut short): a registry's passing fault must not fail a job's start. Never of an
+/// answer that is the registry's word (404, a mismatch, too large).
+const TRIES: u32 = 3;
+/// The wait before the second try; it doubles after each.
+const BACKOFF: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -54,6 +60,9 @@ pub enum FetchError {
     Store { url: String, source: CacheError },
     #[error("{url}: {why}")]
     Http { url: String, why: String },
+    /// A fault on the way, worth another try.
+    #[error("{url}: {why}")]
+    Unavailable { url: String, why: String },
     #[error("the registries' TLS setup: {0}")]
     Tls(#[from] rustls::Error),
 }
@@ -134,14 +143,18 @@ impl Fetcher {
             cache.touch(digest);
             return Ok(Fetched::Cached);
         }
-        let mut body = self.get(url, self.max_artifact).await?;
-        let mut writer = cache
-            .writer(digest, self.max_artifact)
-            .map_err(|e| store(CacheError::Io(e)))?;
-        while let Some(chunk) = next_chunk(&mut body, url).await? {
-            writer.write(&chunk).map_err(store)?;
-        }
-        writer.commit().map(Fetched::Stored).map_err(store)
+        retrying(|| async {
+            let mut body = self.get(url, self.max_artifact).await?;
+            // A try cut short drops its writer, and with it the partial download.
+            let mut writer = cache
+                .writer(digest, self.max_artifact)
+                .map_err(|e| store(CacheError::Io(e)))?;
+            while let Some(chunk) = next_chunk(&mut body, url).await? {
+                writer.write(&chunk).map_err(store)?;
+            }
+            writer.commit().map(Fetched::Stored).map_err(store)
+        })
+        .await
     }
 
     /// A registry document (at most `limit` bytes), with `accept` as its `Accept` header.
@@ -151,15 +164,18 @@ impl Fetcher {
         accept: &str,
         limit: u64,
     ) -> Result<Vec<u8>, FetchError> {
-        let mut body = self.get_with(url, limit, accept).await?;
-        let mut out = Vec::new();
-        while let Some(chunk) = next_chunk(&mut body, url).await? {
-            out.extend_from_slice(&chunk);
-            if out.len() as u64 > limit {
-                return Err(http_error(url, format!("larger than {limit} bytes")));
+        retrying(|| async {
+            let mut body = self.get_with(url, limit, accept).await?;
+            let mut out = Vec::new();
+            while let Some(chunk) = next_chunk(&mut body, url).await? {
+                out.extend_from_slice(&chunk);
+                if out.len() as u64 > limit {
+                    return Err(http_error(url, format!("larger than {limit} bytes")));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .await
     }
 
     /// A trusted job's read of a fixed registry that its locked set does not answer, made as
@@ -221,8 +237,8 @@ impl Fetcher {
                 .map_err(|e| http_error(&at, e.to_string()))?;
             let response = tokio::time::timeout(IDLE, self.client.request(request))
                 .await
-                .map_err(|_| http_error(&at, format!("no answer within {}s", IDLE.as_secs())))?
-                .map_err(|e| http_error(&at, describe(&e)))?;
+                .map_err(|_| unavailable(&at, format!("no answer within {}s", IDLE.as_secs())))?
+                .map_err(|e| unavailable(&at, describe(&e)))?;
             let status = response.status();
             if status.is_redirection() {
                 let location = response
@@ -234,6 +250,9 @@ impl Fetcher {
                     http_error(&at, format!("redirected off the fixed registries: {why}"))
                 })?;
                 continue;
+            }
+            if status.is_server_error() || status == hyper::StatusCode::TOO_MANY_REQUESTS {
+                return Err(unavailable(&at, format!("the registry answered {status}")));
             }
             if status != hyper::StatusCode::OK {
                 return Err(http_error(&at, format!("the registry answered {status}")));
@@ -265,16 +284,43 @@ async fn next_chunk(
     loop {
         let frame = tokio::time::timeout(IDLE, body.frame())
             .await
-            .map_err(|_| http_error(url, format!("no bytes for {}s", IDLE.as_secs())))?;
+            .map_err(|_| unavailable(url, format!("no bytes for {}s", IDLE.as_secs())))?;
         match frame {
             None => return Ok(None),
-            Some(Err(e)) => return Err(http_error(url, format!("reading the answer: {e}"))),
+            Some(Err(e)) => return Err(unavailable(url, format!("reading the answer: {e}"))),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     return Ok(Some(data));
                 }
             }
         }
+    }
+}
+
+/// `attempt` up to [`TRIES`] times while it fails on the way; its last error otherwise.
+async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T, FetchError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, FetchError>>,
+{
+    let mut wait = BACKOFF;
+    for _ in 1..TRIES {
+        match attempt().await {
+            Err(FetchError::Unavailable { url, why }) => {
+                tracing::info!(%url, %why, "a registry fetch failed on the way; trying again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            done => return done,
+        }
+    }
+    attempt().await
+}
+
+fn unavailable(url: &RegistryUrl, why: String) -> FetchError {
+    FetchError::Unavailable {
+        url: url.url(),
+        why,
     }
 }
 
@@ -334,3 +380,7 @@ impl tower_service::Service<Name> for Resolve {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "fetch_tests.rs"]
+mod tests;

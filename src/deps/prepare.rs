@@ -234,3 +234,59 @@ pub async fn prepare(plan: Plan, cache: &DepCache, fetcher: &Fetcher) -> (Served
     summary.ms = started.elapsed().as_millis() as u64;
     (served, summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bare repository holding one commit of `files`; its path and the commit.
+    fn repo_with(files: &[(&str, &[u8])]) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        for (path, data) in files {
+            std::fs::write(work.join(path), data).unwrap();
+        }
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(&work)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        git(&["init", "-q"]);
+        git(&["add", "."]);
+        git(&["commit", "-qm", "locks"]);
+        let rev = git(&["rev-parse", "HEAD"]).trim().to_string();
+        (dir, rev)
+    }
+
+    #[tokio::test]
+    async fn a_lock_of_100k_packages_is_served_none_and_says_why() {
+        let integrity = format!("sha512-{}==", "A".repeat(86));
+        let mut packages = serde_json::Map::new();
+        packages.insert("".into(), serde_json::json!({"name": "huge"}));
+        for i in 0..100_000 {
+            packages.insert(
+                format!("node_modules/p{i}"),
+                serde_json::json!({
+                    "version": "1.0.0",
+                    "resolved": format!("https://registry.npmjs.org/p{i}/-/p{i}-1.0.0.tgz"),
+                    "integrity": integrity,
+                }),
+            );
+        }
+        let lock = serde_json::json!({"lockfileVersion": 3, "packages": packages});
+        let (dir, rev) = repo_with(&[("package-lock.json", lock.to_string().as_bytes())]);
+        let plan = plan(&dir.path().join("work/.git"), &rev).await.unwrap();
+        assert!(plan.artifacts.is_empty() && plan.hosts().is_empty());
+        let why = &plan.skipped.last().unwrap().why;
+        assert!(
+            why.contains("pin 100000 artifacts, more than the 20000"),
+            "{why}"
+        );
+    }
+}
