@@ -184,6 +184,16 @@ in
       max_artifact = optional t.size "The largest artifact a lock may pin; a larger one is refused and nothing of it stored (default: 2G).";
     };
 
+    # Which kernel answers each trust level's commands (docs/security.md, "gVisor").
+    isolation = {
+      untrusted = optional (types.enum [ "namespace" "gvisor" ]) ''
+        Where an untrusted revision's commands run: `namespace` (the host's kernel behind srt's
+        namespaces and seccomp filter) or `gvisor` (gVisor's kernel inside them; runsc must run
+        here, or these jobs are refused). Runner's default: namespace.
+      '';
+      trusted = optional (types.enum [ "namespace" "gvisor" ]) "Where a trusted revision's commands run, as `untrusted` (runner's default: namespace).";
+    };
+
     # Read when `serve` starts: a change restarts the service (the modules' restart triggers).
     limits = {
       memory = optional t.size "memory.max of each job.";

@@ -35,6 +35,9 @@ pub enum Tool {
     /// Asked for the users and groups that `/etc/passwd` and `/etc/group` do not hold: it
     /// loads the host's NSS modules, which the static runner must not (src/users.rs).
     Getent,
+    /// gVisor's runtime: the kernel the job's commands run on in `gvisor` isolation
+    /// (`sandbox::gvisor`).
+    Runsc,
 }
 
 impl Tool {
@@ -54,6 +57,7 @@ impl Tool {
             Tool::Opencode => "opencode",
             Tool::BashStatic => "bash-static",
             Tool::Getent => "getent",
+            Tool::Runsc => "runsc",
         }
     }
 
@@ -73,6 +77,7 @@ impl Tool {
             Tool::Opencode => "QUEST_RUNNER_OPENCODE",
             Tool::BashStatic => "QUEST_RUNNER_BASH_STATIC",
             Tool::Getent => "QUEST_RUNNER_GETENT",
+            Tool::Runsc => "QUEST_RUNNER_RUNSC",
         }
     }
 }

@@ -18,6 +18,15 @@ pub enum Trust {
     Untrusted,
 }
 
+impl Trust {
+    pub fn name(self) -> &'static str {
+        match self {
+            Trust::Trusted => "trusted",
+            Trust::Untrusted => "untrusted",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentKind {

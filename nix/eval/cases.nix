@@ -77,6 +77,7 @@ let
     nix.options.substituters = "";
     limits.memory = "4G";
     deps = { };
+    isolation = { };
     inherit accounts;
   };
 in

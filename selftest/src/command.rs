@@ -29,7 +29,7 @@ pub fn run(ctx: &Context, opts: &SelftestOptions) -> Result<(), Failure> {
     for agent in &opts.agents {
         failures.extend(boundary_check(&runtime, *agent, opts)?);
         if opts.mutations {
-            failures.extend(mutation_checks(&runtime, *agent, opts.job_timeout)?);
+            failures.extend(mutation_checks(&runtime, *agent, opts)?);
         }
     }
     if failures.is_empty() {
@@ -61,8 +61,9 @@ fn boundary_check(
     let mut failures = Vec::new();
     for trust in trusts {
         out(format_args!(
-            "\n== boundary suite: {} ({trust:?})",
-            agent.name()
+            "\n== boundary suite: {} ({trust:?}, {})",
+            agent.name(),
+            opts.isolation.name()
         ))?;
         let cfg = boundary::SuiteConfig {
             agent,
@@ -71,6 +72,7 @@ fn boundary_check(
             controls: true,
             agent_rules_off: false,
             job_timeout,
+            isolation: opts.isolation,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(
@@ -94,19 +96,21 @@ fn boundary_check(
 fn mutation_checks(
     runtime: &tokio::runtime::Runtime,
     agent: AgentKind,
-    job_timeout: std::time::Duration,
+    opts: &SelftestOptions,
 ) -> Result<Vec<String>, Failure> {
     out(format_args!("\n== mutation checks: {}", agent.name()))?;
     let mut failures = Vec::new();
     let mut caught = 0;
-    for m in boundary::Mutation::here() {
+    let mutations = boundary::Mutation::here_for(opts.isolation);
+    for m in mutations.iter().copied() {
         let cfg = boundary::SuiteConfig {
             agent,
             trust: Trust::Trusted,
             mutation: Some(m),
             controls: false,
             agent_rules_off: false,
-            job_timeout,
+            job_timeout: opts.job_timeout,
+            isolation: opts.isolation,
         };
         let report = runtime.block_on(boundary::run(&cfg)).map_err(|e| {
             Failure::new(Exit::Failed, format!("a mutation check could not run: {e}"))
@@ -126,7 +130,7 @@ fn mutation_checks(
     out(format_args!(
         "{}: {caught}/{} mutations caught",
         agent.name(),
-        boundary::Mutation::here().len()
+        mutations.len()
     ))?;
     Ok(failures)
 }

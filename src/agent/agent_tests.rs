@@ -620,6 +620,7 @@ fn srt_runs_the_programs_the_runner_resolved() {
     let programs = super::commands::SrtPrograms {
         bwrap: Some("/opt/bin/bwrap".into()),
         socat: Some("/opt/bin/socat".into()),
+        runsc: None,
     };
     let srt = super::commands::srt_settings(&policy, None, Path::new("/qr"), &programs);
     assert_eq!(srt["bwrapPath"], "/opt/bin/bwrap");

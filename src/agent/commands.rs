@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::{AgentInputs, Contents, PlannedFile};
 use crate::jobshell::host::HostPlan;
+use crate::sandbox::gvisor::{GvisorExec, Isolation};
 use crate::sandbox::SandboxPolicy;
 
 const HOST: &str = include_str!("../jobshell/sandbox-host.mjs");
@@ -25,6 +26,8 @@ const HOST_SCRIPT: &str = "sandbox-host.mjs";
 pub struct SrtPrograms {
     pub bwrap: Option<PathBuf>,
     pub socat: Option<PathBuf>,
+    /// gVisor's runtime, which the executor starts for each command in `gvisor` isolation.
+    pub runsc: Option<PathBuf>,
 }
 
 impl SrtPrograms {
@@ -36,6 +39,7 @@ impl SrtPrograms {
         SrtPrograms {
             bwrap: find(Tool::Bwrap).ok(),
             socat: find(Tool::Socat).ok(),
+            runsc: find(Tool::Runsc).ok(),
         }
     }
 }
@@ -53,6 +57,9 @@ pub fn srt_settings(
         allow_read.push(dir.to_path_buf());
     }
     allow_read.push(runner.to_path_buf());
+    if let Some(runsc) = &programs.runsc {
+        allow_read.push(runsc.clone());
+    }
     let mut network = json!({
         "allowedDomains": policy.allowed_hosts,
         "deniedDomains": [],
@@ -94,13 +101,18 @@ pub fn srt_settings(
 
 /// The executor's settings (all but srt's helper, which the sandbox host adds). `cwd_alias`:
 /// a working directory that means the checkout (opencode's own empty one).
-pub fn executor_settings(policy: &SandboxPolicy, cwd_alias: &Path) -> Value {
+pub fn executor_settings(policy: &SandboxPolicy, cwd_alias: &Path, runsc: Option<&Path>) -> Value {
+    let gvisor = match (policy.isolation, runsc) {
+        (Isolation::Gvisor, Some(runsc)) => Some(GvisorExec::new(runsc, policy)),
+        _ => None,
+    };
     json!({
         "checkout": policy.checkout,
         "cwd_alias": cwd_alias,
         "devshell": policy.devshell_script,
         "prelude": policy.command_prelude(),
         "watch": policy.deny_read,
+        "gvisor": gvisor,
     })
 }
 
@@ -121,6 +133,10 @@ impl Tools {
         let runner = inputs.runner.ok_or(AgentError::NoRunner)?;
         let srt_package = crate::binaries::srt_package_dir(srt)
             .ok_or_else(|| AgentError::NoSrtPackage(srt.into()))?;
+        // Never the host's kernel in gVisor's place (admission probed it; this is its path).
+        if inputs.policy.isolation == Isolation::Gvisor && inputs.srt_programs.runsc.is_none() {
+            return Err(AgentError::NoRunsc);
+        }
         Ok(Tools {
             node: node.to_path_buf(),
             runner: runner.to_path_buf(),
@@ -162,7 +178,11 @@ pub fn plan(
         ),
         file(
             "executor.json",
-            pretty(&executor_settings(policy, cwd_alias)),
+            pretty(&executor_settings(
+                policy,
+                cwd_alias,
+                tools.programs.runsc.as_deref(),
+            )),
         ),
         file(HOST_SCRIPT, HOST.to_string()),
     ];

@@ -122,6 +122,8 @@ pub enum AgentError {
     NoRunner,
     #[error("srt's package (its package.json) was not found from {0}: point QUEST_RUNNER_SRT at the srt of an installed @anthropic-ai/sandbox-runtime")]
     NoSrtPackage(PathBuf),
+    #[error("the job's commands run on gVisor (config isolation), and runsc was not found: set QUEST_RUNNER_RUNSC or put runsc on PATH")]
+    NoRunsc,
     #[error(transparent)]
     Io(#[from] IoError),
 }

@@ -26,6 +26,7 @@ pub(super) fn doctor(globals: &Globals, args: &DoctorArgs) -> Result<(), Failure
             checks.push(file_systems_check(&ctx));
             checks.push(checkouts_check(&ctx));
             checks.push(deps_check(&ctx));
+            checks.push(isolation_check(&ctx));
             if let Some(queue) = &ctx.config.queue {
                 checks.push(queue_check(queue));
             }
@@ -241,6 +242,37 @@ fn deps_check(ctx: &Context) -> Check {
             crate::disk::human(ctx.config.deps.max_artifact)
         ),
     )
+}
+
+/// Where each trust level's commands run, and whether runsc runs here: a level set to
+/// `gvisor` where it cannot refuses its jobs, which fails the check.
+fn isolation_check(ctx: &Context) -> Check {
+    let levels = ctx.config.isolation;
+    let probe = super::runtime::runtime(None)
+        .map_err(|f| f.message)
+        .map(|rt| rt.block_on(crate::sandbox::gvisor::probe()));
+    let gvisor = match &probe {
+        Ok(p) => p.describe(),
+        Err(e) => e.clone(),
+    };
+    let works = probe.as_ref().is_ok_and(|p| p.works());
+    let detail = format!(
+        "untrusted: {}, trusted: {}; gVisor: {gvisor}",
+        levels.untrusted.name(),
+        levels.trusted.name()
+    );
+    match (levels.uses_gvisor(), works) {
+        (true, false) => Check::fail(
+            "commands' kernel",
+            format!("{detail}: the gvisor level's jobs are refused"),
+            Some(
+                "install runsc 0.0~20240729 or later (Debian: bookworm-backports or trixie), or \
+                 set that level of isolation to \"namespace\""
+                    .into(),
+            ),
+        ),
+        _ => Check::ok("commands' kernel", detail),
+    }
 }
 
 const PRIVATE_FILES_CHECK: &str = "config and secrets";

@@ -21,6 +21,8 @@ pub struct SelftestOptions {
     pub registries: bool,
     /// How long each suite job may run.
     pub job_timeout: std::time::Duration,
+    /// The kernel the suite's commands run on.
+    pub isolation: crate::sandbox::gvisor::Isolation,
 }
 
 /// The `selftest` subcommand's handler: `quest_runner_selftest::command::run`.

@@ -218,6 +218,19 @@ struct SelftestArgs {
     /// How long each suite job may run: more on a slow host (an emulated CPU).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
     job_timeout: std::time::Duration,
+    /// The kernel the suite's commands run on (config `isolation`): `gvisor` runs the suite on
+    /// both a trusted and an untrusted revision, with the attempts only another kernel holds.
+    #[arg(long, value_name = "ISOLATION", default_value = "namespace", value_parser = parse_isolation)]
+    isolation: crate::sandbox::gvisor::Isolation,
+}
+
+fn parse_isolation(text: &str) -> Result<crate::sandbox::gvisor::Isolation, String> {
+    use crate::sandbox::gvisor::Isolation;
+    match text {
+        "namespace" => Ok(Isolation::Namespace),
+        "gvisor" => Ok(Isolation::Gvisor),
+        other => Err(format!("{other:?}: expected namespace or gvisor")),
+    }
 }
 
 /// A job, from a file and/or flags (flags override the file's fields).
@@ -512,10 +525,12 @@ fn run(cli: Cli, selftest: extension::Selftest) -> Result<(), Failure> {
                 &ctx,
                 &extension::SelftestOptions {
                     agents,
-                    untrusted: args.untrusted,
+                    untrusted: args.untrusted
+                        || args.isolation == crate::sandbox::gvisor::Isolation::Gvisor,
                     mutations: args.mutations,
                     registries: args.registries,
                     job_timeout: args.job_timeout,
+                    isolation: args.isolation,
                 },
             )
         }

@@ -10,7 +10,10 @@ use super::deps::DepsFile;
 use super::field::FieldError;
 use super::limits::LimitsFile;
 use super::postgres::QueueFile;
-use super::{Account, Config, EventsConfig, MetricsConfig, NetworkConfig, NixConfig, PushConfig};
+use super::{
+    Account, Config, EventsConfig, IsolationConfig, MetricsConfig, NetworkConfig, NixConfig,
+    PushConfig,
+};
 
 /// The config file's fields; [`Config`] documents what each means.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -36,6 +39,8 @@ pub struct ConfigFile {
     pub events: EventsConfig,
     #[serde(skip_serializing_if = "DepsFile::is_empty")]
     pub deps: DepsFile,
+    #[serde(skip_serializing_if = "IsolationConfig::is_default")]
+    pub isolation: IsolationConfig,
 }
 
 impl Default for ConfigFile {
@@ -62,6 +67,7 @@ pub fn with_example(field: &str, message: String) -> String {
             "\"4G\" (or \"512M\", a number of bytes)"
         }
         "pids" => "\"pids\": 1024",
+        "untrusted" | "trusted" => "\"gvisor\" or \"namespace\"",
         "cpus" => "\"cpus\": 1.5",
         "options" => "\"options\": {\"substituters\": \"\"}",
         "model" => "\"model\": \"anthropic/claude-sonnet-4-5\"",
@@ -112,6 +118,7 @@ impl TryFrom<ConfigFile> for Config {
             metrics: file.metrics,
             events: file.events,
             deps,
+            isolation: file.isolation,
         })
     }
 }
@@ -132,6 +139,7 @@ impl From<Config> for ConfigFile {
             metrics: config.metrics,
             events: config.events,
             deps: DepsFile::from(&config.deps),
+            isolation: config.isolation,
         }
     }
 }

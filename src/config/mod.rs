@@ -16,6 +16,7 @@ pub mod deps;
 pub mod events;
 mod field;
 mod file;
+pub mod isolation;
 mod limits;
 pub mod metrics;
 pub mod postgres;
@@ -26,6 +27,7 @@ pub use deps::{DepsConfig, DepsFile};
 pub use events::{EventsConfig, Webhook};
 pub use field::FieldError;
 pub use file::ConfigFile;
+pub use isolation::IsolationConfig;
 pub use limits::{Count, LimitsConfig, LimitsFile, MilliCpus, Size};
 pub use metrics::MetricsConfig;
 pub use postgres::{QueueConfig, QueueFile};
@@ -65,6 +67,8 @@ pub struct Config {
     pub events: EventsConfig,
     /// The dependency cache's bounds.
     pub deps: DepsConfig,
+    /// Which kernel answers each trust level's commands.
+    pub isolation: IsolationConfig,
 }
 
 /// One job per core: the agents' own work (Node, the sandbox, the job's commands) is what
@@ -88,6 +92,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             events: EventsConfig::default(),
             deps: DepsConfig::default(),
+            isolation: IsolationConfig::default(),
         }
     }
 }

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use super::wire::{self, Control, Reply, Request};
+use crate::sandbox::gvisor::{self, GvisorExec};
 use crate::util::shell::quote_bytes;
 
 /// The `ARGV0` srt sets for the helper it starts: this binary's executor mode.
@@ -65,6 +66,10 @@ pub struct Config {
     /// ([`Fingerprint`]).
     #[serde(default)]
     pub watch: Vec<PathBuf>,
+    /// Set in `gvisor` isolation: each command runs as a container of runsc instead of under
+    /// srt's seccomp helper ([`crate::sandbox::gvisor`]).
+    #[serde(default)]
+    pub gvisor: Option<GvisorExec>,
 }
 
 /// Exit status when the executor cannot start: the host reports the sandbox as failed.
@@ -245,20 +250,20 @@ fn serve(conn: UnixStream, shared: &Shared) {
         let _ = wire::send_reply(&conn, &Reply::Retry);
         return;
     }
-    let mut cmd = Command::new(&shared.config.apply_seccomp);
-    cmd.arg(&shared.shell)
-        .arg("-c")
-        .arg(OsString::from_vec(script(&shared.config, &request)))
-        .env_clear()
-        .envs(shared.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&shared.config.checkout)
-        .stdin(Stdio::from(stdin))
+    let (mut cmd, container) = match command(shared, &request) {
+        Ok(planned) => planned,
+        Err(message) => {
+            let _ = wire::send_reply(&conn, &Reply::Error(message));
+            return;
+        }
+    };
+    cmd.stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let message = format!("starting {}: {e}", shared.config.apply_seccomp.display());
+            let message = format!("starting {}: {e}", cmd.get_program().to_string_lossy());
             let _ = wire::send_reply(&conn, &Reply::Error(message));
             return;
         }
@@ -281,9 +286,78 @@ fn serve(conn: UnixStream, shared: &Shared) {
         },
         Err(e) => Reply::Error(format!("waiting for the command: {e}")),
     };
+    // A container's state and bundle: its processes are gone with runsc's.
+    if let Some(dir) = container {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let _ = wire::send_reply(&conn, &reply);
     // The watcher reads end-of-file and finds nothing to kill.
     let _ = conn.shutdown(std::net::Shutdown::Both);
+}
+
+/// The command as the sandbox runs it: under srt's seccomp helper, or as a container of
+/// runsc (with the directory of its bundle and state, removed when it ends).
+fn command(shared: &Shared, request: &Request) -> Result<(Command, Option<PathBuf>), String> {
+    let script = OsString::from_vec(script(&shared.config, request));
+    let Some(exec) = &shared.config.gvisor else {
+        let mut cmd = Command::new(&shared.config.apply_seccomp);
+        cmd.arg(&shared.shell)
+            .arg("-c")
+            .arg(script)
+            .env_clear()
+            .envs(shared.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&shared.config.checkout);
+        return Ok((cmd, None));
+    };
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let id = format!(
+        "c{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    let dir = exec.state.join(&id);
+    let bundle = dir.join("bundle");
+    let root = dir.join("root");
+    let made = std::fs::create_dir_all(&bundle).and_then(|()| std::fs::create_dir_all(&root));
+    let args = [shared.shell.clone().into_os_string(), "-c".into(), script];
+    let spec = gvisor::spec(&gvisor::CommandSpec {
+        args: &args,
+        env: &shared.env,
+        cwd: &shared.config.checkout,
+        exec,
+        rlimits: &passed_rlimits(),
+    });
+    let written = made.and_then(|()| std::fs::write(bundle.join("config.json"), spec.to_string()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!(
+            "writing the command's container in {}: {e}",
+            dir.display()
+        ));
+    }
+    let mut cmd = Command::new(&exec.runsc);
+    cmd.args(exec.run_args(&root, &bundle, &id))
+        .env_clear()
+        .envs(shared.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&shared.config.checkout);
+    Ok((cmd, Some(dir)))
+}
+
+/// The executor's own limits a command keeps inside gVisor: the file size (the job's disk
+/// limit) and the open files. The Sentry's own host calls are held to them too.
+fn passed_rlimits() -> Vec<(&'static str, u64, u64)> {
+    use rustix::process::{getrlimit, Resource};
+    let value = |v: Option<u64>| v.unwrap_or(u64::MAX);
+    [
+        (Resource::Fsize, "RLIMIT_FSIZE"),
+        (Resource::Nofile, "RLIMIT_NOFILE"),
+    ]
+    .into_iter()
+    .map(|(resource, name)| {
+        let limit = getrlimit(resource);
+        (name, value(limit.current), value(limit.maximum))
+    })
+    .collect()
 }
 
 /// The command: into its working directory (opencode's own private one means the checkout),

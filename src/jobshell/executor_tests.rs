@@ -14,6 +14,7 @@ fn config(devshell: Option<&str>) -> Config {
         prelude: String::new(),
         devshell: devshell.map(PathBuf::from),
         watch: Vec::new(),
+        gvisor: None,
     }
 }
 
@@ -69,6 +70,7 @@ fn shared(dir: &Path) -> (Shared, OwnedFd) {
             prelude: String::new(),
             devshell: None,
             watch: Vec::new(),
+            gvisor: None,
         },
         shell: "/bin/bash".into(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],

@@ -7,6 +7,7 @@ use super::Runner;
 use crate::config::Account;
 use crate::job::{Job, Trust};
 use crate::preflight;
+use crate::sandbox::gvisor::Isolation;
 
 impl Runner {
     /// The account `job` runs on, or why the runner refuses it.
@@ -49,5 +50,25 @@ impl Runner {
         self.room_to_start()
             .map_err(|e| Stop::refused(e.to_string()))?;
         Ok(account)
+    }
+
+    /// A trust level set to run on gVisor where runsc cannot run refuses its jobs: never the
+    /// host's kernel in its place.
+    pub(super) async fn admit_isolation(&self, job: &Job) -> Result<(), Stop> {
+        let isolation = self.config.isolation.for_trust(job.trust);
+        if isolation != Isolation::Gvisor {
+            return Ok(());
+        }
+        let probe = self.gvisor().await;
+        match &probe.fails {
+            None => Ok(()),
+            Some(why) => Err(Stop::refused(format!(
+                "isolation.{} is gvisor, and gVisor cannot run here: {why}. Install runsc \
+                 (0.0~20240729 or later: bookworm-backports, trixie) or set isolation.{} to \
+                 \"namespace\"",
+                job.trust.name(),
+                job.trust.name()
+            ))),
+        }
     }
 }

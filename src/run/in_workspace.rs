@@ -227,11 +227,18 @@ impl JobRun<'_> {
             .as_deref()
             .map(crate::devshell::repo_store::real_dir);
         let tool = agent_tool(self.job.agent);
-        let programs: Vec<PathBuf> = [tool, Tool::Bwrap, Tool::Srt, Tool::Node, Tool::Setpriv]
-            .into_iter()
-            .filter_map(|t| crate::binaries::find(t).ok())
-            .chain(crate::jobshell::runner_binary().ok())
-            .collect();
+        let programs: Vec<PathBuf> = [
+            tool,
+            Tool::Bwrap,
+            Tool::Srt,
+            Tool::Node,
+            Tool::Setpriv,
+            Tool::Runsc,
+        ]
+        .into_iter()
+        .filter_map(|t| crate::binaries::find(t).ok())
+        .chain(crate::jobshell::runner_binary().ok())
+        .collect();
         let store = crate::store_path::store_dir();
         match crate::sandbox::store::view(&store, &closure.paths, &programs) {
             Ok(paths) => Some(StoreView {

@@ -68,6 +68,8 @@ pub struct Runner {
     /// job that reads its locks (`None` where the cache could not be opened: jobs then get
     /// no locked dependencies, and the log says why).
     deps: Arc<std::sync::OnceLock<Option<Arc<crate::deps::Deps>>>>,
+    /// Whether runsc runs here, asked at the first job a `gvisor` level runs and kept.
+    gvisor: Arc<tokio::sync::OnceCell<crate::sandbox::gvisor::Probe>>,
 }
 
 impl Runner {
@@ -96,7 +98,13 @@ impl Runner {
             gateway: Arc::new(tokio::sync::OnceCell::new()),
             gateway_options,
             deps: Arc::default(),
+            gvisor: Arc::default(),
         }
+    }
+
+    /// Whether runsc runs here (probed once, at the first call).
+    pub async fn gvisor(&self) -> &crate::sandbox::gvisor::Probe {
+        self.gvisor.get_or_init(crate::sandbox::gvisor::probe).await
     }
 
     /// Denies `path`, the config file the runner was started with, to commands (one inside
@@ -189,6 +197,8 @@ impl Runner {
             gateway: self.gateway.clone(),
             gateway_options: self.gateway_options.clone(),
             deps: self.deps.clone(),
+            // Asked again: a reload is how an operator who installed runsc says so.
+            gvisor: Arc::default(),
         }
     }
 
@@ -280,6 +290,10 @@ impl Runner {
                 return None;
             }
         };
+        if let Err(stop) = self.admit_isolation(job).await {
+            result.end(stop.outcome, stop.message);
+            return None;
+        }
         if job.trust == Trust::Trusted {
             // The network proxy's CA key, generated while the workspace is prepared.
             crate::netproxy::ca::warm_up();
@@ -370,7 +384,7 @@ impl Runner {
         paths: &WorkspacePaths,
         dependency_hosts: &[String],
     ) -> Result<SandboxPolicy, crate::sandbox::private::PlacementError> {
-        Ok(sandbox::plan(
+        let mut policy = sandbox::plan(
             paths,
             &PolicyInputs {
                 platform: sandbox::Platform::current(),
@@ -382,7 +396,9 @@ impl Runner {
                 operator_home: self.operator_home.clone(),
                 private: self.private_files()?,
             },
-        ))
+        );
+        policy.isolation = self.config.isolation.for_trust(job.trust);
+        Ok(policy)
     }
 
     /// Every account's secret files, the queue database's password file and the config

@@ -3,6 +3,7 @@
 pub mod boundary;
 mod env;
 mod files;
+pub mod gvisor;
 mod inputs;
 mod network;
 pub mod policy;

@@ -70,6 +70,9 @@ pub struct SandboxPolicy {
     /// The store paths the job's namespace shows, the rest of the store absent
     /// ([`super::store`]); `None`: the whole store, which every user may read.
     pub store_view: Option<super::store::StoreView>,
+    /// Which kernel answers the commands (config `isolation`, by trust level): the host's,
+    /// behind srt's namespaces, or gVisor's inside them ([`super::gvisor`]).
+    pub isolation: super::gvisor::Isolation,
 }
 
 /// Builds the policy. Pure: the private files' directories were resolved before.
@@ -102,6 +105,7 @@ pub fn plan(ws: &WorkspacePaths, inputs: &PolicyInputs) -> SandboxPolicy {
         checkout: ws.checkout.clone(),
         devshell_script: ws.devshell_script.clone(),
         store_view: None,
+        isolation: super::gvisor::Isolation::Namespace,
     }
 }
 

@@ -52,6 +52,7 @@ async fn suite_with(
         controls: mutation.is_none() && !agent_rules_off,
         agent_rules_off,
         job_timeout: quest_runner_selftest::boundary::JOB_TIMEOUT,
+        isolation: quest_runner::sandbox::gvisor::Isolation::Namespace,
     };
     boundary::run(&cfg).await.expect("the suite runs")
 }

@@ -165,6 +165,10 @@ fn full_config() -> Config {
             cache_size: 50 << 30,
             max_artifact: 1 << 30,
         },
+        isolation: quest_runner::config::IsolationConfig {
+            untrusted: quest_runner::sandbox::gvisor::Isolation::Gvisor,
+            trusted: quest_runner::sandbox::gvisor::Isolation::Gvisor,
+        },
     }
 }
 
@@ -186,6 +190,7 @@ const FULL_MODULE_CONFIG: &str = r#"{
         timeout = "20s";
       };
       deps = { cache_size = "50G"; max_artifact = "1G"; };
+      isolation = { untrusted = "gvisor"; trusted = "gvisor"; };
       limits = { memory = "4G"; pids = 512; cpus = 1.5; disk = "20G"; disk_reserve = "off"; disk_files = 2000000; disk_reserve_files = "off"; tokens = 500000; };
       push."https://git.example.org/team/app.git" = {
         remote = "git@git.example.org:team/app.git";

@@ -14,6 +14,7 @@ mod devshell_inprocess;
 mod docs;
 mod events;
 mod flake;
+mod gvisor;
 mod job_git;
 mod jobshell;
 mod layered;

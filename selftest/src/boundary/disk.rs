@@ -300,15 +300,20 @@ fn disk_repo(fixture: &Fixture) -> Result<Revs, String> {
 
 /// The one step both jobs run. The filler writes files until the disk refuses
 /// ([`Form::fill`]), then holds what it wrote; the other writes and commits its work.
+/// The file each job of the pair writes in its checkout once it waits for its `go`.
+const WAITING: &str = ".waiting-for-go";
+
 fn step(token: &str, form: Form) -> Step {
     let fill = form.fill();
     // `$w`: the waiting processes' names are in their argv[0] only, not in the script text
     // that the command's own shell carries in its command line.
+    // Each also says it waits with a file in its checkout: on gVisor's kernel the host sees
+    // no process of the job's by its name, only the sandbox's.
     Step::bash(format!(
-        "w=wait; if [ -e fill-me ]; then \
+        "w=wait; if [ -e fill-me ]; then : > {WAITING}; \
            (exec -a \"fill-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
            {fill}; echo FILLED-$i; (exec -a fill-hold sleep 300); \
-         else \
+         else : > {WAITING}; \
            (exec -a \"beside-$w-{token}\" sh -c 'while [ ! -e go ]; do sleep 0.05; done'); \
            {{ head -c {WORK_BYTES} /dev/urandom > work.bin && git add work.bin && \
               git commit -qm 'work beside the filler' && echo BESIDE-RAN-{token}; }} 2>&1; \
@@ -420,8 +425,9 @@ async fn race(runner: &Runner, jobs: &PairJobs, dir: &Path, token: &str) -> Race
     };
     let beside = async {
         let waiting = format!("fill-wait-{token}");
+        let said = jobs.checkout(&jobs.filler).join(WAITING);
         let ready = wait_until(Duration::from_secs(120), || {
-            filler_done.load(Ordering::SeqCst) || running(&waiting)
+            filler_done.load(Ordering::SeqCst) || running(&waiting) || said.exists()
         })
         .await;
         let result = match ready && !filler_done.load(Ordering::SeqCst) {
@@ -436,8 +442,9 @@ async fn race(runner: &Runner, jobs: &PairJobs, dir: &Path, token: &str) -> Race
     };
     let drive = async {
         let waiting = format!("beside-wait-{token}");
+        let said = jobs.checkout(&jobs.beside).join(WAITING);
         wait_until(Duration::from_secs(120), || {
-            beside_done.load(Ordering::SeqCst) || running(&waiting)
+            beside_done.load(Ordering::SeqCst) || running(&waiting) || said.exists()
         })
         .await;
         // The job beside's `go` is made now and renamed later: on a file system with no inode

@@ -29,6 +29,7 @@ pub const DISK_FILL: &str = "disk-fill";
 /// | `no-disk-limit`         | `limits.disk` (not a policy rule: the suite runs the disk pair without it) | disk-fill |
 /// | `private-by-name`       | private files hidden with their directories, not by name | rotate-secrets |
 /// | `private-real-dir-only` | ...and with the directories their links point into | rotate-secrets |
+/// | `host-kernel`           | `gvisor` isolation: the commands on gVisor's kernel (only in `gvisor` runs) | kernel-version |
 ///
 /// The agent's own rules alone (Claude Code's permission rules, opencode's plugin) are no
 /// mutation: with them off and the namespace in force every file-tool attempt must still be
@@ -54,6 +55,7 @@ pub enum Mutation {
     NoDiskLimit,
     PrivateByName,
     PrivateRealDirOnly,
+    HostKernel,
 }
 
 impl Mutation {
@@ -82,6 +84,15 @@ impl Mutation {
             .collect()
     }
 
+    /// [`Mutation::here`], and in `gvisor` runs the one that takes gVisor away.
+    pub fn here_for(isolation: quest_runner::sandbox::gvisor::Isolation) -> Vec<Mutation> {
+        let mut all = Self::here();
+        if isolation == quest_runner::sandbox::gvisor::Isolation::Gvisor {
+            all.push(Mutation::HostKernel);
+        }
+        all
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mutation::WriteSharedTmp => "write-shared-tmp",
@@ -97,6 +108,7 @@ impl Mutation {
             Mutation::NoDiskLimit => "no-disk-limit",
             Mutation::PrivateByName => "private-by-name",
             Mutation::PrivateRealDirOnly => "private-real-dir-only",
+            Mutation::HostKernel => "host-kernel",
         }
     }
 
@@ -115,6 +127,7 @@ impl Mutation {
             Mutation::AdminPointersWritable => &["commondir-redirect"],
             Mutation::NoDiskLimit => &[DISK_FILL],
             Mutation::PrivateByName | Mutation::PrivateRealDirOnly => &["rotate-secrets"],
+            Mutation::HostKernel => &["kernel-version"],
         }
     }
 
@@ -164,6 +177,10 @@ impl Mutation {
                 paths
             }),
             // As a fix that forgot links would be: the directory the file really is in now.
+            // The runner's policy says gvisor; the commands run in the namespace.
+            Mutation::HostKernel => {
+                policy.isolation = quest_runner::sandbox::gvisor::Isolation::Namespace;
+            }
             Mutation::PrivateRealDirOnly => hide_private_instead(policy, |file| {
                 file.parent()
                     .and_then(|d| std::fs::canonicalize(d).ok())

@@ -10,6 +10,7 @@ mod devshell;
 mod file_tools;
 mod gateway;
 pub(crate) mod git_attacks;
+mod kernel;
 mod permitted;
 mod planted;
 mod registry;
@@ -55,6 +56,8 @@ pub enum Rule {
     Gateway,
     /// Commands cannot reach what runs them (opencode's executor and its socket).
     CommandShell,
+    /// In `gvisor` isolation, commands are answered by gVisor's kernel, never the host's.
+    Kernel,
 }
 
 /// How an escape shows.
@@ -130,6 +133,8 @@ pub struct Targets {
     /// The runner's model gateway: its port on 127.0.0.1 where the agent reaches it, and a
     /// live token of the job's account.
     pub gateway: Option<(u16, String)>,
+    /// Which kernel the suite's config has the commands run on.
+    pub isolation: quest_runner::sandbox::gvisor::Isolation,
 }
 
 pub(super) fn ran(id: &str) -> String {

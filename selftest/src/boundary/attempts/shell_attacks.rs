@@ -130,6 +130,7 @@ impl ControlExecutor {
             prelude: String::new(),
             devshell: None,
             watch: Vec::new(),
+            gvisor: None,
         };
         let text = serde_json::to_string(&config).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&runner);

@@ -27,6 +27,7 @@ pub fn all(fixture: &Fixture, t: &Targets) -> Vec<Attempt> {
     list.extend(cgroup_attempts());
     list.extend(super::git_attacks::attempts(fixture, t));
     list.extend(super::shell_attacks::attempts(fixture, t));
+    list.extend(super::kernel::kernel_attempts(t));
     if t.trust == Trust::Untrusted {
         // No unconfined form: offline, nothing outside the sandbox reaches a registry either.
         // Its control is the trusted run's, where the same request is forwarded.

@@ -110,6 +110,7 @@ impl Harness {
             port: self.server.addr.port(),
             registry: self.registry.as_ref().map(|r| r.port),
             gateway: Some((gateway.addr.port(), grant.token.clone())),
+            isolation: cfg.isolation,
         }
     }
 

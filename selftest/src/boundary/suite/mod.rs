@@ -53,6 +53,8 @@ pub struct SuiteConfig {
     pub agent_rules_off: bool,
     /// The suite job's timeout (5 minutes; more on an emulated CPU).
     pub job_timeout: Duration,
+    /// Which kernel the job's commands run on (the config's `isolation`, both levels).
+    pub isolation: quest_runner::sandbox::gvisor::Isolation,
 }
 
 /// The suite job's timeout where nothing else is asked.

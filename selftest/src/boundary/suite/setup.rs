@@ -13,12 +13,15 @@ pub(super) fn suite_config(
     server: &ModelServer,
     cfg: &SuiteConfig,
 ) -> Result<Config, String> {
-    Ok(scripted_config(
+    let mut config = scripted_config(
         cfg.agent,
         &fixture.account_file,
         server,
         cfg.trust == Trust::Untrusted,
-    ))
+    );
+    config.isolation.trusted = cfg.isolation;
+    config.isolation.untrusted = cfg.isolation;
+    Ok(config)
 }
 
 /// A runner config with one account, `main`, for `agent`, whose model is the scripted one
