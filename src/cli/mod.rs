@@ -43,10 +43,7 @@ Exit codes:
   130  interrupted by SIGINT
   143  terminated by SIGTERM";
 
-/// What the program does: the first line of `--help`, the man page's NAME and DESCRIPTION.
-/// clap's bare `about` would take the description of the package this module is compiled in,
-/// the core library's ("The core of quest-runner: ..."), which tells a user nothing; this is
-/// the binary package's description (Cargo.toml), which `tests/suite/cli.rs` holds it to.
+/// `--help`'s first line and man's NAME: the binary's description; bare `about` takes the core's.
 const ABOUT: &str =
     "Runs AI coding-agent jobs on a pinned revision, in an OS sandbox, with that revision's Nix devShell";
 
