@@ -30,6 +30,8 @@ const PAIR_ROUNDS: usize = 200;
 const MISS_ROUNDS: usize = 5;
 
 fn main() {
+    // The job's proxy (below) finds srt in this process's environment.
+    support::pinned::export(&[quest_runner::binaries::Tool::Srt]);
     let work = tempfile::tempdir().expect("temp dir");
     let repo = SampleRepo::new(work.path());
     let state = work.path().join("state");
@@ -375,7 +377,7 @@ fn job_proxy(
     };
     let proxy = rt
         .block_on(quest_runner::netproxy::job::start(policy, net))
-        .expect("the job's proxy (srt: QUEST_RUNNER_SRT)")
+        .expect("the job's proxy")
         .expect("a trusted policy reaches the registries");
     let net = quest_runner::devshell::network::NixNet {
         proxy_port: proxy.port,

@@ -6,7 +6,8 @@
 //! untouched, the runner's terminates it with the job's CA, decides, and opens its own TLS
 //! connection upstream, so the difference is the price of seeing the method and path.
 //!
-//! `cargo bench --bench netproxy` (needs srt, bwrap, socat, curl and node: `scripts/setup`).
+//! `cargo bench --bench netproxy` (needs bwrap, socat, curl, node and the pinned srt,
+//! `QUEST_RUNNER_SRT` or npm/node_modules/.bin: `scripts/setup`, `support/pinned.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,6 +23,8 @@ const REQUESTS: usize = 100;
 const ROUNDS: usize = 3;
 
 // Shared with the tests, of which this bench uses a part.
+#[path = "support/pinned.rs"]
+mod pinned;
 #[allow(dead_code)]
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
@@ -201,7 +204,7 @@ fn compare(
 }
 
 fn main() {
-    let srt = quest_runner::binaries::find(quest_runner::binaries::Tool::Srt).expect("srt");
+    let srt = pinned::path(quest_runner::binaries::Tool::Srt);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (plain, _) = upstream::upstream();
     let tls = TlsUpstream::start();

@@ -24,7 +24,7 @@
 //!
 //! `cargo bench --bench run`. Needs root (the scripted model runs in a network namespace of
 //! its own) and the pinned agents (`scripts/setup`; `QUEST_RUNNER_CLAUDE`, `_OPENCODE`,
-//! `_SRT` or npm/node_modules/.bin).
+//! `_SRT` or npm/node_modules/.bin: `support::pinned`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,6 +33,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quest_runner::agent::{self, AgentInputs};
+use quest_runner::binaries::Tool;
 use quest_runner::config::{Account, OpencodeAccount};
 use quest_runner::job::{AgentKind, Job, Trust};
 use quest_runner::jobshell::host::Prepared;
@@ -54,14 +55,6 @@ const GAP_ROUNDS: usize = 3;
 const SHELL_CALLS: usize = 60;
 /// Of those, calls of `srt -c true` (~0.4 s each).
 const SRT_CALLS: usize = 15;
-
-fn pinned(var: &str, name: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("npm/node_modules/.bin")
-            .join(name)
-    })
-}
 
 /// Time from `started` to the first main-loop request the server received after it.
 fn first_request_after(server: &ModelServer, started: Instant) -> Option<Duration> {
@@ -128,9 +121,9 @@ async fn main() {
     });
     std::fs::write(state.join("config.json"), config.to_string()).expect("config");
     let runner = PathBuf::from(env!("CARGO_BIN_EXE_quest-runner"));
-    let claude = pinned("QUEST_RUNNER_CLAUDE", "claude");
-    let opencode = pinned("QUEST_RUNNER_OPENCODE", "opencode");
-    let srt = pinned("QUEST_RUNNER_SRT", "srt");
+    let claude = support::pinned::path(Tool::Claude);
+    let opencode = support::pinned::path(Tool::Opencode);
+    let srt = support::pinned::path(Tool::Srt);
 
     // A runner that is its service user, beside root's, with its own state and repository.
     let service = ServiceUser::from_env(work.path()).map(|user| {

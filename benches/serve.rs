@@ -4,14 +4,16 @@
 //! resident memory idle and busy (agents not counted; target idle: under 20 MB).
 //!
 //! `cargo bench --bench serve`. Needs root (the scripted model runs in a network namespace
-//! of its own) and the pinned Claude Code (`QUEST_RUNNER_CLAUDE` or npm/node_modules/.bin).
+//! of its own) and the pinned Claude Code and srt (`QUEST_RUNNER_CLAUDE`, `_SRT` or
+//! npm/node_modules/.bin: `support::pinned`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use quest_runner::binaries::Tool;
 use quest_runner_selftest::model_server::ModelServer;
 
 mod support;
@@ -26,6 +28,7 @@ struct Bench {
     repo: PathBuf,
     rev: String,
     claude: PathBuf,
+    srt: PathBuf,
 }
 
 impl Bench {
@@ -34,6 +37,7 @@ impl Bench {
         cmd.arg("--state-dir")
             .arg(&self.state)
             .env("QUEST_RUNNER_CLAUDE", &self.claude)
+            .env("QUEST_RUNNER_SRT", &self.srt)
             .env("RUST_LOG", "warn");
         cmd
     }
@@ -119,11 +123,8 @@ async fn main() {
         repo: repo.src(),
         state,
         key,
-        claude: std::env::var_os("QUEST_RUNNER_CLAUDE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("npm/node_modules/.bin/claude")
-            }),
+        claude: support::pinned::path(Tool::Claude),
+        srt: support::pinned::path(Tool::Srt),
     };
     let server = ModelServer::start_isolated(vec![]).expect("model server");
 

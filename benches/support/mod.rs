@@ -10,6 +10,7 @@ use std::time::Duration;
 use quest_runner_selftest::static_bash::{BuilderInput, BUILDER};
 
 pub mod agents_alone;
+pub mod pinned;
 pub mod service_user;
 
 /// A repository whose every commit has a devShell of its own (the commit's label is in the

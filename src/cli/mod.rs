@@ -43,8 +43,12 @@ Exit codes:
   130  interrupted by SIGINT
   143  terminated by SIGTERM";
 
+/// `--help`'s first line and man's NAME: the binary's description; bare `about` takes the core's.
+const ABOUT: &str =
+    "Runs AI coding-agent jobs on a pinned revision, in an OS sandbox, with that revision's Nix devShell";
+
 #[derive(Debug, Parser)]
-#[command(name = "quest-runner", version, about, after_help = EXIT_CODES)]
+#[command(name = "quest-runner", version, about = ABOUT, after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(flatten)]
     globals: Globals,

@@ -204,18 +204,46 @@ fn command(
     host_network: bool,
 ) -> Result<Command, DevShellError> {
     let bwrap = binaries::find(Tool::Bwrap)?;
+    let host_store = host_store();
+    let host_store = host_store.as_deref();
     Ok(match rustix::process::geteuid().is_root() {
         true => {
             let mut cmd = Command::new(binaries::find(Tool::Unshare)?);
-            cmd.args(plan(&bwrap, daemon, net, host_network));
+            cmd.args(plan(&bwrap, daemon, net, host_network, host_store));
             cmd
         }
         false => {
             let mut cmd = Command::new(&bwrap);
-            cmd.args(plan_unprivileged(daemon, net, host_network));
+            cmd.args(plan_unprivileged(daemon, net, host_network, host_store));
             cmd
         }
     })
+}
+
+/// The host's store directory, to be read-only in the daemon's namespace, when there is one.
+///
+/// The daemon's store is the repository's, a chroot store whose paths are named
+/// `/nix/store/...` but kept under the state directory; nothing it does should touch the
+/// host's `/nix/store`. Nix 2.8 does: a build that fails (or is stopped by RLIMIT_FSIZE at
+/// `limits.disk`) has its outputs moved out of the build's sandbox "for easier debugging" by
+/// a `rename` to the output's *logical* path, the host's `/nix/store/<hash>-<name>`, where the
+/// bytes stay unregistered, unrooted and uncounted (issue 55; Nix 2.13 and later rename to the
+/// store's real path). Read-only there, that `rename` fails, which Nix ignores, and the output
+/// goes with the sandbox's directory in the repository's store, which Nix or
+/// [`RepoStore::clear_unfinished`] removes.
+fn host_store() -> Option<PathBuf> {
+    let store = crate::store_path::store_dir();
+    store.is_dir().then_some(store)
+}
+
+/// bubblewrap's arguments that keep `host_store` read-only in the daemon's namespace.
+fn read_only(host_store: Option<&Path>) -> Vec<String> {
+    host_store
+        .map(|dir| {
+            let dir = dir.to_string_lossy().into_owned();
+            vec!["--ro-bind".to_string(), dir.clone(), dir]
+        })
+        .unwrap_or_default()
 }
 
 /// The job's limits on the daemon and so on its builders: the job's rlimit hook, and
@@ -279,14 +307,22 @@ pub fn nix_daemon(nix: &Path) -> Result<PathBuf, crate::binaries::BinaryError> {
 /// sandbox mounts another inside it; bubblewrap run by root would cover it), whose first
 /// process's end kills every builder; then bubblewrap for the network namespace (its
 /// loopback up), keeping root's capabilities over the host's tree (the daemon writes the
-/// store and switches to the build users); then the bridge's inside when the job has a proxy.
-pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: bool) -> Vec<String> {
+/// store and switches to the build users), the host's store read-only ([`host_store`]); then
+/// the bridge's inside when the job has a proxy.
+pub fn plan(
+    bwrap: &Path,
+    daemon: &Path,
+    net: Option<&NixNet>,
+    host_network: bool,
+    host_store: Option<&Path>,
+) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         .map(String::from)
         .to_vec();
     args.push(s(bwrap));
     args.extend(["--dev-bind", "/", "/"].map(String::from));
+    args.extend(read_only(host_store));
     if !host_network {
         args.push("--unshare-net".to_string());
     }
@@ -300,11 +336,18 @@ pub fn plan(bwrap: &Path, daemon: &Path, net: Option<&NixNet>, host_network: boo
 
 /// bubblewrap's arguments for a runner that is not root: a user namespace in which it keeps
 /// its own uid (Nix makes its build sandbox inside it), a PID namespace with its own `/proc`
-/// whose end ends every builder, and the network namespace as [`plan`]'s.
-pub fn plan_unprivileged(daemon: &Path, net: Option<&NixNet>, host_network: bool) -> Vec<String> {
+/// whose end ends every builder, the host's store read-only and the network namespace as
+/// [`plan`]'s.
+pub fn plan_unprivileged(
+    daemon: &Path,
+    net: Option<&NixNet>,
+    host_network: bool,
+    host_store: Option<&Path>,
+) -> Vec<String> {
     let mut args: Vec<String> = ["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
         .map(String::from)
         .to_vec();
+    args.extend(read_only(host_store));
     if !host_network {
         args.push("--unshare-net".to_string());
     }
@@ -340,12 +383,17 @@ mod tests {
             Path::new("/bin/nix-daemon"),
             None,
             false,
+            Some(Path::new("/nix/store")),
         );
         assert_eq!(
             &args[..4],
             ["--pid", "--fork", "--kill-child", "--mount-proc"]
         );
         assert!(args.windows(2).any(|w| w == ["--unshare-net", "--cap-add"]));
+        // The host's store read-only (issue 55): Nix 2.8 moves a failed build's outputs there.
+        assert!(args
+            .windows(3)
+            .any(|w| w == ["--ro-bind", "/nix/store", "/nix/store"]));
         assert_eq!(args.last().map(String::as_str), Some("/bin/nix-daemon"));
     }
 }

@@ -57,6 +57,30 @@ fn help_lists_the_exit_codes_of_src_exit() {
     );
 }
 
+/// The first line a user reads says what the program does, the same words as the man page's
+/// NAME and the binary package's description, not the core library's.
+#[test]
+fn help_opens_with_what_the_program_does() {
+    let binary = env!("CARGO_BIN_EXE_quest-runner");
+    let out = Command::new(binary).arg("--help").output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    // One line at clap's width (100 columns without a terminal), a paragraph on a narrower one.
+    let opening: Vec<&str> = help.lines().take_while(|l| !l.is_empty()).collect();
+    assert_eq!(opening, [env!("CARGO_PKG_DESCRIPTION")], "{help}");
+    let man = Command::new(binary).arg("man").output().unwrap();
+    let page = String::from_utf8_lossy(&man.stdout);
+    let name = page
+        .lines()
+        .skip_while(|l| *l != ".SH NAME")
+        .nth(1)
+        .unwrap_or_default()
+        .replace("\\-", "-")
+        .replace("\\*(Aq", "'");
+    let expected = format!("quest-runner - {}", env!("CARGO_PKG_DESCRIPTION"));
+    assert_eq!(name, expected, "{page}");
+}
+
 #[test]
 fn a_missing_binary_is_exit_3_for_run_as_help_says() {
     let (runner, _dir, job) = runner_with_job();

@@ -1168,6 +1168,108 @@ fn builds_stop_at_the_jobs_disk_limits() {
     }
 }
 
+/// A job's build that fails, or is stopped at `limits.disk`, writes nothing to the host's
+/// store (issue 55): each repository has its own, and a job's build writes only there and in
+/// its counted scratch. Nix 2.8 moved a failed build's outputs out of its sandbox to their
+/// logical path, the host's `/nix/store/<hash>-<name>`, unregistered and uncounted: a 1 GiB
+/// file there after a build stopped at a 1 GiB limit. Two untrusted revisions, each with a
+/// devShell that needs one output: one written and then failed (`exit 1`), one larger than
+/// the limit (64 MiB against 16 MiB, in one write: the kernel's RLIMIT_FSIZE stops it, or the
+/// job's disk watchdog first). The host's store directory is polled from the test's own mount
+/// namespace, the host's, while each builds; no name of the output may appear there during
+/// the build or after it, nor anything of the build stay in the repository's store.
+#[test]
+fn a_failed_or_stopped_build_writes_nothing_to_the_hosts_store() {
+    let cases = [
+        ("failed", "echo x > $out; exit 1"),
+        (
+            "disk",
+            // 64 MiB from bash's builtins (the build sandbox has nothing else).
+            "x=x; for i in {1..26}; do x=$x$x; done; printf '%s' $x > $out",
+        ),
+    ];
+    for (what, script) in cases {
+        let name = format!("h55-{what}-{}", token());
+        let (err, seen) = build_watching_the_hosts_store(&name, script);
+        assert!(
+            seen.is_empty(),
+            "{what}: the job's build wrote to the host's store: {seen:?} ({err})"
+        );
+        if what == "disk" {
+            assert!(matches!(err, DevShellError::LimitFired { .. }), "{err:?}");
+        }
+        println!(
+            "refused-after host-store-{what}: {}",
+            first_line(&err.to_string())
+        );
+    }
+}
+
+/// Builds, confined to an untrusted job's policy with `limits.disk` 16 MiB, a revision whose
+/// devShell needs a derivation named `name` built by `script`, which must fail; returns the
+/// error and the host's store paths named with `name` seen during the build, after it, and
+/// left in the repository's store.
+fn build_watching_the_hosts_store(name: &str, script: &str) -> (DevShellError, BTreeSet<PathBuf>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let system = system();
+    let extra = format!(
+        r#"BIG = derivation {{ name = "{name}"; system = "{system}"; builder = "{BUILDER}";
+        args = [ "-c" "{script}" ]; }};"#
+    );
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(&extra))]);
+    let w = world_of(Trust::Untrusted);
+    let mut config = config();
+    config.limits.disk.limit = Some(16 << 20);
+    config.limits.disk.files = None;
+    let shells = Arc::new(DevShells::new(&StateDir::at(&w.state), &config));
+    let req = Request {
+        repo: repo.bare(),
+        rev,
+        git_ref: Some("main".into()),
+        attr: None,
+    };
+    let named = {
+        let (name, store) = (name.to_string(), quest_runner::store_path::store_dir());
+        move || -> Vec<PathBuf> {
+            let entries = std::fs::read_dir(&store).into_iter().flatten().flatten();
+            entries
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains(&name))
+                .collect()
+        }
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (done, named) = (done.clone(), named.clone());
+        std::thread::spawn(move || {
+            let mut seen = BTreeSet::new();
+            while !done.load(Ordering::Relaxed) {
+                seen.extend(named());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        })
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let answer = rt.block_on(shells.get_confined(&req, Arc::new(w.policy.clone()), None));
+    done.store(true, Ordering::Relaxed);
+    let mut seen = poller.join().unwrap();
+    let err = answer.expect_err("the failing build succeeded");
+    std::thread::sleep(Duration::from_secs(1));
+    seen.extend(named());
+    // What a test before the fix left is not this test's to keep.
+    for path in &seen {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+    }
+    let left = left_in_repository_stores(&w, name);
+    assert!(
+        left.is_empty(),
+        "{name}: left in the repository's store: {left:?}"
+    );
+    (err, seen)
+}
+
 /// What a stopped build left in the fixture's repository stores: sandbox directories, locks,
 /// and paths named with `needle` other than derivations.
 fn left_in_repository_stores(w: &Fixture, needle: &str) -> Vec<PathBuf> {

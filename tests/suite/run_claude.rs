@@ -634,6 +634,107 @@ async fn a_devshell_build_past_the_disk_limit_ends_the_job_and_says_so() {
     );
 }
 
+/// An untrusted job whose devShell build fails writes nothing to the host's store (issue 55):
+/// Nix 2.8 moved a failed build's output to its logical path, the host's `/nix/store`, where
+/// a build stopped at `limits.disk` left a file of the limit's size. The output may appear
+/// only in the repository's store, and is gone from there too once the job has ended. The
+/// host's store directory is polled from the test's mount namespace, the host's, while the
+/// job runs. (`suite::devshell_confined` stops one at the disk limit too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_jobs_failed_devshell_build_leaves_nothing_in_the_hosts_store() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let server = ModelServer::start_isolated_if_root(vec![]).expect("model server");
+    let keys = tempfile::tempdir().unwrap();
+    let runner = claude_runner(&server, keys.path());
+    set_limits(&runner, serde_json::json!({"disk": "16M"}));
+    let config_path = runner.state().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["allow_untrusted"] = Value::Bool(true);
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let system = system();
+    let name = format!("h55-failed-{}", unique_token());
+    // An output written, then the build failed, as a build stopped at the limit is.
+    let script = "echo x > $out; exit 1";
+    let extra = format!(
+        r#"BIG = derivation {{ name = "{name}"; system = "{system}"; builder = "{BUILDER}";
+        args = [ "-c" "{script}" ]; }};"#
+    );
+    let repo = Repo::new();
+    let rev = repo.commit(&[("flake.nix", &flake(&extra))]);
+    let file = job_file(
+        keys.path(),
+        serde_json::json!({"id": "big-host", "repo": repo.src().to_string_lossy(), "rev": rev,
+                           "trust": "untrusted", "timeout": "3m"}),
+    );
+    let named = {
+        let name = name.clone();
+        move || -> Vec<PathBuf> {
+            let store = quest_runner::store_path::store_dir();
+            let entries = std::fs::read_dir(store).into_iter().flatten().flatten();
+            entries
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains(&name))
+                .collect()
+        }
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (done, named) = (done.clone(), named.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !done.load(Ordering::Relaxed) {
+                seen.extend(named());
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            seen
+        })
+    };
+    let mut cmd = runner.command();
+    cmd.args(["run", "--job"]).arg(&file);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    let seen = poller.join().unwrap();
+    let left = named();
+    // What the runner before the fix left is not this test's to keep.
+    for path in seen.iter().chain(&left) {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    // A Nix error: the job could not run.
+    assert_eq!(result["outcome"], "error", "{result}\n{stderr}");
+    assert!(
+        seen.is_empty(),
+        "the job's build wrote to the host's store: {seen:?}\n{result}"
+    );
+    assert!(left.is_empty(), "left in the host's store: {left:?}");
+    let stores = runner.state().join("devshell/stores");
+    let in_repo_store: Vec<PathBuf> = std::fs::read_dir(&stores)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| {
+            let dir = quest_runner::devshell::repo_store::real_dir(&d.path());
+            std::fs::read_dir(dir).into_iter().flatten().flatten()
+        })
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.to_string_lossy();
+            n.contains(&name) && !n.ends_with(".drv")
+                || n.ends_with(".chroot")
+                || n.ends_with(".lock")
+        })
+        .collect();
+    assert!(
+        in_repo_store.is_empty(),
+        "left in the repository's store: {in_repo_store:?}"
+    );
+}
+
 /// A job past `limits.disk` is stopped with `limit_fired: "disk"` and nothing left: the
 /// kernel refuses one file larger than the limit (RLIMIT_FSIZE: `fallocate -l 10G` dies with
 /// SIGXFSZ and allocates nothing), and the watchdog stops the many files that are each under
