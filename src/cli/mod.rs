@@ -178,7 +178,7 @@ enum Command {
     /// Prove on this host that jobs work and that the sandbox boundary holds: the devShell
     /// cache on a bundled sample, then the hostile-repository suite against the real agents
     /// with a built-in scripted model. Exits non-zero on any escape.
-    Selftest(SelftestArgs),
+    Selftest(extension::SelftestArgs),
     /// Run queued jobs, `concurrency` at a time, until SIGTERM or SIGINT (SIGHUP reloads
     /// the config).
     Serve(queue::ServeArgs),
@@ -201,40 +201,6 @@ enum Command {
     /// (Internal: `submit`'s helper) deliver the job event on stdin to the config's receivers.
     #[command(hide = true)]
     DeliverEvent,
-}
-
-#[derive(Debug, clap::Args)]
-struct SelftestArgs {
-    /// Only this agent (claude or opencode) [default: both].
-    #[arg(long)]
-    agent: Option<String>,
-    /// Also run the suite on an untrusted revision.
-    #[arg(long)]
-    untrusted: bool,
-    /// Also run the mutation checks (each weakens one rule; all must be caught).
-    #[arg(long)]
-    mutations: bool,
-    /// Instead of the above: read small packages from the real npm registry, PyPI and
-    /// crates.io with the host's clients, in a trusted job, through the network decider (reads
-    /// only; skipped when the host has no route to them).
-    #[arg(long, conflicts_with_all = ["untrusted", "mutations"])]
-    registries: bool,
-    /// How long each suite job may run: more on a slow host (an emulated CPU).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
-    job_timeout: std::time::Duration,
-    /// The kernel the suite's commands run on (config `isolation`): `gvisor` runs the suite on
-    /// both a trusted and an untrusted revision, with the attempts only another kernel holds.
-    #[arg(long, value_name = "ISOLATION", default_value = "namespace", value_parser = parse_isolation)]
-    isolation: crate::sandbox::gvisor::Isolation,
-}
-
-fn parse_isolation(text: &str) -> Result<crate::sandbox::gvisor::Isolation, String> {
-    use crate::sandbox::gvisor::Isolation;
-    match text {
-        "namespace" => Ok(Isolation::Namespace),
-        "gvisor" => Ok(Isolation::Gvisor),
-        other => Err(format!("{other:?}: expected namespace or gvisor")),
-    }
 }
 
 /// A job, from a file and/or flags (flags override the file's fields).
@@ -512,32 +478,7 @@ fn run(cli: Cli, selftest: extension::Selftest) -> Result<(), Failure> {
     match cli.command {
         Command::Env(args) => env::env(&ctx, args),
         Command::Cache { command } => env::cache(&ctx, command),
-        Command::Selftest(args) => {
-            use crate::job::AgentKind;
-            let agents = match args.agent.as_deref() {
-                None => vec![AgentKind::Claude, AgentKind::Opencode],
-                Some("claude") => vec![AgentKind::Claude],
-                Some("opencode") => vec![AgentKind::Opencode],
-                Some(other) => {
-                    return Err(Failure::new(
-                        Exit::BadInput,
-                        format!("--agent {other:?}: expected claude or opencode"),
-                    ))
-                }
-            };
-            selftest(
-                &ctx,
-                &extension::SelftestOptions {
-                    agents,
-                    untrusted: args.untrusted
-                        || args.isolation == crate::sandbox::gvisor::Isolation::Gvisor,
-                    mutations: args.mutations,
-                    registries: args.registries,
-                    job_timeout: args.job_timeout,
-                    isolation: args.isolation,
-                },
-            )
-        }
+        Command::Selftest(args) => selftest(&ctx, &args.options()?),
         // Answered above: they need neither the state directory nor the configuration.
         Command::SystemdUnit(_)
         | Command::ApparmorProfile

@@ -66,27 +66,7 @@ pub(super) fn policy(ctx: Context, args: JobArgs) -> Result<(), Failure> {
         Ok(plan) => plan.describe(),
         Err(why) => serde_json::json!(why),
     };
-    // Whether the commands' kernel is gVisor's, and whether runsc runs here to give it.
-    let isolation = match policy.isolation {
-        crate::sandbox::gvisor::Isolation::Namespace => serde_json::json!({
-            "commands": "namespace",
-            "kernel": "the host's, behind srt's namespaces and seccomp filter",
-        }),
-        crate::sandbox::gvisor::Isolation::Gvisor => {
-            let probe = super::runtime::runtime(None)
-                .map_err(|f| f.message)
-                .map(|rt| rt.block_on(crate::sandbox::gvisor::probe()));
-            serde_json::json!({
-                "commands": "gvisor",
-                "kernel": "gVisor's (runsc, systrap), inside srt's sandbox",
-                "runsc": match &probe {
-                    Ok(p) => serde_json::json!(p),
-                    Err(e) => serde_json::json!(e),
-                },
-                "refused": probe.as_ref().map_or(true, |p| !p.works()),
-            })
-        }
-    };
+    let isolation = isolation_shown(&policy);
     let shown = serde_json::json!({
         "job": job, "policy": policy, "rendered": rendered, "devshell_nix": nix,
         "dependencies": dependencies, "isolation": isolation,
@@ -118,4 +98,28 @@ fn read_locks(
         .map_err(|e| e.to_string())?;
     rt.block_on(crate::deps::prepare::plan(repo, rev))
         .map_err(|e| format!("reading the revision's locks: {e}"))
+}
+
+/// Whether the commands' kernel is gVisor's, and whether runsc runs here to give it.
+fn isolation_shown(policy: &crate::sandbox::SandboxPolicy) -> serde_json::Value {
+    match policy.isolation {
+        crate::sandbox::gvisor::Isolation::Namespace => serde_json::json!({
+            "commands": "namespace",
+            "kernel": "the host's, behind srt's namespaces and seccomp filter",
+        }),
+        crate::sandbox::gvisor::Isolation::Gvisor => {
+            let probe = super::runtime::runtime(None)
+                .map_err(|f| f.message)
+                .map(|rt| rt.block_on(crate::sandbox::gvisor::probe()));
+            serde_json::json!({
+                "commands": "gvisor",
+                "kernel": "gVisor's (runsc, systrap), inside srt's sandbox",
+                "runsc": match &probe {
+                    Ok(p) => serde_json::json!(p),
+                    Err(e) => serde_json::json!(e),
+                },
+                "refused": probe.as_ref().map_or(true, |p| !p.works()),
+            })
+        }
+    }
 }

@@ -44,6 +44,15 @@ impl Isolation {
             Isolation::Gvisor => "gvisor",
         }
     }
+
+    /// A flag's value (`selftest --isolation`).
+    pub fn parse(text: &str) -> Result<Isolation, String> {
+        match text {
+            "namespace" => Ok(Isolation::Namespace),
+            "gvisor" => Ok(Isolation::Gvisor),
+            other => Err(format!("{other:?}: expected namespace or gvisor")),
+        }
+    }
 }
 
 /// runsc's flags for every command, fixed: rootless (the executor is an unprivileged user of
@@ -240,6 +249,14 @@ async fn trial(runsc: &Path) -> Result<String, String> {
             ));
         }
     }
+    container_runs(runsc).await?;
+    Ok(version)
+}
+
+/// A container of `/bin/true`, as the executor would start it: nested in a user namespace of
+/// bubblewrap's, with the same flags.
+async fn container_runs(runsc: &Path) -> Result<(), String> {
+    use crate::process::run_captured;
     let bwrap = crate::binaries::find(crate::binaries::Tool::Bwrap).map_err(|e| e.to_string())?;
     let dir = tempfile::Builder::new()
         .prefix("quest-runsc-probe-")
@@ -299,7 +316,7 @@ async fn trial(runsc: &Path) -> Result<String, String> {
             out.error_message()
         ));
     }
-    Ok(version)
+    Ok(())
 }
 
 #[cfg(test)]
