@@ -227,6 +227,7 @@ fn host_plan(inputs: &AgentInputs<'_>, tools: &Tools) -> HostPlan {
         },
         socket_owner: None,
         confined: None,
+        gvisor: policy.isolation == Isolation::Gvisor && tools.programs.runsc.is_some(),
     }
 }
 

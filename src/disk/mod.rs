@@ -271,6 +271,21 @@ pub fn limit_file_size(cmd: &mut std::process::Command, bytes: u64) {
     }
 }
 
+/// [`limit_file_size`] for a tree that runs gVisor (`isolation: gvisor`): the soft limit
+/// only. runsc's Sentry keeps the commands' memory in a host file that grows past any small
+/// disk limit (a container did not start under a 64 MiB one); the executor lifts its soft
+/// limit for runsc and gives the commands the limit as both soft and hard inside the
+/// container, where gVisor's kernel enforces it (`sandbox::gvisor`).
+pub fn limit_file_size_soft(cmd: &mut std::process::Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only getrlimit and setrlimit between fork and exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            crate::util::rlimit::set_capped(crate::util::rlimit::Resource::Fsize, bytes, u64::MAX)
+        });
+    }
+}
+
 /// A size for people: `10 GiB`, `1.5 GiB`, `812 MiB`, `4 KiB`, `12 B`.
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

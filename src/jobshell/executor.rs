@@ -336,6 +336,7 @@ fn command(shared: &Shared, request: &Request) -> Result<(Command, Option<PathBu
         ));
     }
     let mut cmd = Command::new(&exec.runsc);
+    raise_file_size_to_hard(&mut cmd);
     cmd.args(exec.run_args(&root, &bundle, &id))
         .env_clear()
         .envs(shared.env.iter().map(|(k, v)| (k, v)))
@@ -344,20 +345,42 @@ fn command(shared: &Shared, request: &Request) -> Result<(Command, Option<PathBu
 }
 
 /// The executor's own limits a command keeps inside gVisor: the file size (the job's disk
-/// limit) and the open files. The Sentry's own host calls are held to them too.
+/// limit, the host's soft limit, as soft and hard there: gVisor's kernel enforces it) and the
+/// open files.
 fn passed_rlimits() -> Vec<(&'static str, u64, u64)> {
     use rustix::process::{getrlimit, Resource};
     let value = |v: Option<u64>| v.unwrap_or(u64::MAX);
-    [
-        (Resource::Fsize, "RLIMIT_FSIZE"),
-        (Resource::Nofile, "RLIMIT_NOFILE"),
+    let fsize = value(getrlimit(Resource::Fsize).current);
+    let nofile = getrlimit(Resource::Nofile);
+    vec![
+        ("RLIMIT_FSIZE", fsize, fsize),
+        (
+            "RLIMIT_NOFILE",
+            value(nofile.current),
+            value(nofile.maximum),
+        ),
     ]
-    .into_iter()
-    .map(|(resource, name)| {
-        let limit = getrlimit(resource);
-        (name, value(limit.current), value(limit.maximum))
-    })
-    .collect()
+}
+
+/// runsc itself at the file-size hard limit: its Sentry's memory file grows past a small
+/// disk limit (`disk::limit_file_size_soft`); the commands keep the limit inside.
+fn raise_file_size_to_hard(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only getrlimit and setrlimit between fork and exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(|| {
+            use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+            let hard = getrlimit(Resource::Fsize).maximum;
+            setrlimit(
+                Resource::Fsize,
+                Rlimit {
+                    current: hard,
+                    maximum: hard,
+                },
+            )?;
+            Ok(())
+        });
+    }
 }
 
 /// The command: into its working directory (opencode's own private one means the checkout),

@@ -55,6 +55,9 @@ pub struct HostPlan {
     pub socket_owner: Option<u32>,
     /// How the host is started inside the job's namespace, when it is confined.
     pub confined: Option<crate::sandbox::boundary::Confined>,
+    /// The commands run on gVisor: the disk limit is the host's soft limit only
+    /// (`disk::limit_file_size_soft`).
+    pub gvisor: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

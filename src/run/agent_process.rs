@@ -100,19 +100,22 @@ fn commands(
         Some(plan) => Some(Prepared::new(plan)?),
         None => None,
     };
-    let mut commands: Vec<&mut std::process::Command> = vec![cmd.as_std_mut()];
+    let gvisor = launch.companion.as_ref().is_some_and(|plan| plan.gvisor);
+    let mut commands: Vec<(&mut std::process::Command, bool)> = vec![(cmd.as_std_mut(), false)];
     if let Some(c) = companion.as_mut() {
-        commands.push(c.command_mut());
+        commands.push((c.command_mut(), gvisor));
     }
-    for c in commands.iter_mut() {
+    for (c, soft_only) in commands.iter_mut() {
         if let Some(ns) = &namespace {
             ns.enter(c);
         }
         if let Some(adjust) = adjust {
             adjust(c);
         }
-        if let Some(bytes) = file_size {
-            crate::disk::limit_file_size(c, bytes);
+        match file_size {
+            Some(bytes) if *soft_only => crate::disk::limit_file_size_soft(c, bytes),
+            Some(bytes) => crate::disk::limit_file_size(c, bytes),
+            None => {}
         }
     }
     Ok((cmd, companion))

@@ -3,6 +3,7 @@
 
 use crate::support;
 use quest_runner::job::{AgentKind, Trust};
+use quest_runner::sandbox::gvisor::Isolation;
 use quest_runner_selftest::boundary::{self, Mutation, SuiteConfig, SuiteReport};
 
 fn print(report: &SuiteReport) {
@@ -32,7 +33,7 @@ fn tail(s: &str, max: usize) -> &str {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn suite(agent: AgentKind, trust: Trust, mutation: Option<Mutation>) -> SuiteReport {
-    suite_with(agent, trust, mutation, false).await
+    suite_with(agent, trust, mutation, false, Isolation::Namespace).await
 }
 
 async fn suite_with(
@@ -40,6 +41,7 @@ async fn suite_with(
     trust: Trust,
     mutation: Option<Mutation>,
     agent_rules_off: bool,
+    isolation: Isolation,
 ) -> SuiteReport {
     let _one_at_a_time = SERIAL.lock().await;
     // The suite runs the runner in this process; opencode's commands go through the runner's
@@ -52,13 +54,17 @@ async fn suite_with(
         controls: mutation.is_none() && !agent_rules_off,
         agent_rules_off,
         job_timeout: quest_runner_selftest::boundary::JOB_TIMEOUT,
-        isolation: quest_runner::sandbox::gvisor::Isolation::Namespace,
+        isolation,
     };
     boundary::run(&cfg).await.expect("the suite runs")
 }
 
 async fn holds(agent: AgentKind, trust: Trust) {
-    let report = suite(agent, trust, None).await;
+    holds_on(agent, trust, Isolation::Namespace).await;
+}
+
+async fn holds_on(agent: AgentKind, trust: Trust, isolation: Isolation) {
+    let report = suite_with(agent, trust, None, false, isolation).await;
     print(&report);
     // What the sandboxed command saw of the private files before and after the host replaced
     // them, for the log.
@@ -174,7 +180,7 @@ async fn opencode_mutations_are_caught() {
 /// the permitted steps still pass. `unconfined-agent` (a mutation above) shows each of these
 /// attempts escaping once the namespace goes too.
 async fn file_tools_held_by_the_namespace_alone(agent: AgentKind, trust: Trust) {
-    let report = suite_with(agent, trust, None, true).await;
+    let report = suite_with(agent, trust, None, true, Isolation::Namespace).await;
     print(&report);
     let tools: Vec<_> = report
         .attempts
@@ -208,4 +214,49 @@ async fn claude_file_tools_held_by_the_namespace_alone() {
 async fn opencode_file_tools_held_by_the_namespace_alone() {
     file_tools_held_by_the_namespace_alone(AgentKind::Opencode, Trust::Trusted).await;
     file_tools_held_by_the_namespace_alone(AgentKind::Opencode, Trust::Untrusted).await;
+}
+
+/// The suite with the commands on gVisor's kernel (`isolation: gvisor`), on the untrusted
+/// revisions it is for: every attempt, the kernel's among them, and every control. Skipped,
+/// saying so, where runsc cannot run.
+async fn holds_on_gvisor(agent: AgentKind) {
+    let probe = quest_runner::sandbox::gvisor::probe().await;
+    if let Some(why) = &probe.fails {
+        figure(&format!("{} on gvisor: skipped: {why}", agent.name()));
+        return;
+    }
+    holds_on(agent, Trust::Untrusted, Isolation::Gvisor).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_untrusted_holds_on_gvisor() {
+    holds_on_gvisor(AgentKind::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_untrusted_holds_on_gvisor() {
+    holds_on_gvisor(AgentKind::Opencode).await;
+}
+
+/// The commands run in the namespace while the config says gvisor: the kernel's attempts
+/// escape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_on_the_hosts_kernel_under_a_gvisor_config_are_caught() {
+    if !quest_runner::sandbox::gvisor::probe().await.works() {
+        figure("host-kernel mutation: skipped: runsc does not run here");
+        return;
+    }
+    let m = Mutation::HostKernel;
+    let report = suite_with(
+        AgentKind::Opencode,
+        Trust::Trusted,
+        Some(m),
+        false,
+        Isolation::Gvisor,
+    )
+    .await;
+    if !report.caught(m) {
+        print(&report);
+    }
+    assert!(report.caught(m), "the host-kernel mutation was not caught");
 }

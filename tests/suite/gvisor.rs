@@ -249,12 +249,3 @@ async fn a_gvisor_level_where_runsc_cannot_run_refuses_its_jobs_and_doctor_says_
     );
     assert!(trusted.outputs[0].contains("RAN"), "{:?}", trusted.outputs);
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn scratch_probe() {
-    let repo = Repo::new();
-    let rev = repo.commit(&[("README.md", "kernel\n")]);
-    let ran = run_job(&repo, &rev, "untrusted", "gvisor", &["ulimit -f; head -c 4194304 /dev/zero > fill-0; echo rc=$?; ls -la fill-0; df -h . ; cat /proc/self/limits | head -8"]);
-    eprintln!("PROBE {:?}", ran.outputs);
-}
