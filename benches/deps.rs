@@ -82,6 +82,9 @@ struct Case {
     cache_var: &'static str,
 }
 
+/// Makes a [`Case`] in a directory of its own, or says why not.
+type MakeCase = fn(&Path) -> Result<Case, String>;
+
 /// Makes `package-lock.json` of [`PACKAGE_JSON`] with npm against the real registry.
 fn npm_case(dir: &Path) -> Result<Case, String> {
     std::fs::create_dir_all(dir).expect("npm dir");
@@ -473,8 +476,7 @@ async fn main() {
     let reps = reps();
     println!("deps bench: median of {reps} (QUEST_RUNNER_BENCH_REPS); the job measures timed inside the job around the command");
     let only = std::env::var("QUEST_RUNNER_BENCH_DEPS").unwrap_or_else(|_| "npm,pip".into());
-    let makers: [(&str, fn(&Path) -> Result<Case, String>); 2] =
-        [("npm", npm_case), ("pip", pip_case)];
+    let makers: [(&str, MakeCase); 2] = [("npm", npm_case), ("pip", pip_case)];
     for (key, make) in makers {
         if !only.split(',').any(|k| k == key) {
             continue;
