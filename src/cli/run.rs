@@ -7,17 +7,25 @@ use crate::exit::Exit;
 pub(super) fn run_job(ctx: Context, args: JobArgs) -> Result<(), Failure> {
     use crate::run::{Cancel, Runner};
     let job = job_from(args, &ctx)?;
+    if job.trust == crate::job::Trust::Trusted {
+        // The job's CA key, made while the host is checked and the runner set up: the runner
+        // asks for it again (a no-op while this one is pending), but only once it runs.
+        crate::netproxy::ca::warm_up();
+    }
     super::check_account(&ctx, &job.account)?;
     // A host that is not ready is exit 3, as for every command (the runner's own refusal,
     // which `serve` relies on, would make it 4: a refused job).
-    let checks = crate::preflight::checks_for(job.agent, job.trust == crate::job::Trust::Trusted);
+    let nix = job.trust == crate::job::Trust::Trusted;
+    let checks = crate::preflight::checks_for(job.agent, nix);
     if let Some(missing) = crate::preflight::refusal(&checks) {
         return Err(Failure::new(
             Exit::HostNotReady,
             format!("host not ready: {missing}"),
         ));
     }
-    let runner = Runner::new(ctx.state, ctx.config).with_config_file(ctx.config_path);
+    let runner = Runner::new(ctx.state, ctx.config)
+        .with_config_file(ctx.config_path)
+        .with_host_checked(job.agent, nix);
     let runtime = runtime::runtime(Some(2))?;
     let result = runtime.block_on(async {
         let stop = runtime::stop_signal()?;

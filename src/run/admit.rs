@@ -5,9 +5,29 @@
 use super::outcome::Stop;
 use super::Runner;
 use crate::config::Account;
-use crate::job::{Job, Trust};
+use crate::job::{AgentKind, Job, Trust};
 use crate::preflight;
 use crate::sandbox::gvisor::Isolation;
+
+/// How long host checks that passed stand for the job after them: a caller's that checked
+/// just before the runner started it (`run`), not a later job's.
+const HOST_CHECK_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Host checks that passed, for one agent's jobs, and when.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HostChecked {
+    pub agent: AgentKind,
+    /// Nix's check was among them.
+    pub nix: bool,
+    pub at: std::time::Instant,
+}
+
+impl HostChecked {
+    /// Whether these checks are the ones `job` needs (`nix`: with Nix's), and still fresh.
+    fn covers(&self, job: &Job, nix: bool) -> bool {
+        self.agent == job.agent && (self.nix || !nix) && self.at.elapsed() < HOST_CHECK_FRESH
+    }
+}
 
 impl Runner {
     /// The account `job` runs on, or why the runner refuses it.
@@ -43,9 +63,11 @@ impl Runner {
             .map_err(|e| Stop::refused(e.to_string()))?;
         // Untrusted revisions get their devShell too where Nix runs in the job's boundary.
         let needs_nix = job.trust == Trust::Trusted || cfg!(target_os = "linux");
-        let checks = preflight::checks_for(job.agent, needs_nix);
-        if let Some(missing) = preflight::refusal(&checks) {
-            return Err(Stop::refused(format!("host not ready: {missing}")));
+        if !self.host_checked.is_some_and(|c| c.covers(job, needs_nix)) {
+            let checks = preflight::checks_for(job.agent, needs_nix);
+            if let Some(missing) = preflight::refusal(&checks) {
+                return Err(Stop::refused(format!("host not ready: {missing}")));
+            }
         }
         self.room_to_start()
             .map_err(|e| Stop::refused(e.to_string()))?;

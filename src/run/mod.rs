@@ -53,6 +53,9 @@ pub struct Runner {
     operator_home: Option<PathBuf>,
     /// The config file, when it lives outside the state directory; denied to commands.
     config_file: Option<PathBuf>,
+    /// The host checks its caller (`run`) passed just before the job: admit does not spawn
+    /// them again (~20 ms: the nested bwrap probe) while they are this fresh.
+    host_checked: Option<admit::HostChecked>,
     /// Where jobs' private temp dirs are made ([`workspace::temp_parent`]).
     temp_parent: workspace::TempParent,
     /// Every job's disk limit and the reserve (config `limits.disk`, `limits.disk_reserve`).
@@ -92,6 +95,7 @@ impl Runner {
             env_source: std::env::vars().collect(),
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
             config_file: None,
+            host_checked: None,
             temp_parent,
             disk,
             disk_jobs: Arc::default(),
@@ -111,6 +115,17 @@ impl Runner {
     /// the state directory is denied with it).
     pub fn with_config_file(mut self, path: PathBuf) -> Runner {
         self.config_file = Some(path);
+        self
+    }
+
+    /// Says the host checks for `agent`'s jobs (`nix`: with Nix's) passed now, so that the
+    /// job started next does not repeat them; `run` checks before the runner exists.
+    pub fn with_host_checked(mut self, agent: crate::job::AgentKind, nix: bool) -> Runner {
+        self.host_checked = Some(admit::HostChecked {
+            agent,
+            nix,
+            at: Instant::now(),
+        });
         self
     }
 
@@ -190,6 +205,7 @@ impl Runner {
             env_source: self.env_source.clone(),
             operator_home: self.operator_home.clone(),
             config_file: self.config_file.clone(),
+            host_checked: None,
             temp_parent: self.temp_parent.clone(),
             // Limits are read at start, like the cgroup ones; the running jobs stay registered.
             disk: self.disk,
@@ -283,6 +299,12 @@ impl Runner {
         started: Instant,
         enclosure: &E,
     ) -> Option<E::Report> {
+        if job.trust == Trust::Trusted {
+            // The network proxy's CA key (~50 ms of a core, several times that on a busy
+            // host), generated while the job is admitted and its workspace prepared: the
+            // proxy waited for it after them. A refused job wastes one key, on a thread.
+            crate::netproxy::ca::warm_up();
+        }
         let account = match self.admit(job) {
             Ok(account) => account,
             Err(stop) => {
@@ -293,10 +315,6 @@ impl Runner {
         if let Err(stop) = self.admit_isolation(job).await {
             result.end(stop.outcome, stop.message);
             return None;
-        }
-        if job.trust == Trust::Trusted {
-            // The network proxy's CA key, generated while the workspace is prepared.
-            crate::netproxy::ca::warm_up();
         }
         workspace::sweep_abandoned(&self.state);
         crate::devshell::scratch::sweep(&std::env::temp_dir());
